@@ -1,0 +1,1 @@
+"""dataloaderd client."""

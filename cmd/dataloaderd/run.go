@@ -1,0 +1,69 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+const usage = `dataloaderd: a per-node data loader daemon for LLM training.
+
+Usage:
+  dataloaderd serve [flags]        run the daemon (see 'dataloaderd serve -h')
+  dataloaderd healthcheck [flags]  exit 0 when the daemon answers SERVING, 1 otherwise
+  dataloaderd version              print the version
+`
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+// run is the whole program; it returns the exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	var err error
+	switch args[0] {
+	case "serve":
+		err = serve(ctx, args[1:], stderr)
+	case "healthcheck":
+		err = healthcheck(ctx, args[1:], stdout, stderr)
+	case "version":
+		fmt.Fprintln(stdout, "dataloaderd", version)
+	case "-h", "--help", "help":
+		fmt.Fprint(stdout, usage)
+	default:
+		fmt.Fprintf(stderr, "dataloaderd: unknown command %q\n\n%s", args[0], usage)
+		return 2
+	}
+	switch {
+	case err == nil, errors.Is(err, context.Canceled):
+		return 0
+	case errors.Is(err, errUsage):
+		return 2
+	default:
+		fmt.Fprintln(stderr, "dataloaderd:", err)
+		return 1
+	}
+}
+
+var errUsage = errors.New("usage")
+
+// defaultSocket is $XDG_RUNTIME_DIR/dataloaderd/dataloaderd.sock, or under
+// /run/dataloaderd when that is not set.
+func defaultSocket() string {
+	if d := os.Getenv("DATALOADERD_SOCKET"); d != "" {
+		return d
+	}
+	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
+		return d + "/dataloaderd/dataloaderd.sock"
+	}
+	return "/run/dataloaderd/dataloaderd.sock"
+}

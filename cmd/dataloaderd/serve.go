@@ -1,0 +1,199 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+
+	"github.com/dataloaderd/dataloaderd/internal/server"
+)
+
+// daemonConfig is the daemon's configuration: a JSON file (--config) read
+// first, flags on top. docs/daemon.md documents every key.
+type daemonConfig struct {
+	Socket       string   `json:"socket"`
+	MetricsAddr  string   `json:"metrics_addr"`
+	AllowRoots   []string `json:"allow_roots"`
+	ShmDir       string   `json:"shm_dir"`
+	Slots        int      `json:"slots"`
+	AttachWithin string   `json:"attach_within"`
+	LogLevel     string   `json:"log_level"`
+	StopTimeout  string   `json:"stop_timeout"`
+}
+
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
+func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
+
+func parseServe(args []string, stderr io.Writer) (daemonConfig, error) {
+	cfg := daemonConfig{Socket: defaultSocket(), ShmDir: "/dev/shm", Slots: server.DefaultSlots,
+		AttachWithin: server.DefaultAttachWithin.String(), LogLevel: "info", StopTimeout: "10s"}
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	configFile := fs.String("config", "", "JSON file of daemon settings, read before the flags")
+	socket := fs.String("socket", "", "unix socket to serve on (unix:///path or a path; default "+cfg.Socket+")")
+	metricsAddr := fs.String("metrics-addr", "", "HOST:PORT to serve Prometheus /metrics on (default: off)")
+	var allow multiFlag
+	fs.Var(&allow, "allow-root", "directory clients may name data, resume and save paths under (repeatable; default: any path)")
+	shmDir := fs.String("shm-dir", "", "directory of the shared-memory rings (default /dev/shm)")
+	slots := fs.Int("slots", 0, fmt.Sprintf("ring slots per session when the client asks for none (default %d)", server.DefaultSlots))
+	attach := fs.Duration("attach-within", 0, "reclaim a session whose consumer has not opened its batch stream after this long (default 1m)")
+	logLevel := fs.String("log-level", "", "debug, info, warn or error (default info)")
+	stopTimeout := fs.Duration("stop-timeout", 0, "longest wait for streams to end on SIGTERM (default 10s)")
+	if err := fs.Parse(args); err != nil {
+		return cfg, errUsage
+	}
+	if *configFile != "" {
+		b, err := os.ReadFile(*configFile)
+		if err != nil {
+			return cfg, fmt.Errorf("config: %w", err)
+		}
+		dec := json.NewDecoder(strings.NewReader(string(b)))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&cfg); err != nil {
+			return cfg, fmt.Errorf("config %s: %w", *configFile, err)
+		}
+	}
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "socket":
+			cfg.Socket = *socket
+		case "metrics-addr":
+			cfg.MetricsAddr = *metricsAddr
+		case "allow-root":
+			cfg.AllowRoots = allow
+		case "shm-dir":
+			cfg.ShmDir = *shmDir
+		case "slots":
+			cfg.Slots = *slots
+		case "attach-within":
+			cfg.AttachWithin = attach.String()
+		case "log-level":
+			cfg.LogLevel = *logLevel
+		case "stop-timeout":
+			cfg.StopTimeout = stopTimeout.String()
+		}
+	})
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "serve takes no arguments, got %q\n", fs.Args())
+		return cfg, errUsage
+	}
+	return cfg, nil
+}
+
+func newLogger(level string) (*zap.Logger, error) {
+	lvl, err := zapcore.ParseLevel(level)
+	if err != nil {
+		return nil, fmt.Errorf("log_level %q: want debug, info, warn or error", level)
+	}
+	zc := zap.NewProductionConfig()
+	zc.Level = zap.NewAtomicLevelAt(lvl)
+	zc.Sampling = nil
+	return zc.Build()
+}
+
+func serve(ctx context.Context, args []string, stderr io.Writer) error {
+	cfg, err := parseServe(args, stderr)
+	if err != nil {
+		return err
+	}
+	attachWithin, err := time.ParseDuration(cfg.AttachWithin)
+	if err != nil || attachWithin <= 0 {
+		return fmt.Errorf("attach_within %q: want a positive duration such as 1m", cfg.AttachWithin)
+	}
+	stopTimeout, err := time.ParseDuration(cfg.StopTimeout)
+	if err != nil || stopTimeout <= 0 {
+		return fmt.Errorf("stop_timeout %q: want a positive duration such as 10s", cfg.StopTimeout)
+	}
+	if cfg.Slots < 2 || cfg.Slots > server.MaxSlots {
+		return fmt.Errorf("slots must be in [2, %d], got %d", server.MaxSlots, cfg.Slots)
+	}
+	log, err := newLogger(cfg.LogLevel)
+	if err != nil {
+		return err
+	}
+	defer log.Sync() //nolint:errcheck
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	srv, err := server.New(server.Config{
+		Logger: log.Named("server"), Registry: reg, AllowRoots: cfg.AllowRoots,
+		ShmDir: cfg.ShmDir, Slots: cfg.Slots, AttachWithin: attachWithin,
+	})
+	if err != nil {
+		return err
+	}
+	lis, cleanup, err := server.Listen(cfg.Socket)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	var metricsLis net.Listener
+	if cfg.MetricsAddr != "" {
+		if metricsLis, err = net.Listen("tcp", cfg.MetricsAddr); err != nil {
+			return fmt.Errorf("metrics-addr: %w", err)
+		}
+	}
+
+	g := grpc.NewServer()
+	srv.Register(g)
+	eg, ctx := errgroup.WithContext(ctx)
+	eg.Go(func() error { return g.Serve(lis) })
+	eg.Go(func() error { return srv.Reap(ctx) })
+	if metricsLis != nil {
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		eg.Go(func() error {
+			if err := hs.Serve(metricsLis); !errors.Is(err, http.ErrServerClosed) {
+				return err
+			}
+			return nil
+		})
+		eg.Go(func() error {
+			<-ctx.Done()
+			sctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
+			defer cancel()
+			return hs.Shutdown(sctx)
+		})
+	}
+	eg.Go(func() error {
+		<-ctx.Done()
+		log.Info("stopping")
+		srv.Shutdown()
+		stopped := make(chan struct{})
+		go func() { g.GracefulStop(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-time.After(stopTimeout):
+			g.Stop()
+		}
+		return ctx.Err()
+	})
+	srv.SetServing()
+	log.Info("serving", zap.String("socket", lis.Addr().String()), zap.String("metrics_addr", cfg.MetricsAddr),
+		zap.Strings("allow_roots", cfg.AllowRoots), zap.String("version", version))
+	if len(cfg.AllowRoots) == 0 {
+		log.Warn("no --allow-root given: clients may name any path the daemon can read or write")
+	}
+	err = eg.Wait()
+	log.Info("stopped", zap.Error(err))
+	return err
+}

@@ -1,0 +1,145 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+
+	pb "github.com/dataloaderd/dataloaderd/api/proto/dataloader/v1"
+	"github.com/dataloaderd/dataloaderd/internal/stream"
+)
+
+// Batches implements Loader: the first message attaches a consumer, later
+// ones release slots; the server sends each batch in step order, then one
+// message with end set when the rank's iteration is over. A consumer whose
+// stream breaks without CloseSession has disappeared: its session and ring
+// are reclaimed.
+func (s *Server) Batches(bs grpc.BidiStreamingServer[pb.BatchesRequest, pb.Batch]) error {
+	first, err := bs.Recv()
+	if err != nil {
+		return s.fail(err)
+	}
+	att := first.GetAttach()
+	if att == nil {
+		return s.fail(fmt.Errorf("%w: the first message of a batch stream must be attach", errBadRequest))
+	}
+	ss, err := s.lookup(att.GetSessionId())
+	if err != nil {
+		return s.fail(err)
+	}
+	if err := ss.attach(att.GetConsumer()); err != nil {
+		return s.fail(err)
+	}
+	c := int(att.GetConsumer())
+	ctx, cancel := context.WithCancel(bs.Context())
+	defer cancel()
+
+	// Releases arrive on their own goroutine; its error ends the stream.
+	recvErr := make(chan error, 1)
+	go func() {
+		recvErr <- s.releases(bs, ss, c)
+		cancel()
+	}()
+	err = s.send(ctx, bs, ss, c)
+	if err == nil {
+		// The iteration ended: keep taking releases until the client goes.
+		err = <-recvErr
+	} else {
+		cancel()
+		// A failed receive cancels the send; report the receive's cause.
+		if re := <-recvErr; errors.Is(err, context.Canceled) && re != nil {
+			err = re
+		}
+	}
+	if errors.Is(err, io.EOF) {
+		err = nil
+	}
+	ss.mu.Lock()
+	closed := ss.closed[c]
+	ss.mu.Unlock()
+	if !closed {
+		s.drop(ss, fmt.Sprintf("consumer %d's batch stream ended without close: %v", c, err))
+	}
+	if err != nil && !errors.Is(err, context.Canceled) {
+		return s.fail(err)
+	}
+	return nil
+}
+
+// send hands consumer c every batch in step order; nil after the end message.
+func (s *Server) send(ctx context.Context, bs grpc.BidiStreamingServer[pb.BatchesRequest, pb.Batch], ss *session, c int) error {
+	cfg := ss.corpus.Config()
+	lineBytes := cfg.LineTokens() * 4
+	labels := ss.labels()
+	for {
+		b, err := ss.pipeline.Next(ctx, c)
+		if err != nil {
+			return err
+		}
+		if b.End {
+			return bs.Send(&pb.Batch{Step: b.Step, End: true})
+		}
+		msg := &pb.Batch{Step: b.Step, Slot: uint32(b.Slot), Lines: uint32(b.Lines)}
+		if ss.ring.Path() == "" {
+			// Inline: the slot is held until the client releases it, and the
+			// message is serialized before Send returns, so no copy is needed.
+			msg.Data = ss.ring.Slot(b.Slot)[:b.Lines*lineBytes]
+		}
+		if err := bs.Send(msg); err != nil {
+			return err
+		}
+		if c == 0 {
+			s.metrics.batches.Inc()
+			for d, n := range b.DatasetLines {
+				if n > 0 {
+					s.metrics.lines.WithLabelValues(ss.datasets[d]).Add(float64(n))
+					s.metrics.tokens.WithLabelValues(ss.datasets[d]).Add(float64(n * cfg.LineTokens()))
+				}
+			}
+			s.metrics.readySlots.WithLabelValues(labels...).Set(float64(ss.pipeline.Ready(0)))
+		}
+	}
+}
+
+// releases applies consumer c's releases until the stream ends.
+func (s *Server) releases(bs grpc.BidiStreamingServer[pb.BatchesRequest, pb.Batch], ss *session, c int) error {
+	for {
+		m, err := bs.Recv()
+		if err != nil {
+			return err
+		}
+		r := m.GetRelease()
+		if r == nil {
+			return fmt.Errorf("%w: after attach, a batch stream takes only release messages", errBadRequest)
+		}
+		if err := ss.pipeline.Release(c, int(r.GetSlot()), r.GetStep()); err != nil {
+			ss.log.Warn("bad release", zap.Int("consumer", c), zap.Error(err))
+			return err
+		}
+		if r.GetWaitNs() > 0 {
+			s.metrics.clientWait.Observe(time.Duration(r.GetWaitNs()).Seconds())
+		}
+	}
+}
+
+// configFrom converts the wire config into the stream package's.
+func configFrom(c *pb.JobConfig) (stream.Config, error) {
+	if c == nil {
+		return stream.Config{}, fmt.Errorf("%w: config is missing", stream.ErrInvalidConfig)
+	}
+	out := stream.Config{
+		SeqLen: c.GetSeqLen(), BatchSize: c.GetBatchSize(), Seed: c.GetSeed(), LogicalShards: c.GetLogicalShards(),
+		EOS: c.GetEosId(), BOS: c.GetBosId(), Pad: c.GetPadId(), Epochs: c.GetEpochs(), ShuffleWindow: c.GetShuffleWindow(),
+	}
+	for _, d := range c.GetDatasets() {
+		out.Datasets = append(out.Datasets, stream.Dataset{
+			Name: d.GetName(), Path: d.GetPath(), Format: d.GetFormat(), Weight: d.GetWeight(), Dtype: d.GetDtype(),
+		})
+	}
+	return out, nil
+}

@@ -1,0 +1,65 @@
+package server
+
+import (
+	"context"
+	"errors"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/dataloaderd/dataloaderd/internal/cuda"
+	"github.com/dataloaderd/dataloaderd/internal/source"
+	"github.com/dataloaderd/dataloaderd/internal/state"
+	"github.com/dataloaderd/dataloaderd/internal/stream"
+)
+
+// Errors the server itself raises.
+var (
+	errNoSession     = errors.New("no such session")
+	errSessionExists = errors.New("session already open")
+	errConfigDiffers = errors.New("session open with another config")
+	errTooMany       = errors.New("more consumers than the session declared")
+	errOutsideRoots  = errors.New("path outside every allowed root")
+	errShuttingDown  = errors.New("daemon is shutting down")
+	errBadRequest    = errors.New("bad request")
+)
+
+// toStatus maps a domain error to the gRPC status a client sees. It is the
+// only place errors become codes.
+func toStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	code := codes.Internal
+	switch {
+	case errors.Is(err, context.Canceled):
+		code = codes.Canceled
+	case errors.Is(err, context.DeadlineExceeded):
+		code = codes.DeadlineExceeded
+	case errors.Is(err, stream.ErrInvalidConfig), errors.Is(err, source.ErrInvalid),
+		errors.Is(err, errBadRequest), errors.Is(err, cuda.ErrGeometry), errors.Is(err, stream.ErrUnknownSlot):
+		code = codes.InvalidArgument
+	case errors.Is(err, state.ErrMismatch), errors.Is(err, errConfigDiffers), errors.Is(err, stream.ErrStep):
+		code = codes.FailedPrecondition
+	case errors.Is(err, errNoSession):
+		code = codes.NotFound
+	case errors.Is(err, errSessionExists), errors.Is(err, errTooMany):
+		code = codes.AlreadyExists
+	case errors.Is(err, errOutsideRoots):
+		code = codes.PermissionDenied
+	case errors.Is(err, errShuttingDown), errors.Is(err, stream.ErrClosed):
+		code = codes.Unavailable
+	}
+	return status.Error(code, err.Error())
+}
+
+// errorKind labels the errors_total metric.
+func errorKind(err error) string {
+	if st, ok := status.FromError(toStatus(err)); ok {
+		return st.Code().String()
+	}
+	return "Unknown"
+}

@@ -1,0 +1,61 @@
+package server
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the server's Prometheus metrics, registered on the registry
+// main builds; docs/metrics.md lists each one.
+type metrics struct {
+	sessions   prometheus.Gauge
+	batches    prometheus.Counter
+	tokens     *prometheus.CounterVec
+	lines      *prometheus.CounterVec
+	clientWait prometheus.Histogram
+	readySlots *prometheus.GaugeVec
+	stateSave  prometheus.Histogram
+	stateBytes prometheus.Histogram
+	errors     *prometheus.CounterVec
+	ringBytes  prometheus.Gauge
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		sessions: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "dataloaderd_sessions", Help: "Open sessions (one per job and data-parallel rank).",
+		}),
+		batches: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dataloaderd_batches_served_total", Help: "Batches handed to the first consumer of each session.",
+		}),
+		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dataloaderd_tokens_served_total", Help: "Tokens served, padding included, by dataset.",
+		}, []string{"dataset"}),
+		lines: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dataloaderd_lines_served_total", Help: "Lines (seq_len+1 tokens) served, by dataset.",
+		}, []string{"dataset"}),
+		clientWait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "dataloaderd_client_wait_seconds", Help: "Time a client waited for its next batch, as the client reports it.",
+			Buckets: prometheus.ExponentialBuckets(1e-6, 4, 12),
+		}),
+		readySlots: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "dataloaderd_ready_slots", Help: "Batches produced and not yet handed to the session's first consumer.",
+		}, []string{"job", "dp_rank"}),
+		stateSave: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "dataloaderd_state_save_seconds", Help: "Time to write a rank's state file.",
+			Buckets: prometheus.ExponentialBuckets(1e-4, 4, 10),
+		}),
+		stateBytes: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "dataloaderd_state_size_bytes", Help: "Size of a saved rank state.",
+			Buckets: prometheus.ExponentialBuckets(256, 4, 10),
+		}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dataloaderd_errors_total", Help: "Errors returned to clients, by gRPC code.",
+		}, []string{"kind"}),
+		ringBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "dataloaderd_ring_bytes", Help: "Bytes of ring memory held by open sessions.",
+		}),
+	}
+	reg.MustRegister(m.sessions, m.batches, m.tokens, m.lines, m.clientWait, m.readySlots,
+		m.stateSave, m.stateBytes, m.errors, m.ringBytes)
+	return m
+}

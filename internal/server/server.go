@@ -1,0 +1,407 @@
+// Package server is the gRPC face of dataloaderd: sessions, their batch
+// streams and state saves, request validation, and the mapping of domain
+// errors to status codes. It is the only package that knows gRPC.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/dataloaderd/dataloaderd/api/proto/dataloader/v1"
+	"github.com/dataloaderd/dataloaderd/internal/cuda"
+	"github.com/dataloaderd/dataloaderd/internal/state"
+	"github.com/dataloaderd/dataloaderd/internal/stream"
+)
+
+// Defaults of Config fields left zero.
+const (
+	DefaultSlots        = 8
+	MaxSlots            = 256
+	DefaultAttachWithin = time.Minute
+)
+
+// Config is what the server is built from; main fills it from flags.
+type Config struct {
+	Logger   *zap.Logger
+	Registry prometheus.Registerer
+	// AllowRoots confines dataset, resume and save paths; empty: no confinement.
+	AllowRoots []string
+	// ShmDir holds the shared-memory rings (default /dev/shm).
+	ShmDir string
+	// Slots is the ring size of sessions that do not ask for one.
+	Slots int
+	// AttachWithin is how long a joined consumer may take to open its batch
+	// stream before its session is reclaimed.
+	AttachWithin time.Duration
+}
+
+// Server implements the dataloader.v1.Loader service.
+type Server struct {
+	pb.UnimplementedLoaderServer
+	cfg     Config
+	log     *zap.Logger
+	roots   roots
+	metrics *metrics
+	health  *health.Server
+
+	mu       sync.Mutex
+	sessions map[sessionKey]*session
+	byID     map[string]*session
+	stopping bool
+}
+
+// New builds a server; Register puts it on a grpc.Server.
+func New(cfg Config) (*Server, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	if cfg.Registry == nil {
+		cfg.Registry = prometheus.NewRegistry()
+	}
+	if cfg.ShmDir == "" {
+		cfg.ShmDir = cuda.DefaultShmDir
+	}
+	if cfg.Slots == 0 {
+		cfg.Slots = DefaultSlots
+	}
+	if cfg.AttachWithin == 0 {
+		cfg.AttachWithin = DefaultAttachWithin
+	}
+	r, err := newRoots(cfg.AllowRoots)
+	if err != nil {
+		return nil, err
+	}
+	return &Server{
+		cfg: cfg, log: cfg.Logger, roots: r, metrics: newMetrics(cfg.Registry),
+		health: health.NewServer(), sessions: map[sessionKey]*session{}, byID: map[string]*session{},
+	}, nil
+}
+
+// Register adds the Loader and health services to g. Health reports
+// NOT_SERVING until SetServing.
+func (s *Server) Register(g *grpc.Server) {
+	pb.RegisterLoaderServer(g, s)
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	s.health.SetServingStatus(pb.Loader_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
+	healthpb.RegisterHealthServer(g, s.health)
+}
+
+// SetServing marks the daemon ready.
+func (s *Server) SetServing() {
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	s.health.SetServingStatus(pb.Loader_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+}
+
+// Sessions is the number of open sessions.
+func (s *Server) Sessions() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.sessions)
+}
+
+// Shutdown refuses new sessions, closes every open one (their streams end
+// with Unavailable) and removes their rings.
+func (s *Server) Shutdown() {
+	s.health.Shutdown()
+	s.mu.Lock()
+	s.stopping = true
+	all := make([]*session, 0, len(s.sessions))
+	for _, ss := range s.sessions {
+		all = append(all, ss)
+	}
+	s.mu.Unlock()
+	for _, ss := range all {
+		s.drop(ss, "daemon shutting down")
+	}
+}
+
+// Reap runs until ctx ends, reclaiming sessions whose consumers never
+// attached a batch stream.
+func (s *Server) Reap(ctx context.Context) error {
+	t := time.NewTicker(s.cfg.AttachWithin / 4)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case now := <-t.C:
+			s.mu.Lock()
+			var stale []*session
+			for _, ss := range s.sessions {
+				if ss.stale(now, s.cfg.AttachWithin) {
+					stale = append(stale, ss)
+				}
+			}
+			s.mu.Unlock()
+			for _, ss := range stale {
+				s.drop(ss, "a consumer never attached its batch stream")
+			}
+		}
+	}
+}
+
+// drop removes a session and frees everything it holds; dropping twice is
+// harmless.
+func (s *Server) drop(ss *session, why string) {
+	s.mu.Lock()
+	if s.byID[ss.id] != ss {
+		s.mu.Unlock()
+		return
+	}
+	delete(s.byID, ss.id)
+	delete(s.sessions, ss.key)
+	s.mu.Unlock()
+	ss.stop()
+	s.metrics.sessions.Dec()
+	s.metrics.ringBytes.Sub(float64(ss.ring.Slots() * ss.ring.Stride()))
+	s.metrics.readySlots.DeleteLabelValues(ss.labels()...)
+	ss.log.Info("session closed", zap.String("why", why))
+}
+
+func (s *Server) lookup(id string) (*session, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ss := s.byID[id]
+	if ss == nil {
+		return nil, fmt.Errorf("%w: %q (closed, reclaimed, or never opened)", errNoSession, id)
+	}
+	return ss, nil
+}
+
+// fail counts an error and maps it to a status.
+func (s *Server) fail(err error) error {
+	if err == nil {
+		return nil
+	}
+	st := toStatus(err)
+	s.metrics.errors.WithLabelValues(errorKind(st)).Inc()
+	return st
+}
+
+// OpenSession implements Loader.
+func (s *Server) OpenSession(ctx context.Context, req *pb.OpenSessionRequest) (*pb.OpenSessionResponse, error) {
+	resp, err := s.openSession(req)
+	if err != nil {
+		s.log.Info("open session refused", zap.String("job", req.GetJob()), zap.Uint32("dp_rank", req.GetDpRank()), zap.Error(err))
+	}
+	return resp, s.fail(err)
+}
+
+func (s *Server) openSession(req *pb.OpenSessionRequest) (*pb.OpenSessionResponse, error) {
+	cfg, err := configFrom(req.GetConfig())
+	if err != nil {
+		return nil, err
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := cfg.ValidateRank(req.GetDpRank(), req.GetDpSize()); err != nil {
+		return nil, err
+	}
+	transport := req.GetTransport()
+	if transport == pb.Transport_TRANSPORT_UNSPECIFIED {
+		transport = pb.Transport_TRANSPORT_SHM
+	}
+	if transport != pb.Transport_TRANSPORT_SHM && transport != pb.Transport_TRANSPORT_INLINE {
+		return nil, fmt.Errorf("%w: transport %v is not supported (shm or inline)", errBadRequest, req.GetTransport())
+	}
+	slots := int(req.GetSlots())
+	if slots == 0 {
+		slots = s.cfg.Slots
+	}
+	if slots < 2 || slots > MaxSlots {
+		return nil, fmt.Errorf("%w: slots must be in [2, %d], got %d", errBadRequest, MaxSlots, slots)
+	}
+	consumers := int(req.GetConsumers())
+	if consumers == 0 {
+		consumers = 1
+	}
+	for _, d := range cfg.Datasets {
+		if err := s.roots.check(fmt.Sprintf("dataset %q path", d.Name), d.Path); err != nil {
+			return nil, err
+		}
+	}
+	if req.GetResumeFrom() != "" {
+		if err := s.roots.check("resume_from", req.GetResumeFrom()); err != nil {
+			return nil, err
+		}
+	}
+	ckey, err := proto.MarshalOptions{Deterministic: true}.Marshal(&pb.OpenSessionRequest{
+		Config: req.GetConfig(), DpSize: req.GetDpSize(), Consumers: uint32(consumers), Transport: transport,
+		ResumeFrom: req.GetResumeFrom(), ResumeStates: req.GetResumeStates(), Slots: uint32(slots),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errBadRequest, err)
+	}
+	key := sessionKey{job: req.GetJob(), dpRank: req.GetDpRank()}
+
+	// Join an open session of the same key.
+	s.mu.Lock()
+	if s.stopping {
+		s.mu.Unlock()
+		return nil, errShuttingDown
+	}
+	if ss := s.sessions[key]; ss != nil {
+		s.mu.Unlock()
+		if len(ss.attached) > 1 && ss.configKey != string(ckey) {
+			return nil, fmt.Errorf("%w: job %q dp_rank %d is open with another config, dp_size, consumer count, transport or resume point",
+				errConfigDiffers, key.job, key.dpRank)
+		}
+		c, err := ss.join()
+		if err != nil {
+			return nil, err
+		}
+		return s.describe(ss, c), nil
+	}
+	s.mu.Unlock()
+
+	ss, err := s.newSession(key, cfg, req, transport, consumers, slots, string(ckey))
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	if s.stopping || s.sessions[key] != nil {
+		s.mu.Unlock()
+		ss.stop()
+		if s.stopping {
+			return nil, errShuttingDown
+		}
+		return nil, fmt.Errorf("%w: job %q dp_rank %d was opened concurrently", errSessionExists, key.job, key.dpRank)
+	}
+	s.sessions[key] = ss
+	s.byID[ss.id] = ss
+	s.mu.Unlock()
+	s.metrics.sessions.Inc()
+	s.metrics.ringBytes.Add(float64(ss.ring.Slots() * ss.ring.Stride()))
+	c, _ := ss.join()
+	ss.log.Info("session opened", zap.Uint32("dp_size", req.GetDpSize()), zap.Int("consumers", consumers),
+		zap.String("transport", ss.transport), zap.Uint64("start_step", ss.pipeline.StartStep()))
+	return s.describe(ss, c), nil
+}
+
+func (s *Server) newSession(key sessionKey, cfg stream.Config, req *pb.OpenSessionRequest, transport pb.Transport, consumers, slots int, ckey string) (*session, error) {
+	corpus, err := stream.OpenCorpus(cfg)
+	if err != nil {
+		return nil, err
+	}
+	from, err := restore(corpus.Fingerprint(), req.GetResumeFrom(), req.GetResumeStates())
+	if err != nil {
+		corpus.Close()
+		return nil, err
+	}
+	rank, err := stream.NewRank(corpus, req.GetDpRank(), req.GetDpSize(), from)
+	if err != nil {
+		corpus.Close()
+		return nil, err
+	}
+	id := newSessionID()
+	slotBytes := int(cfg.BatchSize) * cfg.LineTokens() * 4
+	var ring cuda.Ring
+	if transport == pb.Transport_TRANSPORT_SHM {
+		ring, err = cuda.NewShmRing(s.cfg.ShmDir, "dataloaderd-"+id, slots, slotBytes)
+	} else {
+		ring, err = cuda.NewMemRing(slots, slotBytes)
+	}
+	if err != nil {
+		corpus.Close()
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ss := &session{
+		id: id, key: key, dpSize: req.GetDpSize(), configKey: ckey, transport: transport.String(),
+		corpus: corpus, ring: ring, datasets: corpus.DatasetNames(), cancel: cancel, done: make(chan struct{}),
+		attached: make([]bool, consumers), closed: make([]bool, consumers), opened: time.Now(),
+		log: s.log.With(zap.String("session", id), zap.String("job", key.job), zap.Uint32("dp_rank", key.dpRank)),
+	}
+	ss.pipeline = stream.NewPipeline(rank, ring, consumers)
+	go func() {
+		defer close(ss.done)
+		if err := ss.pipeline.Run(ctx); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, stream.ErrClosed) {
+			ss.log.Error("producer stopped", zap.Error(err))
+			s.metrics.errors.WithLabelValues("producer").Inc()
+		}
+	}()
+	return ss, nil
+}
+
+func (s *Server) describe(ss *session, consumer int) *pb.OpenSessionResponse {
+	cfg := ss.corpus.Config()
+	return &pb.OpenSessionResponse{
+		SessionId: ss.id, Consumer: uint32(consumer), Transport: pb.Transport(pb.Transport_value[ss.transport]),
+		Ring: &pb.Ring{
+			Path: ss.ring.Path(), Slots: uint32(ss.ring.Slots()),
+			SlotBytes: uint64(ss.ring.SlotBytes()), SlotStride: uint64(ss.ring.Stride()),
+		},
+		LineTokens: uint32(cfg.LineTokens()), BatchSize: cfg.BatchSize, StartStep: ss.pipeline.StartStep(),
+	}
+}
+
+// CloseSession implements Loader.
+func (s *Server) CloseSession(ctx context.Context, req *pb.CloseSessionRequest) (*pb.CloseSessionResponse, error) {
+	ss, err := s.lookup(req.GetSessionId())
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	last, err := ss.closeConsumer(req.GetConsumer())
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	if last {
+		s.drop(ss, "closed by its consumers")
+	}
+	return &pb.CloseSessionResponse{}, nil
+}
+
+// GetState implements Loader.
+func (s *Server) GetState(ctx context.Context, req *pb.GetStateRequest) (*pb.GetStateResponse, error) {
+	ss, err := s.lookup(req.GetSessionId())
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	st, err := ss.pipeline.State(req.GetStep())
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	b, err := state.Encode(ss.pipeline.Fingerprint(), st)
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	return &pb.GetStateResponse{State: b, DpRank: st.DPRank, DpSize: st.DPSize}, nil
+}
+
+// SaveState implements Loader.
+func (s *Server) SaveState(ctx context.Context, req *pb.SaveStateRequest) (*pb.SaveStateResponse, error) {
+	start := time.Now()
+	ss, err := s.lookup(req.GetSessionId())
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	if req.GetFolder() == "" {
+		return nil, s.fail(fmt.Errorf("%w: folder is empty", errBadRequest))
+	}
+	if err := s.roots.check("save folder", req.GetFolder()); err != nil {
+		return nil, s.fail(err)
+	}
+	st, err := ss.pipeline.State(req.GetStep())
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	path, n, err := state.Save(req.GetFolder(), ss.pipeline.Fingerprint(), st)
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	s.metrics.stateSave.Observe(time.Since(start).Seconds())
+	s.metrics.stateBytes.Observe(float64(n))
+	ss.log.Info("state saved", zap.String("path", path), zap.Uint64("step", st.Step), zap.Int("bytes", n))
+	return &pb.SaveStateResponse{Path: path, Bytes: uint64(n)}, nil
+}

@@ -1,0 +1,312 @@
+package server
+
+import (
+	"context"
+	"encoding/binary"
+	"math/rand"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/dataloaderd/dataloaderd/api/proto/dataloader/v1"
+	"github.com/dataloaderd/dataloaderd/internal/testcorpus"
+)
+
+// daemon is a real server on a unix socket in a temp dir, and a client.
+type daemon struct {
+	srv    *Server
+	client pb.LoaderClient
+	conn   *grpc.ClientConn
+	shm    string
+	data   string
+}
+
+func startDaemon(t *testing.T, cfg Config) *daemon {
+	t.Helper()
+	dir := t.TempDir()
+	cfg.ShmDir = filepath.Join(dir, "shm")
+	os.Mkdir(cfg.ShmDir, 0o700)
+	cfg.Registry = prometheus.NewRegistry()
+	srv, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, cleanup, err := Listen(filepath.Join(dir, "d.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	srv.Register(g)
+	go g.Serve(lis)
+	srv.SetServing()
+	conn, err := grpc.NewClient("unix://"+lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		conn.Close()
+		srv.Shutdown()
+		g.Stop()
+		cleanup()
+		if left, _ := os.ReadDir(cfg.ShmDir); len(left) > 0 {
+			t.Errorf("ring files left after shutdown: %v", left)
+		}
+	})
+	data := filepath.Join(dir, "data")
+	os.Mkdir(data, 0o755)
+	return &daemon{srv: srv, client: pb.NewLoaderClient(conn), conn: conn, shm: cfg.ShmDir, data: data}
+}
+
+func (d *daemon) config(t *testing.T) *pb.JobConfig {
+	docs, _ := testcorpus.UniqueDocs(rand.New(rand.NewSource(1)), 200, 50, 1)
+	prefix := testcorpus.Megatron(t, d.data, "web", docs)
+	return &pb.JobConfig{SeqLen: 15, BatchSize: 4, Seed: 9, LogicalShards: 8, EosId: 0, BosId: -1, PadId: 0,
+		Datasets: []*pb.Dataset{{Name: "web", Path: prefix, Format: "megatron", Weight: 1}}}
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func code(err error) codes.Code { return status.Code(err) }
+
+// waitSessions polls until the server has n sessions.
+func waitSessions(t *testing.T, s *Server, n int) {
+	t.Helper()
+	for i := 0; i < 200 && s.Sessions() != n; i++ {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if s.Sessions() != n {
+		t.Fatalf("%d sessions, want %d", s.Sessions(), n)
+	}
+}
+
+func TestHealth(t *testing.T) {
+	d := startDaemon(t, Config{})
+	resp, err := healthpb.NewHealthClient(d.conn).Check(ctxT(t), &healthpb.HealthCheckRequest{})
+	if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health: %v %v", resp, err)
+	}
+}
+
+func TestShmSessionSaveAndReclaim(t *testing.T) {
+	d := startDaemon(t, Config{})
+	ctx := ctxT(t)
+	cfg := d.config(t)
+	open, err := d.client.OpenSession(ctx, &pb.OpenSessionRequest{Job: "j", Config: cfg, DpRank: 1, DpSize: 2, Slots: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ring, err := os.ReadFile(open.GetRing().GetPath())
+	if err != nil {
+		t.Fatalf("ring file: %v", err)
+	}
+	if fi, _ := os.Stat(open.GetRing().GetPath()); fi.Mode().Perm() != 0o600 {
+		t.Fatalf("ring mode %v", fi.Mode().Perm())
+	}
+	_ = ring
+	if _, err := d.client.OpenSession(ctx, &pb.OpenSessionRequest{Job: "j", Config: cfg, DpRank: 1, DpSize: 2}); code(err) != codes.AlreadyExists ||
+		!strings.Contains(err.Error(), "duplicate session") {
+		t.Fatalf("duplicate session: %v", err)
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	bs, err := d.client.Batches(sctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bs.Send(&pb.BatchesRequest{Kind: &pb.BatchesRequest_Attach{Attach: &pb.Attach{SessionId: open.GetSessionId()}}})
+	stride := int(open.GetRing().GetSlotStride())
+	line := int(open.GetLineTokens())
+	for step := uint64(1); step <= 5; step++ {
+		b, err := bs.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b.GetStep() != step || b.GetLines() != 4 {
+			t.Fatalf("batch %+v, want step %d of 4 lines", b, step)
+		}
+		mem, _ := os.ReadFile(open.GetRing().GetPath())
+		tok := mem[int(b.GetSlot())*stride : int(b.GetSlot())*stride+4*4*line]
+		nonzero := false
+		for i := 0; i < len(tok); i += 4 {
+			nonzero = nonzero || binary.LittleEndian.Uint32(tok[i:]) != 0
+		}
+		if !nonzero {
+			t.Fatalf("slot %d holds no tokens", b.GetSlot())
+		}
+		bs.Send(&pb.BatchesRequest{Kind: &pb.BatchesRequest_Release{Release: &pb.Release{Slot: b.GetSlot(), Step: b.GetStep(), WaitNs: 1000}}})
+	}
+	folder := t.TempDir()
+	saved, err := d.client.SaveState(ctx, &pb.SaveStateRequest{SessionId: open.GetSessionId(), Step: 5, Folder: folder})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if saved.GetPath() != filepath.Join(folder, "dataloader", "rank-1-of-2.json") {
+		t.Fatalf("saved to %s", saved.GetPath())
+	}
+	// A release of a slot that does not hold that step ends the stream.
+	bs.Send(&pb.BatchesRequest{Kind: &pb.BatchesRequest_Release{Release: &pb.Release{Slot: 2, Step: 999}}})
+	for {
+		if _, err = bs.Recv(); err != nil {
+			break
+		}
+	}
+	if code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "unknown slot") {
+		t.Fatalf("unknown slot released: %v", err)
+	}
+	cancel()
+	// The stream broke without CloseSession: the session and ring are reclaimed.
+	waitSessions(t, d.srv, 0)
+	if _, err := os.Stat(open.GetRing().GetPath()); !os.IsNotExist(err) {
+		t.Fatalf("ring file still there: %v", err)
+	}
+}
+
+func TestInlineAndConsumers(t *testing.T) {
+	d := startDaemon(t, Config{})
+	ctx := ctxT(t)
+	cfg := d.config(t)
+	req := &pb.OpenSessionRequest{Job: "tp", Config: cfg, DpRank: 0, DpSize: 1, Consumers: 2, Transport: pb.Transport_TRANSPORT_INLINE}
+	var opens []*pb.OpenSessionResponse
+	for i := 0; i < 2; i++ {
+		o, err := d.client.OpenSession(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		opens = append(opens, o)
+	}
+	if opens[0].GetSessionId() != opens[1].GetSessionId() || opens[1].GetConsumer() != 1 {
+		t.Fatalf("second consumer did not join: %v %v", opens[0], opens[1])
+	}
+	if _, err := d.client.OpenSession(ctx, req); code(err) != codes.AlreadyExists || !strings.Contains(err.Error(), "2 consumers") {
+		t.Fatalf("third consumer: %v", err)
+	}
+	var got [2][][]byte
+	for c := 0; c < 2; c++ {
+		bs, err := d.client.Batches(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bs.Send(&pb.BatchesRequest{Kind: &pb.BatchesRequest_Attach{Attach: &pb.Attach{SessionId: opens[c].GetSessionId(), Consumer: uint32(c)}}})
+		for i := 0; i < 3; i++ {
+			b, err := bs.Recv()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(b.GetData()) != int(b.GetLines())*int(opens[c].GetLineTokens())*4 {
+				t.Fatalf("inline batch of %d bytes for %d lines", len(b.GetData()), b.GetLines())
+			}
+			got[c] = append(got[c], b.GetData())
+			bs.Send(&pb.BatchesRequest{Kind: &pb.BatchesRequest_Release{Release: &pb.Release{Slot: b.GetSlot(), Step: b.GetStep()}}})
+		}
+	}
+	for i := range got[0] {
+		if string(got[0][i]) != string(got[1][i]) {
+			t.Fatalf("consumers got different batch %d", i+1)
+		}
+	}
+	for c := 0; c < 2; c++ {
+		if _, err := d.client.CloseSession(ctx, &pb.CloseSessionRequest{SessionId: opens[c].GetSessionId(), Consumer: uint32(c)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitSessions(t, d.srv, 0)
+}
+
+func TestOpenErrors(t *testing.T) {
+	root := t.TempDir()
+	d := startDaemon(t, Config{AllowRoots: []string{root}})
+	ctx := ctxT(t)
+	inRoot := func(c *pb.JobConfig) *pb.JobConfig {
+		docs, _ := testcorpus.UniqueDocs(rand.New(rand.NewSource(2)), 50, 20, 1)
+		c.Datasets[0].Path = testcorpus.Megatron(t, root, "web", docs)
+		return c
+	}
+	cases := []struct {
+		name string
+		req  func(c *pb.JobConfig) *pb.OpenSessionRequest
+		code codes.Code
+		want string
+	}{
+		{"seq_len", func(c *pb.JobConfig) *pb.OpenSessionRequest {
+			c.SeqLen = 0
+			return &pb.OpenSessionRequest{Config: inRoot(c), DpSize: 1}
+		}, codes.InvalidArgument, "seq_len"},
+		{"dp_rank", func(c *pb.JobConfig) *pb.OpenSessionRequest {
+			return &pb.OpenSessionRequest{Config: inRoot(c), DpRank: 2, DpSize: 2}
+		}, codes.InvalidArgument, "dp_rank 2 is out of range"},
+		{"logical_shards", func(c *pb.JobConfig) *pb.OpenSessionRequest {
+			c.LogicalShards = 2
+			return &pb.OpenSessionRequest{Config: inRoot(c), DpSize: 4}
+		}, codes.InvalidArgument, "logical_shards (2) must be at least dp_size (4)"},
+		{"outside roots", func(c *pb.JobConfig) *pb.OpenSessionRequest {
+			return &pb.OpenSessionRequest{Config: c, DpSize: 1}
+		}, codes.PermissionDenied, "not under any --allow-root"},
+		{"missing path", func(c *pb.JobConfig) *pb.OpenSessionRequest {
+			c.Datasets[0].Path = filepath.Join(root, "nothing")
+			return &pb.OpenSessionRequest{Config: c, DpSize: 1}
+		}, codes.InvalidArgument, "nothing"},
+		{"weights", func(c *pb.JobConfig) *pb.OpenSessionRequest {
+			c.Datasets[0].Weight = 0
+			return &pb.OpenSessionRequest{Config: inRoot(c), DpSize: 1}
+		}, codes.InvalidArgument, "weight"},
+		{"resume from another corpus", func(c *pb.JobConfig) *pb.OpenSessionRequest {
+			return &pb.OpenSessionRequest{Config: inRoot(c), DpSize: 1, ResumeFrom: root}
+		}, codes.FailedPrecondition, "no dataloader/ directory"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := d.client.OpenSession(ctx, c.req(d.config(t)))
+			if code(err) != c.code || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("err = %v, want %v containing %q", err, c.code, c.want)
+			}
+		})
+	}
+	if d.srv.Sessions() != 0 {
+		t.Fatalf("%d sessions after refused opens", d.srv.Sessions())
+	}
+}
+
+func TestSocketPath(t *testing.T) {
+	long := "/tmp/" + strings.Repeat("x", 120) + ".sock"
+	if _, _, err := Listen(long); err == nil || !strings.Contains(err.Error(), "longer than the 107") {
+		t.Fatalf("long socket path: %v", err)
+	}
+	dir := t.TempDir()
+	p := filepath.Join(dir, "s.sock")
+	l, cleanup, err := Listen("unix://" + p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi, _ := os.Stat(p); fi.Mode().Perm() != 0o660 {
+		t.Fatalf("socket mode %v", fi.Mode().Perm())
+	}
+	// A live socket is not replaced.
+	if _, _, err := Listen(p); err == nil || !strings.Contains(err.Error(), "another daemon") {
+		t.Fatalf("listen on a live socket: %v", err)
+	}
+	l.Close()
+	// A stale one (nothing answers) is.
+	l2, cleanup2, err := Listen(p)
+	if err != nil {
+		t.Fatalf("stale socket not replaced: %v", err)
+	}
+	cleanup2()
+	cleanup()
+	_ = l2
+	if _, err := net.Dial("unix", p); err == nil {
+		t.Fatal("socket still answers after cleanup")
+	}
+}

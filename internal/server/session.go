@@ -1,0 +1,155 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/dataloaderd/dataloaderd/internal/cuda"
+	"github.com/dataloaderd/dataloaderd/internal/state"
+	"github.com/dataloaderd/dataloaderd/internal/stream"
+)
+
+// sessionKey is what a session is unique by.
+type sessionKey struct {
+	job    string
+	dpRank uint32
+}
+
+// session is one data-parallel rank of one job: its corpus, its pipeline
+// running ahead into a ring, and the consumers (processes of one tensor or
+// pipeline-parallel group) that read every batch of it.
+type session struct {
+	id        string
+	key       sessionKey
+	dpSize    uint32
+	configKey string
+	transport string
+	corpus    *stream.Corpus
+	pipeline  *stream.Pipeline
+	ring      cuda.Ring
+	datasets  []string
+	cancel    context.CancelFunc
+	done      chan struct{} // closed when the producer has stopped
+	log       *zap.Logger
+
+	mu       sync.Mutex
+	joined   int    // consumers that opened the session
+	attached []bool // consumers with a live batch stream
+	closed   []bool // consumers that closed the session
+	opened   time.Time
+}
+
+func newSessionID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// join adds one consumer; it fails when all declared consumers are in.
+func (s *session) join() (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.joined == len(s.attached) {
+		if len(s.attached) == 1 {
+			return 0, fmt.Errorf("%w: job %q dp_rank %d is already open (duplicate session); close it first or declare consumers > 1 for a tensor/pipeline-parallel group",
+				errSessionExists, s.key.job, s.key.dpRank)
+		}
+		return 0, fmt.Errorf("%w: job %q dp_rank %d declared %d consumers and all have joined",
+			errTooMany, s.key.job, s.key.dpRank, len(s.attached))
+	}
+	s.joined++
+	return s.joined - 1, nil
+}
+
+// attach marks consumer c's batch stream live.
+func (s *session) attach(c uint32) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case int(c) >= s.joined:
+		return fmt.Errorf("%w: consumer %d has not joined session %s", errBadRequest, c, s.id)
+	case s.attached[c]:
+		return fmt.Errorf("%w: consumer %d of session %s already has a batch stream", errSessionExists, c, s.id)
+	case s.closed[c]:
+		return fmt.Errorf("%w: consumer %d of session %s has closed", errNoSession, c, s.id)
+	}
+	s.attached[c] = true
+	return nil
+}
+
+// closeConsumer marks consumer c closed and reports whether every joined
+// consumer is now closed.
+func (s *session) closeConsumer(c uint32) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if int(c) >= s.joined {
+		return false, fmt.Errorf("%w: consumer %d has not joined session %s", errBadRequest, c, s.id)
+	}
+	s.closed[c] = true
+	for i := 0; i < s.joined; i++ {
+		if !s.closed[i] {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// unattachedSince reports whether some joined consumer never attached a
+// batch stream within d of the session opening.
+func (s *session) stale(now time.Time, d time.Duration) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if now.Sub(s.opened) < d {
+		return false
+	}
+	for i := 0; i < s.joined; i++ {
+		if !s.attached[i] && !s.closed[i] {
+			return true
+		}
+	}
+	return false
+}
+
+// stop ends the producer, waits for it, and frees the ring and the corpus.
+func (s *session) stop() {
+	s.pipeline.Close()
+	s.cancel()
+	<-s.done
+	if err := s.ring.Close(); err != nil {
+		s.log.Warn("closing ring", zap.Error(err))
+	}
+	if err := s.corpus.Close(); err != nil {
+		s.log.Warn("closing corpus", zap.Error(err))
+	}
+}
+
+func (s *session) labels() []string {
+	return []string{s.key.job, strconv.FormatUint(uint64(s.key.dpRank), 10)}
+}
+
+// restore builds the state a session resumes from, if any.
+func restore(fp state.Fingerprint, folder string, blobs [][]byte) (*state.Restored, error) {
+	var names []string
+	switch {
+	case folder != "":
+		var err error
+		blobs, names, err = state.ReadFolder(folder)
+		if err != nil {
+			return nil, err
+		}
+	case len(blobs) > 0:
+		for i := range blobs {
+			names = append(names, fmt.Sprintf("resume_states[%d]", i))
+		}
+	default:
+		return nil, nil
+	}
+	return state.Merge(fp, names, blobs)
+}

@@ -1,0 +1,135 @@
+package source
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+)
+
+// fileUnits is the units of one file (or, for Megatron, one .bin/.idx pair),
+// numbered from 0. A dataset concatenates them in path order.
+type fileUnits interface {
+	units() uint64
+	tokens() uint64
+	// offset is like Source.Offset, clipped to [0, tokens()].
+	offset(u uint64) uint64
+	unitLen(u uint64) (uint64, error)
+	read(u, off uint64, dst []int32) error
+	files() []File
+	close() error
+}
+
+// dataset is a Source over the fileUnits of one dataset.
+type dataset struct {
+	name      string
+	parts     []fileUnits
+	unitStart []uint64 // unitStart[i] is part i's first unit; one more entry than parts
+	tokenBase []uint64 // tokenBase[i] is the tokens of parts before i; one more entry than parts
+	delimited bool
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// newDataset concatenates parts; it fails, wrapping ErrInvalid, when they hold
+// no tokens at all.
+func newDataset(name string, parts []fileUnits, delimited bool) (*dataset, error) {
+	d := &dataset{
+		name:      name,
+		parts:     parts,
+		unitStart: make([]uint64, len(parts)+1),
+		tokenBase: make([]uint64, len(parts)+1),
+		delimited: delimited,
+	}
+	for i, p := range parts {
+		d.unitStart[i+1] = d.unitStart[i] + p.units()
+		d.tokenBase[i+1] = d.tokenBase[i] + p.tokens()
+	}
+	if d.Tokens() == 0 {
+		paths := make([]string, 0, len(parts))
+		for _, f := range d.Files() {
+			paths = append(paths, f.Path)
+		}
+		return nil, fmt.Errorf("%w: dataset %q: empty dataset: files %q hold 0 tokens", ErrInvalid, name, paths)
+	}
+	return d, nil
+}
+
+// Units is the number of units over all files.
+func (d *dataset) Units() uint64 { return d.unitStart[len(d.parts)] }
+
+// Tokens is the number of tokens over all files.
+func (d *dataset) Tokens() uint64 { return d.tokenBase[len(d.parts)] }
+
+// Delimited reports whether units carry their own document separators.
+func (d *dataset) Delimited() bool { return d.delimited }
+
+// locate finds the part holding unit u < Units() and u's number in it. Parts
+// with no units are skipped, since their range is empty.
+func (d *dataset) locate(u uint64) (int, uint64) {
+	i := sort.Search(len(d.parts), func(i int) bool { return d.unitStart[i+1] > u })
+	return i, u - d.unitStart[i]
+}
+
+// Offset is the position of unit u's first token in the dataset.
+func (d *dataset) Offset(u uint64) uint64 {
+	if u >= d.Units() {
+		return d.Tokens()
+	}
+	i, local := d.locate(u)
+	return d.tokenBase[i] + d.parts[i].offset(local)
+}
+
+// UnitLen is the number of tokens of unit u.
+func (d *dataset) UnitLen(u uint64) (uint64, error) {
+	if u >= d.Units() {
+		return 0, d.unitRangeError(u)
+	}
+	i, local := d.locate(u)
+	return d.parts[i].unitLen(local)
+}
+
+// Read copies tokens [off, off+len(dst)) of unit u into dst.
+func (d *dataset) Read(u uint64, off uint64, dst []int32) error {
+	if u >= d.Units() {
+		return d.unitRangeError(u)
+	}
+	i, local := d.locate(u)
+	return d.parts[i].read(local, off, dst)
+}
+
+func (d *dataset) unitRangeError(u uint64) error {
+	return fmt.Errorf("source: dataset %q: unit %d out of range [0, %d)", d.name, u, d.Units())
+}
+
+// Files lists every file of every part, in path order.
+func (d *dataset) Files() []File {
+	var files []File
+	for _, p := range d.parts {
+		files = append(files, p.files()...)
+	}
+	return files
+}
+
+// Close unmaps every file. Reads after Close are not allowed; a second Close
+// returns the first one's result.
+func (d *dataset) Close() error {
+	d.closeOnce.Do(func() { d.closeErr = closeParts(d.parts) })
+	return d.closeErr
+}
+
+// closeParts closes every part and joins their errors.
+func closeParts(parts []fileUnits) error {
+	var errs []error
+	for _, p := range parts {
+		errs = append(errs, p.close())
+	}
+	return errors.Join(errs...)
+}
+
+// rangeError is the error for a read past the end of a unit: a caller's bug,
+// not bad input, so it does not wrap ErrInvalid.
+func rangeError(path string, u, off uint64, n int, unitLen uint64) error {
+	return fmt.Errorf("source: file %q: unit %d: read of %d tokens at offset %d past its %d tokens", path, u, n, off, unitLen)
+}

@@ -1,0 +1,195 @@
+package source
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+)
+
+// The llm.c token file header: 256 little-endian int32, of which [0] is the
+// magic, [1] the version (1: uint16 tokens, 2: uint32 tokens) and [2] the
+// token count. Tokens follow it.
+const (
+	llmcMagic       = 20240520
+	llmcHeaderBytes = 256 * 4
+)
+
+// tokenLayout is what a Spec says about flat token files.
+type tokenLayout struct {
+	dtype  dtype  // token type of files without an llm.c header
+	eos    int64  // document separator
+	blocks uint64 // nominal tokens per unit
+}
+
+// parseTokenLayout checks the flat-file fields of spec.
+func parseTokenLayout(spec Spec) (tokenLayout, error) {
+	layout := tokenLayout{eos: spec.EOS, blocks: spec.BlockTokens}
+	switch spec.Dtype {
+	case "", "uint16":
+		layout.dtype = dtUint16
+	case "uint32":
+		layout.dtype = dtUint32
+	default:
+		return layout, fmt.Errorf(`%w: dataset %q: dtype %q: want "uint16" or "uint32"`, ErrInvalid, spec.Name, spec.Dtype)
+	}
+	if layout.blocks == 0 {
+		layout.blocks = DefaultBlockTokens
+	}
+	return layout, nil
+}
+
+// tokenFile is one flat token file. Its documents end in EOS and are not
+// indexed: unit b is nominally tokens [b*B, (b+1)*B), with both ends moved
+// forward to just after the next EOS (see snap), so units hold whole
+// documents, every token is in exactly one unit, and a unit may be empty
+// when a document is longer than B.
+type tokenFile struct {
+	dataset    string
+	path       string
+	mapping    []byte
+	data       []byte // the tokens, after any header
+	dtype      dtype
+	eos        []byte // the EOS token as it is stored
+	blocks     uint64 // B
+	tokenCount uint64
+}
+
+// openTokenFile maps one flat token file and checks its header or size.
+func openTokenFile(dataset, path string, layout tokenLayout) (_ *tokenFile, err error) {
+	f := &tokenFile{dataset: dataset, path: path, dtype: layout.dtype, blocks: layout.blocks}
+	if f.mapping, err = mapFile(dataset, path); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			f.close()
+		}
+	}()
+	f.data = f.mapping
+	size := uint64(len(f.mapping))
+	if size >= 4 && binary.LittleEndian.Uint32(f.mapping) == llmcMagic {
+		if size < llmcHeaderBytes {
+			return nil, f.error("llm.c header truncated: file has %d bytes, the header alone needs %d", size, llmcHeaderBytes)
+		}
+		switch version := binary.LittleEndian.Uint32(f.mapping[4:]); version {
+		case 1:
+			f.dtype = dtUint16
+		case 2:
+			f.dtype = dtUint32
+		default:
+			return nil, f.error("llm.c header version %d, want 1 (uint16 tokens) or 2 (uint32 tokens)", version)
+		}
+		count := int32(binary.LittleEndian.Uint32(f.mapping[8:]))
+		if count < 0 {
+			return nil, f.error("llm.c header token count %d is negative", count)
+		}
+		if want := llmcHeaderBytes + uint64(count)*f.dtype.size(); size != want {
+			return nil, f.error("llm.c header says %d %v tokens: expected %d bytes, file has %d",
+				count, f.dtype, want, size)
+		}
+		f.data = f.mapping[llmcHeaderBytes:]
+	} else if size%f.dtype.size() != 0 {
+		return nil, f.error("size %d bytes is not a multiple of the %d-byte %v token (no llm.c header; set dtype?)",
+			size, f.dtype.size(), f.dtype)
+	}
+	if layout.eos < 0 || uint64(layout.eos) >= 1<<(8*f.dtype.size()) {
+		return nil, f.error("eos_id %d does not fit %v tokens", layout.eos, f.dtype)
+	}
+	f.eos = binary.LittleEndian.AppendUint32(nil, uint32(layout.eos))[:f.dtype.size()]
+	f.tokenCount = uint64(len(f.data)) / f.dtype.size()
+	return f, nil
+}
+
+func (f *tokenFile) error(format string, args ...any) error {
+	return invalidFile(f.dataset, f.path, format, args...)
+}
+
+func (f *tokenFile) units() uint64 {
+	return f.tokenCount/f.blocks + min(f.tokenCount%f.blocks, 1)
+}
+
+func (f *tokenFile) tokens() uint64 { return f.tokenCount }
+
+// offset is unit b's nominal start.
+func (f *tokenFile) offset(b uint64) uint64 {
+	if b >= f.units() {
+		return f.tokenCount
+	}
+	return b * f.blocks
+}
+
+// nominalEnd is the end of unit b < units() before snapping.
+func (f *tokenFile) nominalEnd(b uint64) uint64 {
+	start := b * f.blocks
+	return start + min(f.blocks, f.tokenCount-start)
+}
+
+// snap moves position x forward to just after the next EOS: the smallest
+// p >= x with token p-1 == EOS, or the file's end. 0 and the end stay put.
+func (f *tokenFile) snap(x uint64) uint64 {
+	if x == 0 || x >= f.tokenCount {
+		return min(x, f.tokenCount)
+	}
+	size := f.dtype.size()
+	from := (x - 1) * size
+	at := indexAligned(f.data[from:], f.eos)
+	if at < 0 {
+		return f.tokenCount
+	}
+	return x + uint64(at)/size
+}
+
+// indexAligned returns the first byte index of pattern in data that is a
+// multiple of len(pattern), or -1. bytes.Index does the scanning, which is
+// vectorized on common platforms.
+func indexAligned(data, pattern []byte) int {
+	base := 0
+	for {
+		at := bytes.Index(data[base:], pattern)
+		if at < 0 {
+			return -1
+		}
+		at += base
+		if at%len(pattern) == 0 {
+			return at
+		}
+		base = at + 1
+	}
+}
+
+func (f *tokenFile) unitLen(b uint64) (uint64, error) {
+	return f.snap(f.nominalEnd(b)) - f.snap(b*f.blocks), nil
+}
+
+// read finds the unit's start, and its end only when the read reaches past
+// the nominal end (the actual end is never before it).
+func (f *tokenFile) read(b, off uint64, dst []int32) error {
+	start := f.snap(b * f.blocks)
+	nominalEnd := f.nominalEnd(b)
+	if off > f.tokenCount-start || uint64(len(dst)) > f.tokenCount-start-off {
+		return rangeError(f.path, b, off, len(dst), f.snap(nominalEnd)-start)
+	}
+	from := start + off
+	if to := from + uint64(len(dst)); to > nominalEnd {
+		if end := f.snap(nominalEnd); to > end {
+			return rangeError(f.path, b, off, len(dst), end-start)
+		}
+	}
+	size := f.dtype.size()
+	src := f.data[from*size : (from+uint64(len(dst)))*size]
+	if bad := decodeTokens(f.dtype, src, dst); bad >= 0 {
+		return f.error("unit %d, token %d (file token %d): %v value %s is not a token id in [0, 2^31)",
+			b, off+uint64(bad), from+uint64(bad), f.dtype, formatToken(f.dtype, src, bad))
+	}
+	return nil
+}
+
+func (f *tokenFile) files() []File {
+	return []File{{Path: f.path, Size: int64(len(f.mapping))}}
+}
+
+func (f *tokenFile) close() error {
+	err := unmapFile(f.mapping)
+	f.mapping, f.data = nil, nil
+	return err
+}

@@ -1,0 +1,194 @@
+package state
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+)
+
+// Dir is the folder, inside a checkpoint folder, that holds the rank files.
+const Dir = "dataloader"
+
+// FileName is the name of rank r's state file in a world of w ranks.
+func FileName(r, w uint32) string { return fmt.Sprintf("rank-%d-of-%d.json", r, w) }
+
+var fileNameRE = regexp.MustCompile(`^rank-(\d+)-of-(\d+)\.json$`)
+
+// file is the JSON form of a rank's state. Shards are stored by dataset as
+// columns over a contiguous run of shard indices, which keeps a rank with
+// 1024 shards at a few tens of kilobytes.
+type file struct {
+	Version     int         `json:"version"`
+	DPRank      uint32      `json:"dp_rank"`
+	DPSize      uint32      `json:"dp_size"`
+	Step        uint64      `json:"step"`
+	Fingerprint Fingerprint `json:"fingerprint"`
+	Datasets    []shardRun  `json:"shards"`
+}
+
+type shardRun struct {
+	Dataset int      `json:"dataset"`
+	First   uint32   `json:"first"`
+	Lines   []uint64 `json:"lines"`
+	Epoch   []uint64 `json:"epoch"`
+	Pos     []uint64 `json:"pos"`
+	Offset  []uint64 `json:"offset"`
+	Taken   []uint64 `json:"taken"`
+}
+
+// Encode returns the file form of a rank's state.
+func Encode(fp Fingerprint, r Rank) ([]byte, error) {
+	f := file{Version: Version, DPRank: r.DPRank, DPSize: r.DPSize, Step: r.Step, Fingerprint: fp}
+	ids := make([]ShardID, 0, len(r.Shards))
+	for id := range r.Shards {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool {
+		if ids[i].Dataset != ids[j].Dataset {
+			return ids[i].Dataset < ids[j].Dataset
+		}
+		return ids[i].Shard < ids[j].Shard
+	})
+	for _, id := range ids {
+		n := len(f.Datasets)
+		if n == 0 || f.Datasets[n-1].Dataset != id.Dataset ||
+			f.Datasets[n-1].First+uint32(len(f.Datasets[n-1].Lines)) != id.Shard {
+			f.Datasets = append(f.Datasets, shardRun{Dataset: id.Dataset, First: id.Shard})
+			n++
+		}
+		run := &f.Datasets[n-1]
+		s := r.Shards[id]
+		run.Lines = append(run.Lines, s.Lines)
+		run.Epoch = append(run.Epoch, s.Window.Epoch)
+		run.Pos = append(run.Pos, s.Window.Pos)
+		run.Offset = append(run.Offset, s.Window.Offset)
+		run.Taken = append(run.Taken, s.Taken)
+	}
+	return json.Marshal(f)
+}
+
+// Decode parses a rank's state file; name is used in errors.
+func Decode(name string, b []byte) (Fingerprint, Rank, error) {
+	var f file
+	if err := json.Unmarshal(b, &f); err != nil {
+		return Fingerprint{}, Rank{}, fmt.Errorf("%w: %s: not a dataloaderd state file: %v", ErrMismatch, name, err)
+	}
+	if f.Version != Version {
+		return Fingerprint{}, Rank{}, fmt.Errorf("%w: %s: state version %d, this daemon reads version %d", ErrMismatch, name, f.Version, Version)
+	}
+	if f.DPSize == 0 || f.DPRank >= f.DPSize {
+		return Fingerprint{}, Rank{}, fmt.Errorf("%w: %s: dp_rank %d of dp_size %d", ErrMismatch, name, f.DPRank, f.DPSize)
+	}
+	r := Rank{DPRank: f.DPRank, DPSize: f.DPSize, Step: f.Step, Shards: map[ShardID]Shard{}}
+	for _, run := range f.Datasets {
+		n := len(run.Lines)
+		if len(run.Epoch) != n || len(run.Pos) != n || len(run.Offset) != n || len(run.Taken) != n {
+			return Fingerprint{}, Rank{}, fmt.Errorf("%w: %s: dataset %d: shard columns of unequal length", ErrMismatch, name, run.Dataset)
+		}
+		for i := 0; i < n; i++ {
+			id := ShardID{Dataset: run.Dataset, Shard: run.First + uint32(i)}
+			if _, dup := r.Shards[id]; dup {
+				return Fingerprint{}, Rank{}, fmt.Errorf("%w: %s: %v listed twice", ErrMismatch, name, id)
+			}
+			r.Shards[id] = Shard{Lines: run.Lines[i], Window: Cursor{Epoch: run.Epoch[i], Pos: run.Pos[i], Offset: run.Offset[i]}, Taken: run.Taken[i]}
+		}
+	}
+	return f.Fingerprint, r, nil
+}
+
+// Save writes the rank's state into <folder>/dataloader/ atomically (temp file,
+// fsync, rename, fsync of the directory) and returns the file's path and size.
+func Save(folder string, fp Fingerprint, r Rank) (string, int, error) {
+	b, err := Encode(fp, r)
+	if err != nil {
+		return "", 0, err
+	}
+	dir := filepath.Join(folder, Dir)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", 0, fmt.Errorf("save state: %w", err)
+	}
+	path := filepath.Join(dir, FileName(r.DPRank, r.DPSize))
+	if err := writeAtomic(path, b); err != nil {
+		return "", 0, fmt.Errorf("save state %s: %w", path, err)
+	}
+	return path, len(b), nil
+}
+
+func writeAtomic(path string, b []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name()) // no-op after the rename
+	if _, err := tmp.Write(b); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return err
+	}
+	d, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// ReadFolder reads every rank file in <folder>/dataloader/. The files must be
+// one complete world: the same dp_size, every rank once.
+func ReadFolder(folder string) ([][]byte, []string, error) {
+	dir := filepath.Join(folder, Dir)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, nil, fmt.Errorf("%w: resume folder %s has no %s/ directory of rank files", ErrMismatch, folder, Dir)
+		}
+		return nil, nil, fmt.Errorf("resume from %s: %w", folder, err)
+	}
+	var blobs [][]byte
+	var names []string
+	world := -1
+	seen := map[int]bool{}
+	for _, e := range entries {
+		m := fileNameRE.FindStringSubmatch(e.Name())
+		if m == nil {
+			continue
+		}
+		r, _ := strconv.Atoi(m[1])
+		w, _ := strconv.Atoi(m[2])
+		if world >= 0 && w != world {
+			return nil, nil, fmt.Errorf("%w: %s holds rank files of dp_size %d and %d", ErrMismatch, dir, world, w)
+		}
+		world = w
+		seen[r] = true
+		path := filepath.Join(dir, e.Name())
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, nil, fmt.Errorf("resume: %w", err)
+		}
+		blobs = append(blobs, b)
+		names = append(names, path)
+	}
+	if world < 0 {
+		return nil, nil, fmt.Errorf("%w: %s holds no rank-<r>-of-<w>.json files", ErrMismatch, dir)
+	}
+	for r := 0; r < world; r++ {
+		if !seen[r] {
+			return nil, nil, fmt.Errorf("%w: %s lacks %s: every rank of the saved world must have saved", ErrMismatch, dir, FileName(uint32(r), uint32(world)))
+		}
+	}
+	return blobs, names, nil
+}

@@ -1,0 +1,85 @@
+package state
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"path/filepath"
+	"strings"
+)
+
+// Fingerprint identifies the corpus and the parts of the config that shape
+// the token stream. Weights, batch size and epochs may change across a resume;
+// nothing recorded here may.
+type Fingerprint struct {
+	SeqLen        uint32         `json:"seq_len"`
+	LogicalShards uint32         `json:"logical_shards"`
+	Seed          uint64         `json:"seed"`
+	EOS           int64          `json:"eos_id"`
+	BOS           int64          `json:"bos_id"`
+	ShuffleWindow uint32         `json:"shuffle_window"`
+	Datasets      []DatasetPrint `json:"datasets"`
+}
+
+// DatasetPrint identifies one dataset's files by name and size (not by full
+// path, so a corpus may move to another mount between save and resume).
+type DatasetPrint struct {
+	Name   string `json:"name"`
+	Format string `json:"format"`
+	Files  int    `json:"files"`
+	Bytes  int64  `json:"bytes"`
+	Units  uint64 `json:"units"`
+	Digest string `json:"digest"`
+}
+
+// FileDigest is the digest of a dataset's file list: base names and sizes in order.
+func FileDigest(paths []string, sizes []int64) string {
+	h := sha256.New()
+	for i, p := range paths {
+		fmt.Fprintf(h, "%s\x00%d\x00", filepath.Base(p), sizes[i])
+	}
+	return hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+// Diff lists, in words, how the fingerprint saved in a state file (f) differs
+// from the current one (cur); empty when they match.
+func (f Fingerprint) Diff(cur Fingerprint) []string {
+	var d []string
+	num := func(field string, saved, now any) {
+		if fmt.Sprint(saved) != fmt.Sprint(now) {
+			d = append(d, fmt.Sprintf("%s is %v in the saved state, %v now", field, saved, now))
+		}
+	}
+	num("seq_len", f.SeqLen, cur.SeqLen)
+	num("logical_shards", f.LogicalShards, cur.LogicalShards)
+	num("seed", f.Seed, cur.Seed)
+	num("eos_id", f.EOS, cur.EOS)
+	num("bos_id", f.BOS, cur.BOS)
+	num("shuffle_window", f.ShuffleWindow, cur.ShuffleWindow)
+	if len(f.Datasets) != len(cur.Datasets) {
+		d = append(d, fmt.Sprintf("%d datasets in the saved state (%s), %d now (%s)",
+			len(f.Datasets), names(f.Datasets), len(cur.Datasets), names(cur.Datasets)))
+		return d
+	}
+	for i, s := range f.Datasets {
+		c := cur.Datasets[i]
+		switch {
+		case s.Name != c.Name:
+			d = append(d, fmt.Sprintf("dataset %d is %q in the saved state, %q now", i, s.Name, c.Name))
+		case s.Format != c.Format:
+			d = append(d, fmt.Sprintf("dataset %q: format is %s in the saved state, %s now", s.Name, s.Format, c.Format))
+		case s.Digest != c.Digest || s.Units != c.Units:
+			d = append(d, fmt.Sprintf("dataset %q: files differ (saved: %d files, %d bytes, %d units, digest %s; now: %d files, %d bytes, %d units, digest %s)",
+				s.Name, s.Files, s.Bytes, s.Units, s.Digest, c.Files, c.Bytes, c.Units, c.Digest))
+		}
+	}
+	return d
+}
+
+func names(ds []DatasetPrint) string {
+	n := make([]string, len(ds))
+	for i, d := range ds {
+		n[i] = d.Name
+	}
+	return strings.Join(n, ", ")
+}

@@ -1,0 +1,60 @@
+package state
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Restored is the merged state of a whole saved world: every logical shard's
+// cursor, from whichever rank owned it.
+type Restored struct {
+	Step   uint64
+	Shards map[ShardID]Shard
+	// FromSize is the dp_size of the saved world.
+	FromSize uint32
+}
+
+// Merge checks the state files of one saved world against the current
+// fingerprint and merges them. Every shard of every dataset must appear in
+// exactly one file. names label the blobs in errors.
+func Merge(cur Fingerprint, names []string, blobs [][]byte) (*Restored, error) {
+	out := &Restored{Shards: map[ShardID]Shard{}}
+	ranks := map[uint32]string{}
+	for i, b := range blobs {
+		fp, r, err := Decode(names[i], b)
+		if err != nil {
+			return nil, err
+		}
+		if d := fp.Diff(cur); len(d) > 0 {
+			return nil, fmt.Errorf("%w: %s was saved from another corpus or config: %s", ErrMismatch, names[i], strings.Join(d, "; "))
+		}
+		if out.FromSize != 0 && r.DPSize != out.FromSize {
+			return nil, fmt.Errorf("%w: %s is of dp_size %d, other states of dp_size %d", ErrMismatch, names[i], r.DPSize, out.FromSize)
+		}
+		out.FromSize = r.DPSize
+		if prev, dup := ranks[r.DPRank]; dup {
+			return nil, fmt.Errorf("%w: %s and %s both hold dp_rank %d", ErrMismatch, prev, names[i], r.DPRank)
+		}
+		ranks[r.DPRank] = names[i]
+		if r.Step > out.Step {
+			out.Step = r.Step
+		}
+		for id, s := range r.Shards {
+			if _, dup := out.Shards[id]; dup {
+				return nil, fmt.Errorf("%w: %v is in more than one state file", ErrMismatch, id)
+			}
+			out.Shards[id] = s
+		}
+	}
+	if len(ranks) != int(out.FromSize) {
+		return nil, fmt.Errorf("%w: %d of %d ranks' states given: every rank of the saved world is needed", ErrMismatch, len(ranks), out.FromSize)
+	}
+	for d := range cur.Datasets {
+		for s := uint32(0); s < cur.LogicalShards; s++ {
+			if _, ok := out.Shards[ShardID{Dataset: d, Shard: s}]; !ok {
+				return nil, fmt.Errorf("%w: no saved state holds %v (dataset %q)", ErrMismatch, ShardID{d, s}, cur.Datasets[d].Name)
+			}
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,86 @@
+// Package state is the loader state model: per logical shard a cursor into the
+// shard's token stream, per rank the shards it owns, and the versioned file a
+// rank saves into a checkpoint folder. The state holds no token data, so it is
+// kilobytes whatever the corpus, the buffers or the number of steps.
+//
+// Everything else a rank needs (dataset counters for mixing, which shard comes
+// next, which lines of a shuffle window were served) is derived from these
+// cursors, so restoring them onto any world size restores the stream exactly.
+package state
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Version is the version of the state file format this package writes.
+const Version = 1
+
+// ErrMismatch marks a saved state that does not belong to the current corpus
+// and config, or a set of state files that does not cover every shard once.
+var ErrMismatch = errors.New("state does not match")
+
+// Cursor is a position in a shard's token stream: the unit at position Pos of
+// epoch Epoch's permutation, Offset tokens into it (separators included).
+type Cursor struct {
+	Epoch  uint64
+	Pos    uint64
+	Offset uint64
+}
+
+// Less orders cursors by stream position.
+func (c Cursor) Less(o Cursor) bool {
+	if c.Epoch != o.Epoch {
+		return c.Epoch < o.Epoch
+	}
+	if c.Pos != o.Pos {
+		return c.Pos < o.Pos
+	}
+	return c.Offset < o.Offset
+}
+
+// Shard is the state of one logical shard: Lines lines of its stream have been
+// served in all; the current line-shuffle window starts at Window and Taken of
+// its lines are out (which ones follows from the window's keyed order).
+type Shard struct {
+	Lines  uint64
+	Window Cursor
+	Taken  uint64
+}
+
+// ShardID names a logical shard: the dataset's index in the config and the
+// shard's index within the dataset.
+type ShardID struct {
+	Dataset int
+	Shard   uint32
+}
+
+func (id ShardID) String() string { return fmt.Sprintf("dataset %d shard %d", id.Dataset, id.Shard) }
+
+// Owned returns the logical shards [lo, hi) that data-parallel rank r of w owns
+// in every dataset: contiguous blocks, as even as the division allows.
+func Owned(r, w, shards uint32) (lo, hi uint32) {
+	lo = uint32(uint64(r) * uint64(shards) / uint64(w))
+	hi = uint32(uint64(r+1) * uint64(shards) / uint64(w))
+	return lo, hi
+}
+
+// Rank is the state of one data-parallel rank after its client consumed
+// batch Step: the cursors of the shards it owns, in every dataset.
+type Rank struct {
+	DPRank uint32
+	DPSize uint32
+	Step   uint64
+	// Shards holds the owned shards of every dataset.
+	Shards map[ShardID]Shard
+}
+
+// Clone returns a deep copy.
+func (r Rank) Clone() Rank {
+	c := r
+	c.Shards = make(map[ShardID]Shard, len(r.Shards))
+	for k, v := range r.Shards {
+		c.Shards[k] = v
+	}
+	return c
+}

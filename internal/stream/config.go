@@ -1,0 +1,121 @@
+package stream
+
+import (
+	"errors"
+	"fmt"
+	"math"
+)
+
+// ErrInvalidConfig marks a job config the daemon refuses; the message names
+// the field and the value.
+var ErrInvalidConfig = errors.New("invalid config")
+
+// Defaults for fields a job config may leave unset.
+const (
+	DefaultShuffleWindow = 8
+	MaxShuffleWindow     = 4096
+	maxSeqLen            = 1 << 24
+)
+
+// Dataset is one dataset entry of a job config.
+type Dataset struct {
+	Name   string
+	Path   string
+	Format string
+	Weight float64
+	Dtype  string
+}
+
+// Config is a job config: what makes the token stream of every rank.
+type Config struct {
+	SeqLen        uint32
+	BatchSize     uint32
+	Seed          uint64
+	LogicalShards uint32
+	EOS           int64
+	// BOS < 0 means no BOS token.
+	BOS int64
+	Pad int64
+	// Epochs == 0 means unbounded.
+	Epochs uint32
+	// ShuffleWindow is the lines per line-shuffle window; 0 means the default,
+	// 1 means lines in order.
+	ShuffleWindow uint32
+	Datasets      []Dataset
+}
+
+// LineTokens is the length of a line: seq_len + 1 (inputs and shifted labels).
+func (c Config) LineTokens() int { return int(c.SeqLen) + 1 }
+
+// Window is the effective line-shuffle window.
+func (c Config) Window() uint64 {
+	if c.ShuffleWindow == 0 {
+		return DefaultShuffleWindow
+	}
+	return uint64(c.ShuffleWindow)
+}
+
+func invalid(format string, a ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalidConfig, fmt.Sprintf(format, a...))
+}
+
+// Validate checks the config on its own; Validate does not open files.
+func (c Config) Validate() error {
+	switch {
+	case c.SeqLen < 1:
+		return invalid("seq_len must be at least 1, got %d", c.SeqLen)
+	case c.SeqLen > maxSeqLen:
+		return invalid("seq_len must be at most %d, got %d", maxSeqLen, c.SeqLen)
+	case c.BatchSize < 1:
+		return invalid("batch_size must be at least 1, got %d", c.BatchSize)
+	case c.LogicalShards < 1:
+		return invalid("logical_shards must be at least 1, got %d", c.LogicalShards)
+	case c.ShuffleWindow > MaxShuffleWindow:
+		return invalid("shuffle_window must be at most %d, got %d", MaxShuffleWindow, c.ShuffleWindow)
+	case len(c.Datasets) == 0:
+		return invalid("datasets: at least one dataset is needed")
+	}
+	for name, v := range map[string]int64{"eos_id": c.EOS, "pad_id": c.Pad} {
+		if v < 0 || v > math.MaxInt32 {
+			return invalid("%s must be in [0, %d], got %d", name, math.MaxInt32, v)
+		}
+	}
+	if c.BOS > math.MaxInt32 {
+		return invalid("bos_id must be at most %d, got %d", math.MaxInt32, c.BOS)
+	}
+	seen := map[string]bool{}
+	positive := false
+	for i, d := range c.Datasets {
+		switch {
+		case d.Name == "":
+			return invalid("datasets[%d]: name is empty", i)
+		case seen[d.Name]:
+			return invalid("datasets[%d]: name %q is used twice", i, d.Name)
+		case d.Path == "":
+			return invalid("dataset %q: path is empty", d.Name)
+		case d.Format != "megatron" && d.Format != "tokens":
+			return invalid("dataset %q: unknown format %q (want megatron or tokens)", d.Name, d.Format)
+		case math.IsNaN(d.Weight) || math.IsInf(d.Weight, 0) || d.Weight < 0:
+			return invalid("dataset %q: weight must be a finite number >= 0, got %v", d.Name, d.Weight)
+		}
+		seen[d.Name] = true
+		positive = positive || d.Weight > 0
+	}
+	if !positive {
+		return invalid("datasets: every weight is zero; at least one must be positive")
+	}
+	return nil
+}
+
+// ValidateRank checks a rank against the config.
+func (c Config) ValidateRank(dpRank, dpSize uint32) error {
+	switch {
+	case dpSize < 1:
+		return invalid("dp_size must be at least 1, got %d", dpSize)
+	case dpRank >= dpSize:
+		return invalid("dp_rank %d is out of range for dp_size %d", dpRank, dpSize)
+	case c.LogicalShards < dpSize:
+		return invalid("logical_shards (%d) must be at least dp_size (%d): shards are the unit of ownership", c.LogicalShards, dpSize)
+	}
+	return nil
+}

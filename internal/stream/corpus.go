@@ -1,0 +1,160 @@
+package stream
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/dataloaderd/dataloaderd/internal/source"
+	"github.com/dataloaderd/dataloaderd/internal/state"
+)
+
+// openSource opens a dataset; tests replace it to count what opening reads.
+var openSource = source.Open
+
+// Corpus is a job's opened datasets, each cut into logical shards. Opening
+// reads headers and indices only: cutting shards is a binary search per shard
+// over unit offsets, O(shards * log units), whatever the corpus size.
+type Corpus struct {
+	cfg      Config
+	datasets []*dataset
+	fp       state.Fingerprint
+}
+
+type dataset struct {
+	index  int
+	name   string
+	src    source.Source
+	shards []*shard
+}
+
+// OpenCorpus validates cfg, opens its datasets and cuts their shards.
+func OpenCorpus(cfg Config) (*Corpus, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	c := &Corpus{cfg: cfg}
+	c.fp = state.Fingerprint{
+		SeqLen: cfg.SeqLen, LogicalShards: cfg.LogicalShards, Seed: cfg.Seed,
+		EOS: cfg.EOS, BOS: cfg.BOS, ShuffleWindow: uint32(cfg.Window()),
+	}
+	for i, d := range cfg.Datasets {
+		src, err := openDataset(cfg, d)
+		if err != nil {
+			c.Close()
+			return nil, err
+		}
+		ds := &dataset{index: i, name: d.Name, src: src}
+		c.datasets = append(c.datasets, ds)
+		if err := ds.cut(cfg); err != nil {
+			c.Close()
+			return nil, err
+		}
+		files := src.Files()
+		paths := make([]string, len(files))
+		sizes := make([]int64, len(files))
+		var bytes int64
+		for j, f := range files {
+			paths[j], sizes[j] = f.Path, f.Size
+			bytes += f.Size
+		}
+		c.fp.Datasets = append(c.fp.Datasets, state.DatasetPrint{
+			Name: d.Name, Format: d.Format, Files: len(files), Bytes: bytes,
+			Units: src.Units(), Digest: state.FileDigest(paths, sizes),
+		})
+	}
+	return c, nil
+}
+
+// unitsPerShard is the fewest units a flat-file dataset gets per logical
+// shard: its block size shrinks below the default until it has them.
+const unitsPerShard = 4
+
+// openDataset opens one dataset. Flat token files are opened a second time
+// with smaller blocks when the default gives too few units for the shards;
+// the block size is then a function of the file sizes and logical_shards,
+// both in the fingerprint, so every run and rank agrees on the units.
+func openDataset(cfg Config, d Dataset) (source.Source, error) {
+	spec := source.Spec{Name: d.Name, Path: d.Path, Format: d.Format, Dtype: d.Dtype, EOS: cfg.EOS}
+	src, err := openSource(spec)
+	if err != nil || !src.Delimited() {
+		return src, err
+	}
+	want := uint64(cfg.LogicalShards) * unitsPerShard
+	if src.Units() >= want {
+		return src, nil
+	}
+	spec.BlockTokens = max(1, src.Tokens()/want)
+	src.Close()
+	return openSource(spec)
+}
+
+// cut divides the dataset's units into cfg.LogicalShards contiguous runs of
+// about equal tokens: shard k starts at the first unit whose offset reaches
+// k/S of the tokens.
+func (d *dataset) cut(cfg Config) error {
+	n := d.src.Units()
+	total := d.src.Tokens()
+	s := uint64(cfg.LogicalShards)
+	bounds := make([]uint64, s+1)
+	bounds[s] = n
+	if n < s {
+		return fmt.Errorf("%w: dataset %q has %d units (documents or blocks), fewer than logical_shards (%d); lower logical_shards",
+			ErrInvalidConfig, d.name, n, s)
+	}
+	for k := uint64(1); k < s; k++ {
+		target := mulDiv(total, k, s)
+		b := uint64(sort.Search(int(n), func(u int) bool { return d.src.Offset(uint64(u)) >= target }))
+		// Every shard gets at least one unit, even where one long document
+		// spans several token targets.
+		bounds[k] = min(max(b, bounds[k-1]+1), n-(s-k))
+	}
+	for k := uint64(0); k < s; k++ {
+		lo, hi := bounds[k], bounds[k+1]
+		sh := &shard{
+			ds: d, index: uint32(k), lo: lo, n: hi - lo, tokens: d.src.Offset(hi) - d.src.Offset(lo),
+			key: key(cfg.Seed, uint64(d.index), k),
+		}
+		// A shard whose units are all empty (flat-file blocks inside one long
+		// document) has nothing to serve; it must never be asked for a line.
+		empty, err := sh.empty()
+		if err != nil {
+			return err
+		}
+		if empty {
+			sh.tokens = 0
+		}
+		d.shards = append(d.shards, sh)
+	}
+	return nil
+}
+
+// mulDiv returns a*b/c without overflow for the sizes at hand (a up to 2^64/2^32).
+func mulDiv(a, b, c uint64) uint64 {
+	return a/c*b + a%c*b/c
+}
+
+// Fingerprint identifies the corpus and the stream-shaping config.
+func (c *Corpus) Fingerprint() state.Fingerprint { return c.fp }
+
+// Config is the config the corpus was opened with.
+func (c *Corpus) Config() Config { return c.cfg }
+
+// DatasetNames lists the datasets in config order.
+func (c *Corpus) DatasetNames() []string {
+	n := make([]string, len(c.datasets))
+	for i, d := range c.datasets {
+		n[i] = d.name
+	}
+	return n
+}
+
+// Close unmaps every dataset.
+func (c *Corpus) Close() error {
+	var first error
+	for _, d := range c.datasets {
+		if err := d.src.Close(); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}

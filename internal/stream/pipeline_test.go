@@ -1,0 +1,170 @@
+package stream
+
+import (
+	"context"
+	"errors"
+	"math/rand"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/dataloaderd/dataloaderd/internal/state"
+)
+
+// memSlots is a ring of byte slots in memory.
+type memSlots [][]byte
+
+func (m memSlots) Slots() int        { return len(m) }
+func (m memSlots) Slot(i int) []byte { return m[i] }
+
+func newMemSlots(n int, cfg Config) memSlots {
+	m := make(memSlots, n)
+	for i := range m {
+		m[i] = make([]byte, int(cfg.BatchSize)*cfg.LineTokens()*4)
+	}
+	return m
+}
+
+func pipelineFixture(t *testing.T, epochs uint32) (*Corpus, Config) {
+	rng := rand.New(rand.NewSource(7))
+	ds, _ := testCorpus(t, rng)
+	cfg := randomConfig(rng, ds)
+	cfg.Epochs = epochs
+	c, err := OpenCorpus(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c, cfg
+}
+
+// TestPipelineConsumers: every consumer reads every batch, equal to what the
+// rank produces alone; a slot is reused only after all consumers released it;
+// the state after a consumed step resumes exactly there.
+func TestPipelineConsumers(t *testing.T) {
+	corpus, cfg := pipelineFixture(t, 0)
+	ref, _ := NewRank(corpus, 1, 2, nil)
+	want := run(t, ref, cfg, 35)
+
+	rank, _ := NewRank(corpus, 1, 2, nil)
+	ring := newMemSlots(3, cfg)
+	p := NewPipeline(rank, ring, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	stopped := false
+	defer func() {
+		if !stopped {
+			p.Close()
+			<-done
+		}
+	}()
+
+	line := cfg.LineTokens()
+	var held [2][]Batch
+	for step := 0; step < 30; step++ {
+		for c := 0; c < 2; c++ {
+			b, err := p.Next(ctx, c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if b.Step != uint64(step+1) {
+				t.Fatalf("consumer %d got step %d, want %d", c, b.Step, step+1)
+			}
+			got := int32s(ring.Slot(b.Slot))[:b.Lines*line]
+			if !reflect.DeepEqual(got, want[step]) {
+				t.Fatalf("consumer %d step %d differs from the rank's own batch", c, b.Step)
+			}
+			held[c] = append(held[c], b)
+		}
+		if step == 10 {
+			// The ring is full with both consumers holding slots: the producer
+			// must not get ahead by more than the ring.
+			if r := p.Ready(0); r > 2 {
+				t.Fatalf("%d batches ready with a 3-slot ring", r)
+			}
+		}
+		// Consumer 0 releases at once, consumer 1 one step late.
+		b0 := held[0][len(held[0])-1]
+		if err := p.Release(0, b0.Slot, b0.Step); err != nil {
+			t.Fatal(err)
+		}
+		if len(held[1]) > 1 {
+			b1 := held[1][len(held[1])-2]
+			if err := p.Release(1, b1.Slot, b1.Step); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := p.Release(0, 0, 9999); !errors.Is(err, ErrUnknownSlot) {
+		t.Fatalf("release of an unknown step: %v", err)
+	}
+	last := held[0][len(held[0])-1]
+	if err := p.Release(0, last.Slot, last.Step); !errors.Is(err, ErrUnknownSlot) {
+		t.Fatalf("second release of a slot: %v", err)
+	}
+	st, err := p.State(30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.State(3); !errors.Is(err, ErrStep) {
+		t.Fatalf("state of a folded step: %v", err)
+	}
+	if _, err := p.State(31); !errors.Is(err, ErrStep) {
+		t.Fatalf("state of a step not handed out: %v", err)
+	}
+	p.Close()
+	stopped = true
+	if err := <-done; !errors.Is(err, ErrClosed) && !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run after Close: %v", err)
+	}
+	if _, err := p.Next(ctx, 0); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Next after Close: %v", err)
+	}
+
+	// Resume at step 30: rank 1's batches 31.. match.
+	other, _ := NewRank(corpus, 0, 2, nil)
+	from := saveWorld(t, corpus.Fingerprint(), []state.Rank{other.State(), st})
+	resumed, _ := NewRank(corpus, 1, 2, from)
+	if got := run(t, resumed, cfg, 5); !reflect.DeepEqual(got, want[30:35]) {
+		t.Fatal("resume from the pipeline's state at step 30 differs from steps 31-35")
+	}
+}
+
+// TestPipelineEnd: a bounded run ends with an End batch for every consumer.
+func TestPipelineEnd(t *testing.T) {
+	corpus, _ := pipelineFixture(t, 1)
+	rank, _ := NewRank(corpus, 0, 1, nil)
+	cfg := corpus.Config()
+	p := NewPipeline(rank, newMemSlots(2, cfg), 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	defer func() { p.Close(); <-done }()
+	n := 0
+	for {
+		b, err := p.Next(ctx, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b.End {
+			if b.Step != uint64(n) {
+				t.Fatalf("end after step %d, %d batches seen", b.Step, n)
+			}
+			break
+		}
+		n++
+		if err := p.Release(0, b.Slot, b.Step); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n == 0 {
+		t.Fatal("no batches")
+	}
+	st, err := p.State(uint64(n))
+	if err != nil || st.Step != uint64(n) {
+		t.Fatalf("state after the last step: %v %v", st.Step, err)
+	}
+}

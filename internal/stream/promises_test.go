@@ -1,0 +1,271 @@
+package stream
+
+import (
+	"fmt"
+	"math/rand"
+	"path/filepath"
+	"reflect"
+	"testing"
+
+	"github.com/dataloaderd/dataloaderd/internal/state"
+	"github.com/dataloaderd/dataloaderd/internal/testcorpus"
+)
+
+// Token values the test corpora never use for data.
+const (
+	testEOS = 0
+	testBOS = 65535
+	testPad = 65534
+)
+
+// testCorpus writes a randomized corpus whose every data token value is
+// unique: two Megatron datasets and one flat token file.
+func testCorpus(t testing.TB, rng *rand.Rand) ([]Dataset, map[int32]bool) {
+	dir := t.TempDir()
+	a, next := testcorpus.UniqueDocs(rng, 20+rng.Intn(60), 40, 1)
+	b, next := testcorpus.UniqueDocs(rng, 10+rng.Intn(40), 25, next)
+	c, next := testcorpus.UniqueDocs(rng, 30+rng.Intn(40), 30, next)
+	if next >= testPad {
+		t.Fatalf("corpus too large for uint16 token values: %d", next)
+	}
+	testcorpus.Tokens(t, filepath.Join(dir, "c.bin"), c, testEOS)
+	all := map[int32]bool{}
+	for _, docs := range [][][]int32{a, b, c} {
+		for _, d := range docs {
+			for _, tok := range d {
+				all[tok] = true
+			}
+		}
+	}
+	return []Dataset{
+		{Name: "a", Path: testcorpus.Megatron(t, dir, "a", a), Format: "megatron", Weight: 1 + rng.Float64()*3},
+		{Name: "b", Path: testcorpus.Megatron(t, dir, "b", b), Format: "megatron", Weight: 1 + rng.Float64()*3},
+		{Name: "c", Path: filepath.Join(dir, "c.bin"), Format: "tokens", Weight: 1 + rng.Float64()*3},
+	}, all
+}
+
+func randomConfig(rng *rand.Rand, ds []Dataset) Config {
+	cfg := Config{
+		SeqLen: uint32(3 + rng.Intn(40)), BatchSize: uint32(1 + rng.Intn(4)), Seed: rng.Uint64(),
+		LogicalShards: uint32(4 + rng.Intn(6)), EOS: testEOS, BOS: -1, Pad: testPad, Epochs: 1,
+		ShuffleWindow: uint32(1 + rng.Intn(8)), Datasets: ds,
+	}
+	if rng.Intn(2) == 0 {
+		cfg.BOS = testBOS
+	}
+	return cfg
+}
+
+// count adds a batch's data tokens to served.
+func count(served map[int32]int, toks []int32) {
+	for _, tok := range toks {
+		if tok != testEOS && tok != testBOS && tok != testPad {
+			served[tok]++
+		}
+	}
+}
+
+// saveWorld encodes every rank's state to its file form and merges them
+// back, as a resume from a checkpoint folder does.
+func saveWorld(t *testing.T, fp state.Fingerprint, states []state.Rank) *state.Restored {
+	t.Helper()
+	var names []string
+	var blobs [][]byte
+	for _, st := range states {
+		b, err := state.Encode(fp, st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, fmt.Sprintf("rank %d", st.DPRank))
+		blobs = append(blobs, b)
+	}
+	r, err := state.Merge(fp, names, blobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func batchBuf(cfg Config) []int32 { return make([]int32, int(cfg.BatchSize)*cfg.LineTokens()) }
+
+// TestExactlyOnce runs randomized sequences of consume / save / crash (the
+// batches after the save are lost) / resume on another world size, and
+// checks that every corpus token was served exactly once per epoch.
+func TestExactlyOnce(t *testing.T) {
+	for seed := int64(1); seed <= 60; seed++ {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			rng := rand.New(rand.NewSource(seed))
+			ds, all := testCorpus(t, rng)
+			cfg := randomConfig(rng, ds)
+			cfg.Epochs = uint32(1 + rng.Intn(2))
+			corpus, err := OpenCorpus(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer corpus.Close()
+			fp := corpus.Fingerprint()
+			served := map[int32]int{}
+			var from *state.Restored
+			buf := batchBuf(cfg)
+			line := cfg.LineTokens()
+			for round := 0; ; round++ {
+				w := uint32(1 + rng.Intn(int(min(cfg.LogicalShards, 5))))
+				final := round == 4
+				var states []state.Rank
+				committed := map[int32]int{}
+				for r := uint32(0); r < w; r++ {
+					rank, err := NewRank(corpus, r, w, from)
+					if err != nil {
+						t.Fatal(err)
+					}
+					steps := rng.Intn(25)
+					for i := 0; final || i < steps; i++ {
+						p, err := rank.NextBatch(buf)
+						if err != nil {
+							t.Fatal(err)
+						}
+						if p.Lines == 0 {
+							break
+						}
+						count(committed, buf[:p.Lines*line])
+					}
+					states = append(states, rank.State())
+					// Batches produced after the save die with the process.
+					for i := rng.Intn(3); i > 0; i-- {
+						if _, err := rank.NextBatch(buf); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
+				for tok, n := range committed {
+					served[tok] += n
+				}
+				if final {
+					break
+				}
+				from = saveWorld(t, fp, states)
+			}
+			want := int(cfg.Epochs)
+			for tok := range all {
+				if served[tok] != want {
+					t.Fatalf("token %d served %d times, want %d (config %+v)", tok, served[tok], want, cfg)
+				}
+			}
+			for tok := range served {
+				if !all[tok] {
+					t.Fatalf("token %d served but not in the corpus", tok)
+				}
+			}
+		})
+	}
+}
+
+// run returns the next n batches of a rank (fewer at the end).
+func run(t *testing.T, rank *Rank, cfg Config, n int) [][]int32 {
+	t.Helper()
+	var out [][]int32
+	for i := 0; i < n; i++ {
+		buf := batchBuf(cfg)
+		p, err := rank.NextBatch(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Lines == 0 {
+			break
+		}
+		out = append(out, buf[:p.Lines*cfg.LineTokens()])
+	}
+	return out
+}
+
+// TestDeterminism: the same config and world size give bit-identical
+// batches, and a run resumed after step s serves the uninterrupted run's
+// batches s+1, s+2, ...
+func TestDeterminism(t *testing.T) {
+	for seed := int64(1); seed <= 20; seed++ {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			rng := rand.New(rand.NewSource(seed))
+			ds, _ := testCorpus(t, rng)
+			cfg := randomConfig(rng, ds)
+			cfg.Epochs = 0
+			corpus, err := OpenCorpus(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer corpus.Close()
+			w := uint32(1 + rng.Intn(3))
+			for r := uint32(0); r < w; r++ {
+				a, _ := NewRank(corpus, r, w, nil)
+				b, _ := NewRank(corpus, r, w, nil)
+				want := run(t, a, cfg, 60)
+				if got := run(t, b, cfg, 60); !reflect.DeepEqual(got, want) {
+					t.Fatalf("rank %d: two runs of one config differ", r)
+				}
+			}
+			// Resume every rank after step s.
+			s := 1 + rng.Intn(30)
+			var states []state.Rank
+			var rest [][][]int32
+			for r := uint32(0); r < w; r++ {
+				rank, _ := NewRank(corpus, r, w, nil)
+				run(t, rank, cfg, s)
+				states = append(states, rank.State())
+				rest = append(rest, run(t, rank, cfg, 40))
+			}
+			from := saveWorld(t, corpus.Fingerprint(), states)
+			for r := uint32(0); r < w; r++ {
+				rank, err := NewRank(corpus, r, w, from)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := run(t, rank, cfg, 40); !reflect.DeepEqual(got, rest[r]) {
+					t.Fatalf("rank %d resumed after step %d differs from the uninterrupted run", r, s)
+				}
+			}
+		})
+	}
+}
+
+// TestMixing: after every line, each dataset's served lines on a rank are
+// within one line of its share of the weights.
+func TestMixing(t *testing.T) {
+	for seed := int64(1); seed <= 40; seed++ {
+		rng := rand.New(rand.NewSource(seed))
+		ds, _ := testCorpus(t, rng)
+		cfg := randomConfig(rng, ds)
+		cfg.Epochs, cfg.BatchSize = 0, 1
+		if seed%3 == 0 {
+			ds[1].Weight = 0 // a zero-weight dataset is never served
+		}
+		corpus, err := OpenCorpus(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sum float64
+		for _, d := range ds {
+			sum += d.Weight
+		}
+		rank, err := NewRank(corpus, 0, 2, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := make([]int, len(ds))
+		buf := batchBuf(cfg)
+		for total := 1; total <= 2000; total++ {
+			p, err := rank.NextBatch(buf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for d, n := range p.DatasetLines {
+				lines[d] += n
+			}
+			for d := range ds {
+				ideal := float64(total) * ds[d].Weight / sum
+				if diff := float64(lines[d]) - ideal; diff > 1 || diff < -1 {
+					t.Fatalf("seed %d after %d lines: dataset %q has %d lines, weights say %.2f", seed, total, ds[d].Name, lines[d], ideal)
+				}
+			}
+		}
+		corpus.Close()
+	}
+}

@@ -1,0 +1,293 @@
+package stream
+
+import (
+	"container/heap"
+	"fmt"
+	"math/bits"
+	"unsafe"
+
+	"github.com/dataloaderd/dataloaderd/internal/state"
+)
+
+// Rank produces the lines and batches of one data-parallel rank: it owns a
+// block of logical shards in every dataset, picks the dataset of each line by
+// a deterministic deficit rule on the weights, picks the shard within the
+// dataset so that shards advance in proportion to their tokens, and takes the
+// shard's next line. Every choice is a function of the shard cursors alone, so
+// a rank rebuilt from saved cursors continues exactly where the old one was.
+type Rank struct {
+	corpus   *Corpus
+	fr       framing
+	dpRank   uint32
+	dpSize   uint32
+	step     uint64
+	datasets []*rankDataset
+	weights  []float64
+	// touched collects the shards a batch changed, for the state delta.
+	touched map[*shardRun]struct{}
+}
+
+type rankDataset struct {
+	index  int
+	lines  uint64 // lines served from the owned shards
+	all    []*shardRun
+	active shardHeap
+}
+
+// shardRun is an owned shard with its cursor and its open window.
+type shardRun struct {
+	*shard
+	st      state.Shard
+	win     window
+	winOpen bool
+	tie     uint64
+	heapIdx int
+}
+
+// NewRank builds rank dpRank of dpSize over the corpus, starting from the
+// restored state (nil: from the beginning).
+func NewRank(c *Corpus, dpRank, dpSize uint32, from *state.Restored) (*Rank, error) {
+	cfg := c.cfg
+	if err := cfg.ValidateRank(dpRank, dpSize); err != nil {
+		return nil, err
+	}
+	r := &Rank{
+		corpus: c, dpRank: dpRank, dpSize: dpSize,
+		fr: framing{
+			bos: int32(cfg.BOS), hasBOS: cfg.BOS >= 0, eos: int32(cfg.EOS), pad: int32(cfg.Pad),
+			epochs: uint64(cfg.Epochs), line: uint64(cfg.LineTokens()), window: cfg.Window(), seed: cfg.Seed,
+		},
+		touched: map[*shardRun]struct{}{},
+	}
+	if from != nil {
+		r.step = from.Step
+	}
+	lo, hi := state.Owned(dpRank, dpSize, cfg.LogicalShards)
+	for i, d := range c.datasets {
+		rd := &rankDataset{index: i}
+		for k := lo; k < hi; k++ {
+			sr := &shardRun{shard: d.shards[k], tie: key(cfg.Seed, uint64(i), uint64(k), 0x7469)}
+			if from != nil {
+				st, ok := from.Shards[state.ShardID{Dataset: i, Shard: k}]
+				if !ok {
+					return nil, fmt.Errorf("%w: restored state lacks dataset %q shard %d", state.ErrMismatch, d.name, k)
+				}
+				sr.st = st
+			}
+			rd.lines += sr.st.Lines
+			rd.all = append(rd.all, sr)
+			if sr.tokens > 0 && !r.shardDone(sr) {
+				sr.heapIdx = len(rd.active)
+				rd.active = append(rd.active, sr)
+			}
+		}
+		heap.Init(&rd.active)
+		r.datasets = append(r.datasets, rd)
+		r.weights = append(r.weights, cfg.Datasets[i].Weight)
+	}
+	return r, nil
+}
+
+// Step is the number of batches the rank has produced, counting from the
+// restored state's step.
+func (r *Rank) Step() uint64 { return r.step }
+
+// SetWeights changes the mixing weights from the next line on.
+func (r *Rank) SetWeights(w []float64) { copy(r.weights, w) }
+
+// shardDone reports, without opening a window, whether a shard has served
+// its last line: its window cursor is past the last epoch.
+func (r *Rank) shardDone(s *shardRun) bool { return r.fr.ended(s.st.Window) }
+
+// pickDataset returns the active dataset furthest behind its share of the
+// weights after one more line: argmax over d of (n+1)·w_d/W − lines_d, where
+// n and W are the lines and weights of the active datasets. This largest-
+// deficit rule keeps every dataset within one line of its share.
+func (r *Rank) pickDataset() *rankDataset {
+	var n uint64
+	var sum float64
+	for i, d := range r.datasets {
+		if len(d.active) > 0 && r.weights[i] > 0 {
+			n += d.lines
+			sum += r.weights[i]
+		}
+	}
+	var best *rankDataset
+	var bestScore float64
+	for i, d := range r.datasets {
+		if len(d.active) == 0 || r.weights[i] <= 0 {
+			continue
+		}
+		score := float64(n+1)*r.weights[i]/sum - float64(d.lines)
+		if best == nil || score > bestScore {
+			best, bestScore = d, score
+		}
+	}
+	return best
+}
+
+// nextLine writes the rank's next line into dst (LineTokens long) and returns
+// its dataset; nil when every dataset of the rank has served its last epoch.
+func (r *Rank) nextLine(dst []int32) (*rankDataset, error) {
+	for {
+		d := r.pickDataset()
+		if d == nil {
+			return nil, nil
+		}
+		s := d.active[0]
+		ok, err := r.shardLine(s, dst)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			heap.Pop(&d.active)
+			continue
+		}
+		d.lines++
+		r.touched[s] = struct{}{}
+		if r.shardDone(s) {
+			heap.Pop(&d.active)
+		} else {
+			heap.Fix(&d.active, s.heapIdx)
+		}
+		return d, nil
+	}
+}
+
+// shardLine emits the shard's next line; false when it has none left.
+func (r *Rank) shardLine(s *shardRun, dst []int32) (bool, error) {
+	fr := &r.fr
+	if !s.winOpen {
+		w, err := s.openWindow(fr, s.st.Window)
+		if err != nil {
+			return false, err
+		}
+		s.win, s.winOpen = w, true
+	}
+	c := s.st.Taken
+	if c >= s.win.lines {
+		// Only a window at the stream's end runs short or empty.
+		s.st.Window, s.st.Taken = r.endOf(s.win), 0
+		s.winOpen = false
+		return false, nil
+	}
+	j := s.lineOrder(fr, s.st.Window, s.win.lines, c)
+	if err := s.fillLine(fr, &s.win, j, dst); err != nil {
+		return false, err
+	}
+	s.st.Lines++
+	s.st.Taken++
+	if s.st.Taken == s.win.lines {
+		s.st.Window, s.st.Taken = r.endOf(s.win), 0
+		s.winOpen = false
+	}
+	return true, nil
+}
+
+// endOf is where the next window starts after w; a window shorter than the
+// configured one is the stream's last, and its end is marked ended.
+func (r *Rank) endOf(w window) state.Cursor {
+	end := w.starts[w.lines]
+	if w.lines < r.fr.window && r.fr.epochs > 0 && !r.fr.ended(end) {
+		end = state.Cursor{Epoch: r.fr.epochs}
+	}
+	return end
+}
+
+// Delta is the new state of the shards one batch changed.
+type Delta map[state.ShardID]state.Shard
+
+// Produced describes one batch.
+type Produced struct {
+	// Lines is BatchSize, fewer in the last batch, 0 once the rank is done.
+	Lines int
+	// Delta holds the state of the shards the batch moved.
+	Delta Delta
+	// DatasetLines counts the batch's lines by dataset.
+	DatasetLines []int
+}
+
+// NextBatch fills dst (BatchSize lines).
+func (r *Rank) NextBatch(dst []int32) (Produced, error) {
+	line := r.corpus.cfg.LineTokens()
+	p := Produced{DatasetLines: make([]int, len(r.datasets))}
+	for (p.Lines+1)*line <= len(dst) {
+		d, err := r.nextLine(dst[p.Lines*line : (p.Lines+1)*line])
+		if err != nil {
+			return Produced{}, err
+		}
+		if d == nil {
+			break
+		}
+		p.DatasetLines[d.index]++
+		p.Lines++
+	}
+	p.Delta = make(Delta, len(r.touched))
+	for s := range r.touched {
+		p.Delta[state.ShardID{Dataset: s.ds.index, Shard: s.index}] = s.st
+		delete(r.touched, s)
+	}
+	if p.Lines > 0 {
+		r.step++
+	}
+	return p, nil
+}
+
+// NextBatchBytes is NextBatch over a byte slot (little-endian int32 tokens).
+func (r *Rank) NextBatchBytes(slot []byte) (Produced, error) {
+	return r.NextBatch(int32s(slot))
+}
+
+// int32s views a byte slot as tokens; slots are page-aligned.
+func int32s(b []byte) []int32 {
+	if len(b) < 4 {
+		return nil
+	}
+	return unsafe.Slice((*int32)(unsafe.Pointer(&b[0])), len(b)/4)
+}
+
+// State returns the rank's full state now.
+func (r *Rank) State() state.Rank {
+	st := state.Rank{DPRank: r.dpRank, DPSize: r.dpSize, Step: r.step, Shards: map[state.ShardID]state.Shard{}}
+	for _, d := range r.datasets {
+		for _, s := range d.all {
+			st.Shards[state.ShardID{Dataset: s.ds.index, Shard: s.index}] = s.st
+		}
+	}
+	return st
+}
+
+// shardHeap orders a dataset's active shards by (lines+1)/tokens, so each
+// shard's share of the lines follows its share of the tokens; ties go by a
+// seeded key.
+type shardHeap []*shardRun
+
+func (h shardHeap) Len() int { return len(h) }
+func (h shardHeap) Less(i, j int) bool {
+	a, b := h[i], h[j]
+	ah, al := bits.Mul64(a.st.Lines+1, b.tokens)
+	bh, bl := bits.Mul64(b.st.Lines+1, a.tokens)
+	if ah != bh {
+		return ah < bh
+	}
+	if al != bl {
+		return al < bl
+	}
+	return a.tie < b.tie
+}
+func (h shardHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].heapIdx = i
+	h[j].heapIdx = j
+}
+func (h *shardHeap) Push(x any) {
+	s := x.(*shardRun)
+	s.heapIdx = len(*h)
+	*h = append(*h, s)
+}
+func (h *shardHeap) Pop() any {
+	old := *h
+	s := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return s
+}

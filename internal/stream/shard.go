@@ -1,0 +1,205 @@
+package stream
+
+import (
+	"github.com/dataloaderd/dataloaderd/internal/state"
+)
+
+// shard is a logical shard: units [lo, lo+n) of a dataset. Its token stream
+// is, epoch after epoch, its units in the epoch's permuted order, each
+// document framed by the optional BOS and by EOS (flat-file units carry
+// their own separators). Lines are consecutive, non-overlapping cuts of
+// line-length from this stream, so they depend on the seed and the config,
+// never on the world size.
+type shard struct {
+	ds     *dataset
+	index  uint32
+	lo, n  uint64
+	tokens uint64
+	key    uint64
+}
+
+// framing is how a stream wraps documents; fixed per corpus.
+type framing struct {
+	bos, eos int32
+	hasBOS   bool
+	epochs   uint64 // 0: unbounded
+	line     uint64
+	window   uint64
+	pad      int32
+	seed     uint64
+}
+
+// empty reports whether every unit of the shard has no tokens. It stops at
+// the first non-empty unit, which is almost always the first.
+func (s *shard) empty() (bool, error) {
+	for u := s.lo; u < s.lo+s.n; u++ {
+		n, err := s.ds.src.UnitLen(u)
+		if err != nil || n > 0 {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+// unit returns the dataset unit at position pos of epoch's permutation.
+func (s *shard) unit(epoch, pos uint64) uint64 {
+	return s.lo + permute(s.key^mix(epoch+1), s.n, pos)
+}
+
+// frame describes one unit as the stream emits it: head BOS tokens, the
+// body, and tail EOS tokens.
+type frame struct {
+	unit       uint64
+	head, body uint64
+	tail       uint64
+}
+
+func (f frame) len() uint64 { return f.head + f.body + f.tail }
+
+func (s *shard) frame(fr *framing, epoch, pos uint64) (frame, error) {
+	u := s.unit(epoch, pos)
+	n, err := s.ds.src.UnitLen(u)
+	if err != nil {
+		return frame{}, err
+	}
+	f := frame{unit: u, body: n}
+	if s.ds.src.Delimited() {
+		return f, nil
+	}
+	if fr.hasBOS {
+		f.head = 1
+	}
+	f.tail = 1
+	if n > 0 {
+		var last [1]int32
+		if err := s.ds.src.Read(u, n-1, last[:]); err != nil {
+			return frame{}, err
+		}
+		if last[0] == fr.eos {
+			f.tail = 0 // the document already ends with EOS
+		}
+	}
+	return f, nil
+}
+
+// ended reports whether a cursor is past the last epoch.
+func (fr *framing) ended(c state.Cursor) bool { return fr.epochs > 0 && c.Epoch >= fr.epochs }
+
+// next moves a cursor to the following unit.
+func (s *shard) next(c state.Cursor) state.Cursor {
+	c.Pos++
+	c.Offset = 0
+	if c.Pos == s.n {
+		c.Epoch++
+		c.Pos = 0
+	}
+	return c
+}
+
+// walk advances c by up to want tokens and returns the new cursor and the
+// tokens walked (fewer than want only where the stream ends). When dst is not
+// nil, the walked tokens are copied into it. Cursors are kept normal: never at
+// the end of a unit, always at the start of the next non-empty one.
+func (s *shard) walk(fr *framing, c state.Cursor, want uint64, dst []int32) (state.Cursor, uint64, error) {
+	var done uint64
+	for !fr.ended(c) {
+		f, err := s.frame(fr, c.Epoch, c.Pos)
+		if err != nil {
+			return c, done, err
+		}
+		rem := f.len() - c.Offset
+		if want-done < rem || (want == done && rem > 0) {
+			take := want - done
+			if dst != nil {
+				if err := s.copyFrame(fr, f, c.Offset, dst[done:done+take]); err != nil {
+					return c, done, err
+				}
+			}
+			c.Offset += take
+			return c, want, nil
+		}
+		if dst != nil {
+			if err := s.copyFrame(fr, f, c.Offset, dst[done:done+rem]); err != nil {
+				return c, done, err
+			}
+		}
+		done += rem
+		c = s.next(c)
+	}
+	return c, done, nil
+}
+
+// copyFrame copies the frame's tokens [off, off+len(dst)) into dst.
+func (s *shard) copyFrame(fr *framing, f frame, off uint64, dst []int32) error {
+	i := 0
+	for off < f.head && i < len(dst) {
+		dst[i] = fr.bos
+		i++
+		off++
+	}
+	if i == len(dst) {
+		return nil
+	}
+	bodyOff := off - f.head
+	if bodyOff < f.body {
+		n := f.body - bodyOff
+		if n > uint64(len(dst)-i) {
+			n = uint64(len(dst) - i)
+		}
+		if err := s.ds.src.Read(f.unit, bodyOff, dst[i:i+int(n)]); err != nil {
+			return err
+		}
+		i += int(n)
+	}
+	for ; i < len(dst); i++ {
+		dst[i] = fr.eos
+	}
+	return nil
+}
+
+// window is the current line-shuffle window of a shard: the cursors where
+// its lines start, computed from lengths alone (no token is read but the
+// last of each document), and how many lines it has.
+type window struct {
+	starts []state.Cursor
+	lines  uint64
+}
+
+// openWindow computes the window that starts at c.
+func (s *shard) openWindow(fr *framing, c state.Cursor) (window, error) {
+	w := window{starts: make([]state.Cursor, 0, fr.window+1)}
+	w.starts = append(w.starts, c)
+	for w.lines < fr.window && !fr.ended(c) {
+		next, n, err := s.walk(fr, c, fr.line, nil)
+		if err != nil {
+			return w, err
+		}
+		if n == 0 {
+			break
+		}
+		w.lines++
+		c = next
+		w.starts = append(w.starts, c)
+	}
+	return w, nil
+}
+
+// fillLine writes window line j into dst, padding past the stream's end.
+func (s *shard) fillLine(fr *framing, w *window, j uint64, dst []int32) error {
+	_, n, err := s.walk(fr, w.starts[j], fr.line, dst)
+	if err != nil {
+		return err
+	}
+	for i := n; i < uint64(len(dst)); i++ {
+		dst[i] = fr.pad
+	}
+	return nil
+}
+
+// lineOrder returns which line of the window starting at start is emitted c-th.
+func (s *shard) lineOrder(fr *framing, start state.Cursor, lines, c uint64) uint64 {
+	if lines <= 1 {
+		return c
+	}
+	return permute(key(s.key, start.Epoch, start.Pos, start.Offset, fr.seed), lines, c)
+}
