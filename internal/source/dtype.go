@@ -146,20 +146,31 @@ func decodeTokens(d dtype, src []byte, dst []int32) int {
 // decodeInt32 copies int32 tokens and rejects negative ones. The sign bits are
 // OR-ed in the copy loop and looked at once, keeping the loop branch-free.
 func decodeInt32(src []byte, dst []int32) int {
-	var signs int32
 	if view := viewAs[int32](src); view != nil {
-		for i, v := range view {
-			dst[i] = v
-			signs |= v
-		}
+		copy(dst, view)
 	} else {
 		for i := range dst {
-			v := int32(binary.LittleEndian.Uint32(src[4*i:]))
-			dst[i] = v
+			dst[i] = int32(binary.LittleEndian.Uint32(src[4*i:]))
+		}
+	}
+	return firstNegative(dst)
+}
+
+// firstNegative returns the index of dst's first negative value, or -1. It
+// tests the sign bits two tokens at a time; only a hit is looked at closely.
+func firstNegative(dst []int32) int {
+	var signs uint64
+	pairs := len(dst) / 2
+	if pairs > 0 {
+		wide := unsafe.Slice((*uint64)(unsafe.Pointer(&dst[0])), pairs)
+		for _, v := range wide {
 			signs |= v
 		}
 	}
-	if signs >= 0 {
+	if len(dst)%2 == 1 {
+		signs |= uint64(uint32(dst[len(dst)-1]))
+	}
+	if signs&0x8000000080000000 == 0 {
 		return -1
 	}
 	for i, v := range dst {
@@ -173,22 +184,7 @@ func decodeInt32(src []byte, dst []int32) int {
 // decodeUint32 copies uint32 tokens and rejects those above math.MaxInt32,
 // which after conversion are exactly the negative int32 values.
 func decodeUint32(src []byte, dst []int32) int {
-	if view := viewAs[uint32](src); view != nil {
-		var high uint32
-		for i, v := range view {
-			dst[i] = int32(v)
-			high |= v
-		}
-		if high <= math.MaxInt32 {
-			return -1
-		}
-		for i, v := range dst {
-			if v < 0 {
-				return i
-			}
-		}
-		return -1
-	}
+	// A uint32 above math.MaxInt32 reads as a negative int32.
 	return decodeInt32(src, dst)
 }
 

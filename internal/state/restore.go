@@ -40,6 +40,9 @@ func Merge(cur Fingerprint, names []string, blobs [][]byte) (*Restored, error) {
 			out.Step = r.Step
 		}
 		for id, s := range r.Shards {
+			if id.Dataset < 0 || id.Dataset >= len(cur.Datasets) || id.Shard >= cur.LogicalShards {
+				return nil, fmt.Errorf("%w: %s holds %v, outside %d datasets of %d shards", ErrMismatch, names[i], id, len(cur.Datasets), cur.LogicalShards)
+			}
 			if _, dup := out.Shards[id]; dup {
 				return nil, fmt.Errorf("%w: %v is in more than one state file", ErrMismatch, id)
 			}
