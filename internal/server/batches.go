@@ -50,10 +50,15 @@ func (s *Server) Batches(bs grpc.BidiStreamingServer[pb.BatchesRequest, pb.Batch
 		// The iteration ended: keep taking releases until the client goes.
 		err = <-recvErr
 	} else {
-		cancel()
-		// A failed receive cancels the send; report the receive's cause.
-		if re := <-recvErr; errors.Is(err, context.Canceled) && re != nil {
-			err = re
+		// A failed receive cancels the send: report the receive's cause. A
+		// failed send (session closed, daemon stopping) returns at once; the
+		// pending Recv ends with the handler.
+		if errors.Is(err, context.Canceled) {
+			select {
+			case re := <-recvErr:
+				err = re
+			case <-time.After(time.Second):
+			}
 		}
 	}
 	if errors.Is(err, io.EOF) {
