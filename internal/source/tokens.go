@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"sync/atomic"
 )
 
 // The llm.c token file header: 256 little-endian int32, of which [0] is the
@@ -52,6 +53,8 @@ type tokenFile struct {
 	eos        []byte // the EOS token as it is stored
 	blocks     uint64 // B
 	tokenCount uint64
+
+	lastLongScan atomic.Pointer[eosFreeSpan]
 }
 
 // openTokenFile maps one flat token file and checks its header or size.
@@ -126,35 +129,64 @@ func (f *tokenFile) nominalEnd(b uint64) uint64 {
 
 // snap moves position x forward to just after the next EOS: the smallest
 // p >= x with token p-1 == EOS, or the file's end. 0 and the end stay put.
+// A scan longer than a block (a document longer than B, which every read of
+// its units would rescan) is remembered in lastLongScan.
 func (f *tokenFile) snap(x uint64) uint64 {
 	if x == 0 || x >= f.tokenCount {
 		return min(x, f.tokenCount)
 	}
-	size := f.dtype.size()
-	from := (x - 1) * size
-	at := indexAligned(f.data[from:], f.eos)
-	if at < 0 {
-		return f.tokenCount
+	if span := f.lastLongScan.Load(); span != nil && span.from <= x && x <= span.end {
+		return span.end
 	}
-	return x + uint64(at)/size
+	size := f.dtype.size()
+	end := f.tokenCount
+	if at := indexAligned(f.data[(x-1)*size:], f.eos); at >= 0 {
+		end = x + uint64(at)/size
+	}
+	if end-x > f.blocks {
+		f.lastLongScan.Store(&eosFreeSpan{from: x, end: end})
+	}
+	return end
 }
 
-// indexAligned returns the first byte index of pattern in data that is a
-// multiple of len(pattern), or -1. bytes.Index does the scanning, which is
-// vectorized on common platforms.
+// eosFreeSpan records that snap(from) == end: tokens [from-1, end-1) hold no
+// EOS, so snap(x) == end for every x in [from, end] as well.
+type eosFreeSpan struct{ from, end uint64 }
+
+// indexAligned returns the first byte index of pattern (one 2- or 4-byte
+// token) in data that is a multiple of len(pattern), or -1. bytes.Index does
+// the scanning, vectorized on common platforms; after many matches that
+// straddle two tokens it goes on token by token instead.
 func indexAligned(data, pattern []byte) int {
+	width := len(pattern)
 	base := 0
-	for {
+	for range 16 {
 		at := bytes.Index(data[base:], pattern)
 		if at < 0 {
 			return -1
 		}
 		at += base
-		if at%len(pattern) == 0 {
+		if at%width == 0 {
 			return at
 		}
-		base = at + 1
+		base = at - at%width + width
 	}
+	if width == 2 {
+		want := binary.LittleEndian.Uint16(pattern)
+		for ; base+2 <= len(data); base += 2 {
+			if binary.LittleEndian.Uint16(data[base:]) == want {
+				return base
+			}
+		}
+		return -1
+	}
+	want := binary.LittleEndian.Uint32(pattern)
+	for ; base+4 <= len(data); base += 4 {
+		if binary.LittleEndian.Uint32(data[base:]) == want {
+			return base
+		}
+	}
+	return -1
 }
 
 func (f *tokenFile) unitLen(b uint64) (uint64, error) {

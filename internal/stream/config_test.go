@@ -1,0 +1,58 @@
+package stream
+
+import (
+	"errors"
+	"math"
+	"strings"
+	"testing"
+)
+
+func TestConfigErrors(t *testing.T) {
+	ok := func() Config {
+		return Config{SeqLen: 8, BatchSize: 2, LogicalShards: 4, EOS: 0, BOS: -1,
+			Datasets: []Dataset{{Name: "a", Path: "/x", Format: "megatron", Weight: 1}, {Name: "b", Path: "/y", Format: "tokens", Weight: 2}}}
+	}
+	cases := []struct {
+		want string
+		edit func(c *Config)
+	}{
+		{"seq_len must be at least 1, got 0", func(c *Config) { c.SeqLen = 0 }},
+		{"batch_size must be at least 1", func(c *Config) { c.BatchSize = 0 }},
+		{"logical_shards must be at least 1", func(c *Config) { c.LogicalShards = 0 }},
+		{"shuffle_window must be at most", func(c *Config) { c.ShuffleWindow = MaxShuffleWindow + 1 }},
+		{"at least one dataset", func(c *Config) { c.Datasets = nil }},
+		{"eos_id must be in", func(c *Config) { c.EOS = -3 }},
+		{"pad_id must be in", func(c *Config) { c.Pad = math.MaxInt32 + 1 }},
+		{`dataset "a": unknown format "arrow"`, func(c *Config) { c.Datasets[0].Format = "arrow" }},
+		{`dataset "b": weight must be a finite number >= 0, got -1`, func(c *Config) { c.Datasets[1].Weight = -1 }},
+		{"weight must be a finite number", func(c *Config) { c.Datasets[1].Weight = math.NaN() }},
+		{"every weight is zero", func(c *Config) { c.Datasets[0].Weight, c.Datasets[1].Weight = 0, 0 }},
+		{`name "a" is used twice`, func(c *Config) { c.Datasets[1].Name = "a" }},
+		{"datasets[1]: name is empty", func(c *Config) { c.Datasets[1].Name = "" }},
+		{`dataset "a": path is empty`, func(c *Config) { c.Datasets[0].Path = "" }},
+	}
+	for _, c := range cases {
+		cfg := ok()
+		c.edit(&cfg)
+		err := cfg.Validate()
+		if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("err = %v, want ErrInvalidConfig containing %q", err, c.want)
+		}
+	}
+	if err := ok().Validate(); err != nil {
+		t.Fatalf("valid config refused: %v", err)
+	}
+	cfg := ok()
+	for _, rc := range []struct {
+		rank, size uint32
+		want       string
+	}{
+		{2, 2, "dp_rank 2 is out of range for dp_size 2"},
+		{0, 0, "dp_size must be at least 1"},
+		{0, 5, "logical_shards (4) must be at least dp_size (5)"},
+	} {
+		if err := cfg.ValidateRank(rc.rank, rc.size); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), rc.want) {
+			t.Errorf("rank %d of %d: %v, want %q", rc.rank, rc.size, err, rc.want)
+		}
+	}
+}
