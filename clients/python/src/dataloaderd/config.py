@@ -1,0 +1,121 @@
+"""Job configs: a dict, or a YAML/JSON file, checked here and turned into the
+wire message. Relative dataset paths are made absolute (the daemon has its own
+working directory)."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Mapping, Optional, Union
+
+from ._proto import dataloader_pb2 as pb
+from .errors import ConfigError
+
+__all__ = ["load_config", "to_proto", "KEYS", "DATASET_KEYS"]
+
+# key: (type, default); a default of ... means required.
+KEYS: dict = {
+    "seq_len": (int, ...),
+    "batch_size": (int, ...),
+    "seed": (int, 0),
+    "logical_shards": (int, 64),
+    "eos_id": (int, ...),
+    "bos_id": ((int, type(None)), None),
+    "pad_id": ((int, type(None)), None),
+    "epochs": (int, 0),
+    "shuffle_window": (int, 0),
+    "datasets": (list, ...),
+}
+DATASET_KEYS: dict = {
+    "name": (str, ...),
+    "path": (str, ...),
+    "format": (str, ...),
+    "weight": ((int, float), 1.0),
+    "dtype": (str, ""),
+}
+
+
+def load_config(config: Union[str, os.PathLike, Mapping[str, Any]]) -> tuple:
+    """Returns (config dict, directory relative paths are resolved against)."""
+    if isinstance(config, Mapping):
+        return dict(config), os.getcwd()
+    path = os.fspath(config)
+    try:
+        with open(path, "r", encoding="utf-8") as f:
+            text = f.read()
+    except OSError as e:
+        raise ConfigError(f"config file {path}: {e.strerror}") from e
+    if path.endswith((".yaml", ".yml")):
+        try:
+            import yaml
+        except ImportError as e:  # pragma: no cover - depends on the environment
+            raise ConfigError(f"config file {path}: YAML needs PyYAML (pip install dataloaderd[yaml])") from e
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            raise ConfigError(f"config file {path}: {e}") from e
+    else:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"config file {path}: not valid JSON: {e}") from e
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"config file {path}: the top level must be a mapping")
+    return dict(data), os.path.dirname(os.path.abspath(path))
+
+
+def _check(where: str, data: Mapping[str, Any], keys: dict) -> dict:
+    unknown = sorted(set(data) - set(keys))
+    if unknown:
+        raise ConfigError(f"{where}: unknown key {unknown[0]!r}; known keys: {', '.join(sorted(keys))}")
+    out = {}
+    for key, (typ, default) in keys.items():
+        if key not in data or data[key] is None and default is not ...:
+            if default is ...:
+                raise ConfigError(f"{where}: {key!r} is required")
+            out[key] = default
+            continue
+        value = data[key]
+        if isinstance(value, bool) or not isinstance(value, typ):
+            raise ConfigError(f"{where}: {key!r} has the wrong type: {value!r}")
+        out[key] = value
+    return out
+
+
+def to_proto(data: Mapping[str, Any], base_dir: str) -> "pb.JobConfig":
+    """Checks a config dict and builds the wire message."""
+    c = _check("config", data, KEYS)
+    for key in ("seq_len", "batch_size", "logical_shards", "epochs", "shuffle_window", "seed"):
+        if c[key] < 0:
+            raise ConfigError(f"config: {key!r} must not be negative, got {c[key]}")
+    msg = pb.JobConfig(
+        seq_len=c["seq_len"], batch_size=c["batch_size"], seed=c["seed"],
+        logical_shards=c["logical_shards"], eos_id=c["eos_id"],
+        bos_id=-1 if c["bos_id"] is None else c["bos_id"],
+        pad_id=c["eos_id"] if c["pad_id"] is None else c["pad_id"],
+        epochs=c["epochs"], shuffle_window=c["shuffle_window"],
+    )
+    for i, d in enumerate(c["datasets"]):
+        if not isinstance(d, Mapping):
+            raise ConfigError(f"config: datasets[{i}] must be a mapping, got {d!r}")
+        ds = _check(f"datasets[{i}]", d, DATASET_KEYS)
+        path = os.path.expanduser(ds["path"])
+        if not os.path.isabs(path):
+            path = os.path.join(base_dir, path)
+        msg.datasets.append(pb.Dataset(name=ds["name"], path=path, format=ds["format"],
+                                       weight=float(ds["weight"]), dtype=ds["dtype"]))
+    return msg
+
+
+def env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    try:
+        return int(value)
+    except ValueError as e:
+        raise ConfigError(f"environment variable {name}={value!r} is not an integer") from e
+
+
+def optional_abspath(path: Optional[Union[str, os.PathLike]]) -> str:
+    return "" if path is None else os.path.abspath(os.path.expanduser(os.fspath(path)))

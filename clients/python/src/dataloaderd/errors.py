@@ -1,0 +1,82 @@
+"""The exceptions of the dataloaderd client. Every gRPC error is turned into one
+of these (``raise ... from``), so callers never catch gRPC internals."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, TypeVar
+
+import grpc
+
+__all__ = [
+    "DataloaderdError",
+    "ConfigError",
+    "SessionNotFoundError",
+    "SessionExistsError",
+    "StateError",
+    "PathNotAllowedError",
+    "DaemonUnavailableError",
+]
+
+
+class DataloaderdError(Exception):
+    """Base class of every error the client raises."""
+
+
+class ConfigError(DataloaderdError, ValueError):
+    """The job config, a request argument, or a dataset is invalid."""
+
+
+class SessionNotFoundError(DataloaderdError):
+    """The session is closed, was reclaimed, or never existed."""
+
+
+class SessionExistsError(DataloaderdError):
+    """The (job, dp_rank) session is already open, or all its consumers joined."""
+
+
+class StateError(DataloaderdError):
+    """A saved state does not match the corpus or config, or a step is not available."""
+
+
+class PathNotAllowedError(DataloaderdError, PermissionError):
+    """A path lies outside every --allow-root of the daemon."""
+
+
+class DaemonUnavailableError(DataloaderdError, ConnectionError):
+    """The daemon is not running, not reachable, or shutting down."""
+
+
+_BY_CODE = {
+    grpc.StatusCode.INVALID_ARGUMENT: ConfigError,
+    grpc.StatusCode.NOT_FOUND: SessionNotFoundError,
+    grpc.StatusCode.ALREADY_EXISTS: SessionExistsError,
+    grpc.StatusCode.FAILED_PRECONDITION: StateError,
+    grpc.StatusCode.PERMISSION_DENIED: PathNotAllowedError,
+    grpc.StatusCode.UNAVAILABLE: DaemonUnavailableError,
+}
+
+
+def from_rpc_error(err: grpc.RpcError) -> DataloaderdError:
+    """The package's exception for a gRPC error, with the daemon's message."""
+    code = err.code() if hasattr(err, "code") else None
+    details = err.details() if hasattr(err, "details") else str(err)
+    cls = _BY_CODE.get(code, DataloaderdError)
+    name = code.name if code is not None else "UNKNOWN"
+    return cls(f"{details} [{name}]")
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def translate(fn: F) -> F:
+    """Decorator: re-raise grpc.RpcError as the package's exceptions."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except grpc.RpcError as err:
+            raise from_rpc_error(err) from err
+
+    return wrapper  # type: ignore[return-value]

@@ -1,0 +1,240 @@
+"""The Loader: one data-parallel rank's view of a dataloaderd session."""
+
+from __future__ import annotations
+
+import os
+import queue
+import time
+import warnings
+from typing import Any, Dict, Iterator, Mapping, Optional, Union
+
+import grpc
+import numpy as np
+
+from ._proto import dataloader_pb2 as pb
+from ._proto import dataloader_pb2_grpc as pb_grpc
+from ._ring import ShmRing
+from .config import env_int, load_config, optional_abspath, to_proto
+from .errors import (ConfigError, DaemonUnavailableError, DataloaderdError, StateError,
+                     from_rpc_error, translate)
+
+try:  # torch is optional: without it batches are numpy arrays
+    import torch
+except ImportError:  # pragma: no cover - depends on the environment
+    torch = None
+
+__all__ = ["Loader"]
+
+_TRANSPORTS = {"shm": pb.TRANSPORT_SHM, "inline": pb.TRANSPORT_INLINE}
+STATE_DICT_VERSION = 1
+
+
+class Loader:
+    """Batches of packed token lines for one data-parallel rank.
+
+    ``config`` is a dict or the path of a YAML/JSON file (keys in the README).
+    ``dp_rank``/``dp_size`` default to torchrun's RANK/WORLD_SIZE, ``socket``
+    to DATALOADERD_SOCKET. Processes of one tensor/pipeline-parallel group pass
+    the same ``dp_rank`` and ``consumers=<group size>`` and read the same batches.
+
+    Iterating yields dicts: ``tokens`` (int32 numpy array [lines, seq_len+1]),
+    ``input_ids`` and ``labels`` (``tokens[:, :-1]`` and ``tokens[:, 1:]``, torch
+    tensors when torch is installed), ``step`` and ``lines``. On the ``shm``
+    transport these are views of shared memory, valid until the next batch is
+    asked for; pass ``copy=True`` to get batches you may keep.
+    """
+
+    def __init__(self, config: Union[str, os.PathLike, Mapping[str, Any]],
+                 dp_rank: Optional[int] = None, dp_size: Optional[int] = None,
+                 socket: Optional[str] = None, resume_from: Optional[Union[str, os.PathLike]] = None,
+                 transport: str = "shm", *, job: Optional[str] = None, consumers: int = 1,
+                 slots: int = 0, copy: bool = False, timeout: float = 60.0):
+        data, base = load_config(config)
+        self._config = to_proto(data, base)
+        self.dp_rank = env_int("RANK", 0) if dp_rank is None else int(dp_rank)
+        self.dp_size = env_int("WORLD_SIZE", 1) if dp_size is None else int(dp_size)
+        if self.dp_size < 1 or not 0 <= self.dp_rank < self.dp_size:
+            raise ConfigError(f"dp_rank {self.dp_rank} is out of range for dp_size {self.dp_size}")
+        if transport not in _TRANSPORTS:
+            raise ConfigError(f"transport {transport!r}: want one of {', '.join(_TRANSPORTS)}")
+        if consumers < 1 or slots < 0:
+            raise ConfigError(f"consumers must be >= 1 and slots >= 0, got {consumers} and {slots}")
+        self.job = job or os.environ.get("DATALOADERD_JOB") or os.environ.get("TORCHELASTIC_RUN_ID") or "default"
+        self.transport = transport
+        self._consumers, self._slots, self._copy, self._timeout = consumers, slots, copy, timeout
+        self._resume_from = optional_abspath(resume_from)
+        self._resume_states: list = []
+
+        path = socket or os.environ.get("DATALOADERD_SOCKET")
+        if not path:
+            raise DaemonUnavailableError("no daemon socket: pass socket= or set DATALOADERD_SOCKET")
+        path = path[len("unix://"):] if path.startswith("unix://") else path
+        if not os.path.exists(path):
+            raise DaemonUnavailableError(f"no daemon socket at {path}: is 'dataloaderd serve --socket {path}' running?")
+        self.socket = path
+        self._channel = grpc.insecure_channel("unix://" + path, options=[
+            ("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)])
+        self._stub = pb_grpc.LoaderStub(self._channel)
+        self._session: Optional[pb.OpenSessionResponse] = None
+        self._ring: Optional[ShmRing] = None
+        self._requests: Optional[queue.Queue] = None
+        self._responses = None
+        self._held: Optional[tuple] = None
+        self._last_step = 0
+        self._ended = False
+        self._closed = False
+
+    # -- session --------------------------------------------------------------
+
+    @translate
+    def _open(self) -> pb.OpenSessionResponse:
+        if self._closed:
+            raise DataloaderdError("the loader is closed")
+        if self._session is None:
+            s = self._stub.OpenSession(pb.OpenSessionRequest(
+                job=self.job, config=self._config, dp_rank=self.dp_rank, dp_size=self.dp_size,
+                consumers=self._consumers, transport=_TRANSPORTS[self.transport],
+                resume_from=self._resume_from, resume_states=self._resume_states, slots=self._slots,
+            ), timeout=self._timeout)
+            self._session = s
+            self._last_step = s.start_step
+            self._ended = False
+            if s.transport == pb.TRANSPORT_SHM:
+                self._ring = ShmRing(s.ring.path, s.ring.slots, s.ring.slot_stride, s.line_tokens)
+        return self._session
+
+    def _close_session(self) -> None:
+        s, self._session = self._session, None
+        if s is None:
+            return
+        try:
+            self._stub.CloseSession(pb.CloseSessionRequest(session_id=s.session_id, consumer=s.consumer),
+                                    timeout=self._timeout)
+        except grpc.RpcError:
+            pass  # the daemon reclaims a session whose stream ends anyway
+        if self._requests is not None:
+            self._requests.put(None)
+        if self._responses is not None:
+            self._responses.cancel()
+        self._requests = self._responses = self._held = None
+        if self._ring is not None:
+            self._ring.close()
+            self._ring = None
+
+    # -- iteration ------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[Dict[str, Any]]:
+        self._open()
+        return self._batches()
+
+    def _release(self, slot: int, step: int, wait_ns: int) -> None:
+        self._requests.put(pb.BatchesRequest(release=pb.Release(slot=slot, step=step, wait_ns=wait_ns)))
+
+    def _batches(self) -> Iterator[Dict[str, Any]]:
+        s = self._session
+        if self._responses is None:
+            self._requests = queue.Queue()
+            self._requests.put(pb.BatchesRequest(attach=pb.Attach(session_id=s.session_id, consumer=s.consumer)))
+            self._responses = self._stub.Batches(iter(self._requests.get, None))
+        while not self._ended and self._session is s:
+            if self._held is not None:
+                self._release(*self._held)
+                self._held = None
+            start = time.perf_counter_ns()
+            try:
+                msg = next(self._responses)
+            except grpc.RpcError as err:
+                raise from_rpc_error(err) from err
+            except StopIteration:
+                raise DaemonUnavailableError("the daemon ended the batch stream") from None
+            wait_ns = time.perf_counter_ns() - start
+            if msg.end:
+                self._ended = True
+                return
+            if self._ring is None:
+                tokens = np.frombuffer(msg.data, dtype="<i4").reshape(msg.lines, s.line_tokens)
+                self._release(msg.slot, msg.step, wait_ns)
+            elif self._copy:
+                tokens = self._ring.batch(msg.slot, msg.lines).copy()
+                self._release(msg.slot, msg.step, wait_ns)
+            else:
+                tokens = self._ring.batch(msg.slot, msg.lines)
+                self._held = (msg.slot, msg.step, wait_ns)
+            self._last_step = msg.step
+            yield _batch(tokens, msg.step)
+
+    # -- state ----------------------------------------------------------------
+
+    @property
+    def step(self) -> int:
+        """The last step this loader yielded (the resumed step before any)."""
+        return self._last_step
+
+    @translate
+    def save(self, folder: Union[str, os.PathLike]) -> str:
+        """Writes this rank's state after the last batch it yielded into
+        ``<folder>/dataloader/rank-<r>-of-<W>.json``; returns the file's path."""
+        s = self._open()
+        resp = self._stub.SaveState(pb.SaveStateRequest(
+            session_id=s.session_id, step=self._last_step, folder=optional_abspath(folder)), timeout=self._timeout)
+        return resp.path
+
+    @translate
+    def state_dict(self) -> Dict[str, Any]:
+        """This rank's state after the last yielded batch, for torch.distributed.checkpoint."""
+        s = self._open()
+        resp = self._stub.GetState(pb.GetStateRequest(session_id=s.session_id, step=self._last_step),
+                                   timeout=self._timeout)
+        return {"version": STATE_DICT_VERSION, "dp_rank": resp.dp_rank, "dp_size": resp.dp_size,
+                "step": self._last_step, "state": resp.state}
+
+    def load_state_dict(self, sd: Mapping[str, Any]) -> None:
+        """Restores a state from state_dict(); the next iteration continues after
+        its step. Resuming onto another dp_size needs resume_from=<checkpoint folder>."""
+        try:
+            version, size, blob = sd["version"], sd["dp_size"], sd["state"]
+        except (KeyError, TypeError) as e:
+            raise StateError(f"not a dataloaderd state dict: missing {e}") from e
+        if version != STATE_DICT_VERSION:
+            raise StateError(f"state dict version {version}, this client reads {STATE_DICT_VERSION}")
+        if size != self.dp_size:
+            raise StateError(
+                f"state dict is from dp_size {size}, this loader has dp_size {self.dp_size}: a state dict "
+                "holds one rank's shards; to resume onto another dp_size pass resume_from=<checkpoint folder>")
+        self._close_session()
+        self._resume_states = [bytes(blob)]
+        self._resume_from = ""
+
+    # -- lifetime -------------------------------------------------------------
+
+    def close(self) -> None:
+        """Closes the session (the daemon frees its ring) and the connection. Idempotent."""
+        if self._closed:
+            return
+        self._close_session()
+        self._closed = True
+        self._channel.close()
+
+    def __enter__(self) -> "Loader":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def _batch(tokens: np.ndarray, step: int) -> Dict[str, Any]:
+    out: Dict[str, Any] = {"tokens": tokens, "step": step, "lines": tokens.shape[0]}
+    if torch is not None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # read-only shared memory
+            t = torch.from_numpy(tokens)
+        out["input_ids"], out["labels"] = t[:, :-1], t[:, 1:]
+    else:
+        out["input_ids"], out["labels"] = tokens[:, :-1], tokens[:, 1:]
+    return out

@@ -1,0 +1,99 @@
+"""Bad input gets the package's own exception, naming the thing at fault."""
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from conftest import BIN
+from corpus import make_corpus
+from dataloaderd import (ConfigError, DaemonUnavailableError, Loader, PathNotAllowedError,
+                         SessionExistsError, StateError)
+
+
+@pytest.fixture
+def config(tmp_path):
+    datasets, _ = make_corpus(str(tmp_path))
+    return {"seq_len": 31, "batch_size": 2, "seed": 5, "logical_shards": 8, "eos_id": 0, "datasets": datasets}
+
+
+def first(loader):
+    with loader:
+        return next(iter(loader))
+
+
+@pytest.mark.parametrize("edit,kw,match", [
+    (lambda c: c.update(seq_len=0), {}, "seq_len must be at least 1"),
+    (lambda c: c["datasets"][0].update(path="/nonexistent/corpus"), {}, "/nonexistent/corpus"),
+    (lambda c: c["datasets"][0].update(format="parquet"), {}, 'unknown format "parquet"'),
+    (lambda c: [d.update(weight=0) for d in c["datasets"]], {}, "every weight is zero"),
+    (lambda c: c["datasets"][1].update(weight=-2.0), {}, "weight must be a finite number >= 0"),
+    (lambda c: c.update(logical_shards=2), {"dp_size": 4, "dp_rank": 3}, r"logical_shards \(2\) must be at least dp_size \(4\)"),
+])
+def test_daemon_refuses_bad_config(daemon, config, edit, kw, match):
+    edit(config)
+    args = {"dp_rank": 0, "dp_size": 1, **kw}
+    with pytest.raises(ConfigError, match=match):
+        first(Loader(config, socket=daemon.socket, **args))
+
+
+def test_client_side_checks(daemon, config):
+    with pytest.raises(ConfigError, match="unknown key 'seqlen'"):
+        Loader({**config, "seqlen": 4}, socket=daemon.socket)
+    with pytest.raises(ConfigError, match="'batch_size' has the wrong type"):
+        Loader({**config, "batch_size": "8"}, socket=daemon.socket)
+    with pytest.raises(ConfigError, match="dp_rank 2 is out of range for dp_size 2"):
+        Loader(config, dp_rank=2, dp_size=2, socket=daemon.socket)
+    with pytest.raises(DaemonUnavailableError, match="no daemon socket at /nonexistent.sock"):
+        Loader(config, socket="/nonexistent.sock")
+
+
+def test_config_file(daemon, config, tmp_path):
+    # Relative dataset paths resolve against the config file's directory.
+    for d in config["datasets"]:
+        d["path"] = os.path.relpath(d["path"], tmp_path)
+    path = tmp_path / "job.json"
+    path.write_text(json.dumps(config))
+    assert first(Loader(str(path), socket=daemon.socket, dp_rank=0, dp_size=1))["tokens"].shape == (2, 32)
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(ConfigError, match="bad.json"):
+        Loader(str(bad), socket=daemon.socket)
+
+
+def test_duplicate_session(daemon, config):
+    with Loader(config, dp_rank=0, dp_size=1, socket=daemon.socket, job="dup") as a:
+        next(iter(a))
+        with pytest.raises(SessionExistsError, match="duplicate session"):
+            first(Loader(config, dp_rank=0, dp_size=1, socket=daemon.socket, job="dup"))
+
+
+def test_resume_from_another_corpus(daemon, config, tmp_path):
+    ckpt = str(tmp_path / "ckpt")
+    with Loader(config, dp_rank=0, dp_size=1, socket=daemon.socket, job="one") as a:
+        next(iter(a))
+        a.save(ckpt)
+    other_dir = tmp_path / "other"
+    other_dir.mkdir()
+    other, _ = make_corpus(str(other_dir), seed=9)
+    changed = {**config, "datasets": other, "seq_len": 63}
+    with pytest.raises(StateError, match="seq_len is 31 in the saved state, 63 now"):
+        first(Loader(changed, dp_rank=0, dp_size=1, socket=daemon.socket, job="two", resume_from=ckpt))
+    with pytest.raises(StateError, match='dataset "d0": files differ'):
+        first(Loader({**config, "datasets": other}, dp_rank=0, dp_size=1, socket=daemon.socket,
+                     job="three", resume_from=ckpt))
+
+
+def test_allow_root(daemon_factory, config, tmp_path):
+    root = tmp_path / "root"
+    root.mkdir()
+    d = daemon_factory("--allow-root", str(root))
+    with pytest.raises(PathNotAllowedError, match="not under any --allow-root"):
+        first(Loader(config, dp_rank=0, dp_size=1, socket=d.socket))
+
+
+def test_socket_path_too_long(tmp_path):
+    long = str(tmp_path / ("s" * 120))
+    p = subprocess.run([BIN, "serve", "--socket", long], capture_output=True, text=True, timeout=30)
+    assert p.returncode != 0 and "longer than the 107" in p.stderr
