@@ -54,6 +54,8 @@ type Server struct {
 	metrics *metrics
 	health  *health.Server
 
+	corpora *corpora
+
 	mu       sync.Mutex
 	sessions map[sessionKey]*session
 	byID     map[string]*session
@@ -83,7 +85,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	return &Server{
 		cfg: cfg, log: cfg.Logger, roots: r, metrics: newMetrics(cfg.Registry),
-		health: health.NewServer(), sessions: map[sessionKey]*session{}, byID: map[string]*session{},
+		health: health.NewServer(), corpora: newCorpora(), sessions: map[sessionKey]*session{}, byID: map[string]*session{},
 	}, nil
 }
 
@@ -290,18 +292,18 @@ func (s *Server) openSession(req *pb.OpenSessionRequest) (*pb.OpenSessionRespons
 }
 
 func (s *Server) newSession(key sessionKey, cfg stream.Config, req *pb.OpenSessionRequest, transport pb.Transport, consumers, slots int, ckey string) (*session, error) {
-	corpus, err := stream.OpenCorpus(cfg)
+	corpus, release, err := s.corpora.acquire(req.GetConfig(), cfg)
 	if err != nil {
 		return nil, err
 	}
 	from, err := restore(corpus.Fingerprint(), req.GetResumeFrom(), req.GetResumeStates())
 	if err != nil {
-		corpus.Close()
+		release()
 		return nil, err
 	}
 	rank, err := stream.NewRank(corpus, req.GetDpRank(), req.GetDpSize(), from)
 	if err != nil {
-		corpus.Close()
+		release()
 		return nil, err
 	}
 	id := newSessionID()
@@ -313,13 +315,13 @@ func (s *Server) newSession(key sessionKey, cfg stream.Config, req *pb.OpenSessi
 		ring, err = cuda.NewMemRing(slots, slotBytes)
 	}
 	if err != nil {
-		corpus.Close()
+		release()
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	ss := &session{
 		id: id, key: key, dpSize: req.GetDpSize(), configKey: ckey, transport: transport.String(),
-		corpus: corpus, ring: ring, datasets: corpus.DatasetNames(), cancel: cancel, done: make(chan struct{}),
+		corpus: corpus, releaseCorpus: release, ring: ring, datasets: corpus.DatasetNames(), cancel: cancel, done: make(chan struct{}),
 		attached: make([]bool, consumers), closed: make([]bool, consumers), opened: time.Now(),
 		log: s.log.With(zap.String("session", id), zap.String("job", key.job), zap.Uint32("dp_rank", key.dpRank)),
 	}

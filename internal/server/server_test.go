@@ -310,3 +310,39 @@ func TestSocketPath(t *testing.T) {
 		t.Fatal("socket still answers after cleanup")
 	}
 }
+
+// TestCorpusShared: the ranks of one job share one opened corpus, closed
+// with the last session.
+func TestCorpusShared(t *testing.T) {
+	d := startDaemon(t, Config{})
+	ctx := ctxT(t)
+	cfg := d.config(t)
+	var ids []string
+	for r := uint32(0); r < 2; r++ {
+		o, err := d.client.OpenSession(ctx, &pb.OpenSessionRequest{Job: "j", Config: cfg, DpRank: r, DpSize: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, o.GetSessionId())
+	}
+	d.srv.corpora.mu.Lock()
+	n, refs := len(d.srv.corpora.open), 0
+	for _, sc := range d.srv.corpora.open {
+		refs = sc.refs
+	}
+	d.srv.corpora.mu.Unlock()
+	if n != 1 || refs != 2 {
+		t.Fatalf("%d corpora open with %d refs, want 1 with 2", n, refs)
+	}
+	for _, id := range ids {
+		if _, err := d.client.CloseSession(ctx, &pb.CloseSessionRequest{SessionId: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitSessions(t, d.srv, 0)
+	d.srv.corpora.mu.Lock()
+	defer d.srv.corpora.mu.Unlock()
+	if len(d.srv.corpora.open) != 0 {
+		t.Fatalf("%d corpora still open after every session closed", len(d.srv.corpora.open))
+	}
+}

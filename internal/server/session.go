@@ -32,12 +32,14 @@ type session struct {
 	configKey string
 	transport string
 	corpus    *stream.Corpus
-	pipeline  *stream.Pipeline
-	ring      cuda.Ring
-	datasets  []string
-	cancel    context.CancelFunc
-	done      chan struct{} // closed when the producer has stopped
-	log       *zap.Logger
+	// releaseCorpus gives the shared corpus back.
+	releaseCorpus func()
+	pipeline      *stream.Pipeline
+	ring          cuda.Ring
+	datasets      []string
+	cancel        context.CancelFunc
+	done          chan struct{} // closed when the producer has stopped
+	log           *zap.Logger
 
 	mu       sync.Mutex
 	joined   int    // consumers that opened the session
@@ -125,9 +127,7 @@ func (s *session) stop() {
 	if err := s.ring.Close(); err != nil {
 		s.log.Warn("closing ring", zap.Error(err))
 	}
-	if err := s.corpus.Close(); err != nil {
-		s.log.Warn("closing corpus", zap.Error(err))
-	}
+	s.releaseCorpus()
 }
 
 func (s *session) labels() []string {

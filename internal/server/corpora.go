@@ -1,0 +1,68 @@
+package server
+
+import (
+	"sync"
+
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/dataloaderd/dataloaderd/api/proto/dataloader/v1"
+	"github.com/dataloaderd/dataloaderd/internal/stream"
+)
+
+// corpora shares opened corpora between the sessions of one job config: the
+// ranks of a node map each file once, not once per rank (parallel file
+// systems limit mmaps). A corpus is read-only once open; it is closed when
+// its last session ends.
+type corpora struct {
+	mu   sync.Mutex
+	open map[string]*sharedCorpus
+}
+
+type sharedCorpus struct {
+	corpus *stream.Corpus
+	refs   int
+	ready  chan struct{} // closed once opening finished
+	err    error
+}
+
+func newCorpora() *corpora { return &corpora{open: map[string]*sharedCorpus{}} }
+
+// acquire returns the corpus of cfg, opening it if no session holds it.
+func (c *corpora) acquire(wire *pb.JobConfig, cfg stream.Config) (*stream.Corpus, func(), error) {
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(wire)
+	if err != nil {
+		return nil, nil, err
+	}
+	key := string(b)
+	c.mu.Lock()
+	sc := c.open[key]
+	if sc == nil {
+		sc = &sharedCorpus{ready: make(chan struct{})}
+		c.open[key] = sc
+		sc.refs++
+		c.mu.Unlock()
+		sc.corpus, sc.err = stream.OpenCorpus(cfg)
+		close(sc.ready)
+	} else {
+		sc.refs++
+		c.mu.Unlock()
+		<-sc.ready
+	}
+	release := func() {
+		c.mu.Lock()
+		sc.refs--
+		last := sc.refs == 0
+		if last {
+			delete(c.open, key)
+		}
+		c.mu.Unlock()
+		if last && sc.corpus != nil {
+			sc.corpus.Close()
+		}
+	}
+	if sc.err != nil {
+		release()
+		return nil, nil, sc.err
+	}
+	return sc.corpus, release, nil
+}
