@@ -74,6 +74,7 @@ generate-check: setup
 
 bench: build $(VENV)/.stamp
 	$(GO) test -run '^$$' -bench . -benchmem ./internal/...
+	$(PY) scripts/bench_client.py --daemon $(BIN)/dataloaderd
 
 demo: build $(VENV)/.stamp
 	$(PY) scripts/demo.py --daemon $(BIN)/dataloaderd
