@@ -15,7 +15,6 @@ numbers depend on the machine.
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -24,6 +23,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "clients", "python", "src"))
 from dataloaderd import Loader  # noqa: E402
+from daemon import running  # noqa: E402
 
 
 def write_corpus(prefix, total_tokens, rng):
@@ -89,13 +89,7 @@ def main():
         prefix = os.path.join(tmp, "corpus")
         total = write_corpus(prefix, args.corpus_mb << 19, rng)
         sock = os.path.join(tmp, "d.sock")
-        daemon = subprocess.Popen([args.daemon, "serve", "--socket", sock, "--log-level", "warn"])
-        try:
-            for _ in range(100):
-                if subprocess.run([args.daemon, "healthcheck", "--socket", sock, "--timeout", "1s"],
-                                  capture_output=True).returncode == 0:
-                    break
-                time.sleep(0.1)
+        with running(args.daemon, sock, "--log-level", "warn"):
             config = {"seq_len": 4096, "batch_size": 8, "seed": 1, "logical_shards": 256, "eos_id": 0,
                       "datasets": [{"name": "web", "path": prefix, "format": "megatron"}]}
             batch_tokens = 8 * 4097
@@ -105,9 +99,6 @@ def main():
                 rate = client_rate(config, sock, transport, args.seconds)
                 results[f"{transport}_tokens_per_s"] = rate
                 results[f"{transport}_ratio_to_copy"] = rate / ceiling
-        finally:
-            daemon.terminate()
-            daemon.wait(timeout=30)
     print(f"corpus: {total:,} tokens; seq_len 4096, batch 8, one client process")
     print(f"{'path':<22}{'tokens/s':>16}{'ratio to copy':>16}")
     print(f"{'numpy copy (ceiling)':<22}{ceiling:>16,.0f}{1.0:>16.3f}")

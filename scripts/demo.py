@@ -24,6 +24,8 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "clients", "python", "src"))
+sys.path.insert(0, HERE)
+from daemon import running  # noqa: E402
 
 SEQ_LEN, BATCH, SHARDS = 2047, 8, 48
 
@@ -121,15 +123,7 @@ def main():
         print(f"corpus: {docs} Go source files, {int(corpus_counts.sum()):,} byte tokens (Megatron uint16)")
         sock = os.path.join(tmp, "d.sock")
         log = open(os.path.join(tmp, "daemon.log"), "w")
-        daemon = subprocess.Popen([args.daemon, "serve", "--socket", sock, "--allow-root", tmp], stderr=log)
-        try:
-            for _ in range(100):
-                if subprocess.run([args.daemon, "healthcheck", "--socket", sock, "--timeout", "1s"],
-                                  capture_output=True).returncode == 0:
-                    break
-                time.sleep(0.1)
-            else:
-                sys.exit("the daemon did not become healthy")
+        with running(args.daemon, sock, "--allow-root", tmp, log=log):
             config = {"seq_len": SEQ_LEN, "batch_size": BATCH, "seed": 2026, "logical_shards": SHARDS,
                       "eos_id": 0, "epochs": 1,
                       "datasets": [{"name": "gosrc", "path": prefix, "format": "megatron"}]}
@@ -139,9 +133,6 @@ def main():
             c1, r1 = phase("2 ranks, then save", 2, common, tmp, job="demo-2", steps=60, save=ckpt, resume_from=None)
             c2, r2 = phase("resume on 3 ranks to the end", 3, common, tmp, job="demo-3", steps=0, save=None,
                            resume_from=ckpt)
-        finally:
-            daemon.terminate()
-            daemon.wait(timeout=30)
         ceiling = copy_ceiling()
         served = c1 + c2
         ok = np.array_equal(served[1:], corpus_counts[1:])
