@@ -152,6 +152,23 @@ func (m *megatronFile) extent(i uint64) (start, tokens uint64, err error) {
 	return start, tokens, nil
 }
 
+// sequence is extent for reading sequence i: it also checks that the next
+// sequence starts where i ends. Megatron writes sequences back to back; with
+// that checked on every read, the units tile the bytes Open counted, so
+// Tokens and Offset are exact and no token is served twice.
+func (m *megatronFile) sequence(i uint64) (start, tokens uint64, err error) {
+	start, tokens, err = m.extent(i)
+	if err != nil || i+1 >= m.sequences {
+		return start, tokens, err
+	}
+	end := start + tokens*m.dtype.size()
+	if _, next := m.entry(i + 1); next != int64(end) {
+		return 0, 0, m.idxError("sequence %d ends at byte %d but sequence %d starts at byte %d; want contiguous sequences, as Megatron writes them",
+			i, end, i+1, next)
+	}
+	return start, tokens, nil
+}
+
 func (m *megatronFile) idxError(format string, args ...any) error {
 	return invalidFile(m.dataset, m.idxPath, format, args...)
 }
@@ -159,8 +176,8 @@ func (m *megatronFile) idxError(format string, args ...any) error {
 func (m *megatronFile) units() uint64  { return m.sequences }
 func (m *megatronFile) tokens() uint64 { return m.tokenCount }
 
-// offset is sequence u's token position relative to the first sequence; exact
-// when sequences are contiguous, as Megatron writes them.
+// offset is sequence u's token position relative to the first sequence: exact
+// for contiguous sequences, and clipped to stay monotone-safe otherwise.
 func (m *megatronFile) offset(u uint64) uint64 {
 	if u >= m.sequences {
 		return m.tokenCount
@@ -173,12 +190,12 @@ func (m *megatronFile) offset(u uint64) uint64 {
 }
 
 func (m *megatronFile) unitLen(u uint64) (uint64, error) {
-	_, tokens, err := m.extent(u)
+	_, tokens, err := m.sequence(u)
 	return tokens, err
 }
 
 func (m *megatronFile) read(u, off uint64, dst []int32) error {
-	start, tokens, err := m.extent(u)
+	start, tokens, err := m.sequence(u)
 	if err != nil {
 		return err
 	}

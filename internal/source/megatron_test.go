@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"path/filepath"
+	"slices"
 	"testing"
 )
 
@@ -184,5 +185,21 @@ func TestMegatronIndexFieldOffsets(t *testing.T) {
 	}
 	if megatronHeaderSize != 34 {
 		t.Errorf("header size %d, want 34", megatronHeaderSize)
+	}
+}
+
+func TestMegatronNonContiguousSequences(t *testing.T) {
+	seqs := [][]float64{{1, 2}, {3, 4}, {5, 6}}
+	x := newMegatronIndex(dtUint16, seqs)
+	x.pointers[1] = 2 // overlaps sequence 0, leaving a gap before sequence 2
+	prefix := filepath.Join(t.TempDir(), "gap")
+	writeFile(t, prefix+".idx", x.encode())
+	writeFile(t, prefix+".bin", encodeTokens(dtUint16, slices.Concat(seqs...)))
+	src := mustOpen(t, Spec{Name: "gap", Path: prefix, Format: FormatMegatron})
+	_, err := src.UnitLen(0)
+	checkInvalid(t, err, prefix+".idx", "sequence 0 ends at byte 4 but sequence 1 starts at byte 2", "contiguous")
+	checkInvalid(t, src.Read(1, 0, make([]int32, 2)), "sequence 1 ends at byte 6 but sequence 2 starts at byte 8")
+	if n, err := src.UnitLen(2); err != nil || n != 2 {
+		t.Errorf("UnitLen(2) = %d, %v; want 2", n, err)
 	}
 }

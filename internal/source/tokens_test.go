@@ -160,3 +160,29 @@ func TestTokensRejectsValuesAboveInt32(t *testing.T) {
 	err := src.Read(1, 0, make([]int32, 3))
 	checkInvalid(t, err, path, "unit 1, token 1 (file token 3)", "2147483648")
 }
+
+// TestTokensEOSBytesStraddlingTokens places the EOS byte pattern across every
+// pair of neighbouring tokens, so that only the token-aligned match counts.
+func TestTokensEOSBytesStraddlingTokens(t *testing.T) {
+	for _, tc := range []struct {
+		dt         dtype
+		fill, eos  float64
+		dtypeField string
+	}{
+		{dtUint16, 0x0001, 0x0100, "uint16"},
+		{dtUint32, 0x00000001, 0x00000100, "uint32"},
+	} {
+		t.Run(tc.dt.String(), func(t *testing.T) {
+			values := make([]float64, 300)
+			for i := range values {
+				values[i] = tc.fill
+			}
+			values[99], values[250] = tc.eos, tc.eos
+			path := filepath.Join(t.TempDir(), "s.bin")
+			writeFile(t, path, encodeTokens(tc.dt, values))
+			src := mustOpen(t, Spec{Name: "s", Path: path, Format: FormatTokens,
+				Dtype: tc.dtypeField, EOS: int64(tc.eos), BlockTokens: 7})
+			checkUnits(t, src, referenceBlocks(toInt32(values), int32(tc.eos), 7))
+		})
+	}
+}
