@@ -16,15 +16,45 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..")
 BIN = os.environ.get("DATALOADERD_BIN", os.path.join(REPO, "bin", "dataloaderd"))
 
 
+SHM = "/dev/shm"
+
+
+def dataloaderd_maps(pid):
+    """The ring files process pid has mapped (empty when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return set()
+    paths = (line.split(None, 5)[5] for line in lines if len(line.split(None, 5)) == 6)
+    return {p for p in paths if os.path.basename(p).startswith("dataloaderd-")}
+
+
+def rings_of_other_daemons(own_pid):
+    """Ring files mapped by dataloaderd processes other than own_pid (a daemon
+    someone runs beside these tests must not fail them)."""
+    held = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == own_pid:
+            continue
+        try:
+            if os.path.basename(os.readlink(f"/proc/{entry}/exe")) != "dataloaderd":
+                continue
+        except OSError:
+            continue
+        held |= dataloaderd_maps(entry)
+    return held
+
+
 class Daemon:
+    """`dataloaderd serve` on a socket in a temp dir, rings in /dev/shm."""
+
     def __init__(self, tmp_path, extra=()):
         self.socket = str(tmp_path / "d.sock")
-        self.shm = str(tmp_path / "shm")
-        os.mkdir(self.shm)
+        self.before = set(self.rings())
         self.log = open(tmp_path / "daemon.log", "w+")
         self.proc = subprocess.Popen(
-            [BIN, "serve", "--socket", self.socket, "--shm-dir", self.shm, "--log-level", "info",
-             "--attach-within", "5s", *extra],
+            [BIN, "serve", "--socket", self.socket, "--log-level", "warn", "--attach-within", "5s", *extra],
             stdout=self.log, stderr=subprocess.STDOUT)
         for _ in range(200):
             if subprocess.run([BIN, "healthcheck", "--socket", self.socket, "--timeout", "1s"],
@@ -33,21 +63,30 @@ class Daemon:
             if self.proc.poll() is not None:
                 break
             time.sleep(0.05)
+        self.proc.kill()
+        self.proc.wait()
         raise RuntimeError(f"daemon did not start: {self.logs()}")
 
-    def rings(self):
-        return glob.glob(os.path.join(self.shm, "dataloaderd-*"))
+    @staticmethod
+    def rings():
+        return glob.glob(os.path.join(SHM, "dataloaderd-*"))
 
     def logs(self):
         self.log.seek(0)
         return self.log.read()
 
     def stop(self):
+        """SIGTERM; the daemon must exit 0 and leave no socket and no ring it made."""
+        if self.proc.returncode is not None:
+            return
+        held = dataloaderd_maps(self.proc.pid)
         self.proc.send_signal(signal.SIGTERM)
         code = self.proc.wait(timeout=30)
         assert code == 0, f"daemon exited {code}: {self.logs()[-2000:]}"
         assert not os.path.exists(self.socket), "socket left after SIGTERM"
-        assert self.rings() == [], f"ring files left after SIGTERM: {self.rings()}"
+        made = (held | (set(self.rings()) - self.before)) - rings_of_other_daemons(self.proc.pid)
+        left = sorted(p for p in made if os.path.exists(p))
+        assert left == [], f"ring files left in {SHM} after SIGTERM: {left}"
 
 
 @pytest.fixture

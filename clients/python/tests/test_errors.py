@@ -2,6 +2,7 @@
 
 import json
 import os
+import socket
 import subprocess
 
 import pytest
@@ -47,6 +48,15 @@ def test_client_side_checks(daemon, config):
         Loader(config, dp_rank=2, dp_size=2, socket=daemon.socket)
     with pytest.raises(DaemonUnavailableError, match="no daemon socket at /nonexistent.sock"):
         Loader(config, socket="/nonexistent.sock")
+
+
+def test_nothing_listening_on_the_socket(config, tmp_path):
+    path = str(tmp_path / "stale.sock")
+    s = socket.socket(socket.AF_UNIX)
+    s.bind(path)
+    s.close()  # the file stays, nobody answers: connection refused
+    with pytest.raises(DaemonUnavailableError, match="stale.sock"):
+        first(Loader(config, socket=path, dp_rank=0, dp_size=1))
 
 
 def test_config_file(daemon, config, tmp_path):

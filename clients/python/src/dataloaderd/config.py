@@ -77,9 +77,15 @@ def _check(where: str, data: Mapping[str, Any], keys: dict) -> dict:
             continue
         value = data[key]
         if isinstance(value, bool) or not isinstance(value, typ):
-            raise ConfigError(f"{where}: {key!r} has the wrong type: {value!r}")
+            raise ConfigError(f"{where}: {key!r} has the wrong type: {value!r} is a "
+                              f"{type(value).__name__}, want {_type_name(typ)}")
         out[key] = value
     return out
+
+
+def _type_name(typ: Any) -> str:
+    types = typ if isinstance(typ, tuple) else (typ,)
+    return " or ".join("null" if t is type(None) else t.__name__ for t in types)
 
 
 def to_proto(data: Mapping[str, Any], base_dir: str) -> "pb.JobConfig":
@@ -108,6 +114,7 @@ def to_proto(data: Mapping[str, Any], base_dir: str) -> "pb.JobConfig":
 
 
 def env_int(name: str, default: int) -> int:
+    """The integer in environment variable ``name``, or ``default`` when unset."""
     value = os.environ.get(name)
     if value is None or value == "":
         return default
@@ -118,4 +125,5 @@ def env_int(name: str, default: int) -> int:
 
 
 def optional_abspath(path: Optional[Union[str, os.PathLike]]) -> str:
+    """An absolute path for the daemon (it has another working directory); "" for None."""
     return "" if path is None else os.path.abspath(os.path.expanduser(os.fspath(path)))

@@ -4,7 +4,7 @@ of these (``raise ... from``), so callers never catch gRPC internals."""
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Optional, TypeVar
 
 import grpc
 
@@ -20,7 +20,15 @@ __all__ = [
 
 
 class DataloaderdError(Exception):
-    """Base class of every error the client raises."""
+    """Base class of every error the client raises.
+
+    ``code`` is the name of the gRPC status code when the error came from the
+    daemon (e.g. ``"INVALID_ARGUMENT"``), else None; the message is the
+    daemon's own text."""
+
+    def __init__(self, message: str, code: Optional[str] = None):
+        super().__init__(message)
+        self.code = code
 
 
 class ConfigError(DataloaderdError, ValueError):
@@ -58,12 +66,14 @@ _BY_CODE = {
 
 
 def from_rpc_error(err: grpc.RpcError) -> DataloaderdError:
-    """The package's exception for a gRPC error, with the daemon's message."""
-    code = err.code() if hasattr(err, "code") else None
-    details = err.details() if hasattr(err, "details") else str(err)
+    """The package's exception for a gRPC error; its message is the daemon's."""
+    code = err.code() if callable(getattr(err, "code", None)) else None
+    details = err.details() if callable(getattr(err, "details", None)) else None
     cls = _BY_CODE.get(code, DataloaderdError)
-    name = code.name if code is not None else "UNKNOWN"
-    return cls(f"{details} [{name}]")
+    name = code.name if isinstance(code, grpc.StatusCode) else None
+    if not details:
+        details = f"dataloaderd request failed ({name or 'no status'})"
+    return cls(details, name)
 
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 import queue
+import sys
 import time
 import warnings
+import weakref
 from typing import Any, Dict, Iterator, Mapping, Optional, Union
 
 import grpc
@@ -27,6 +30,20 @@ __all__ = ["Loader"]
 
 _TRANSPORTS = {"shm": pb.TRANSPORT_SHM, "inline": pb.TRANSPORT_INLINE}
 STATE_DICT_VERSION = 1
+
+# Loaders not closed yet. They are closed at exit, while gRPC's threads still
+# run: closing a channel with a live stream during interpreter finalization
+# blocks forever.
+_open_loaders: "weakref.WeakSet[Loader]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_loaders() -> None:
+    for loader in list(_open_loaders):
+        try:
+            loader.close()
+        except Exception:
+            pass
 
 
 class Loader:
@@ -75,6 +92,7 @@ class Loader:
         self._channel = grpc.insecure_channel("unix://" + path, options=[
             ("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)])
         self._stub = pb_grpc.LoaderStub(self._channel)
+        _open_loaders.add(self)
         self._session: Optional[pb.OpenSessionResponse] = None
         self._ring: Optional[ShmRing] = None
         self._requests: Optional[queue.Queue] = None
@@ -96,11 +114,18 @@ class Loader:
                 consumers=self._consumers, transport=_TRANSPORTS[self.transport],
                 resume_from=self._resume_from, resume_states=self._resume_states, slots=self._slots,
             ), timeout=self._timeout)
+            if s.transport == pb.TRANSPORT_SHM:
+                try:
+                    self._ring = ShmRing(s.ring.path, s.ring.slots, s.ring.slot_stride, s.line_tokens)
+                except (OSError, ValueError) as e:
+                    self._stub.CloseSession(pb.CloseSessionRequest(session_id=s.session_id, consumer=s.consumer),
+                                            timeout=self._timeout)
+                    raise DataloaderdError(
+                        f"cannot map the ring {s.ring.path} ({e}): is the daemon on another machine or in "
+                        "another container? transport='inline' works without shared memory") from e
             self._session = s
             self._last_step = s.start_step
             self._ended = False
-            if s.transport == pb.TRANSPORT_SHM:
-                self._ring = ShmRing(s.ring.path, s.ring.slots, s.ring.slot_stride, s.line_tokens)
         return self._session
 
     def _close_session(self) -> None:
@@ -135,7 +160,7 @@ class Loader:
         if self._responses is None:
             self._requests = queue.Queue()
             self._requests.put(pb.BatchesRequest(attach=pb.Attach(session_id=s.session_id, consumer=s.consumer)))
-            self._responses = self._stub.Batches(iter(self._requests.get, None))
+            self._responses = self._stub.Batches(_requests_from(self._requests))
         while not self._ended and self._session is s:
             if self._held is not None:
                 self._release(*self._held)
@@ -151,7 +176,7 @@ class Loader:
             if msg.end:
                 self._ended = True
                 return
-            if self._ring is None:
+            if s.transport != pb.TRANSPORT_SHM:
                 tokens = np.frombuffer(msg.data, dtype="<i4").reshape(msg.lines, s.line_tokens)
                 self._release(msg.slot, msg.step, wait_ns)
             elif self._copy:
@@ -164,6 +189,12 @@ class Loader:
             yield _batch(tokens, msg.step)
 
     # -- state ----------------------------------------------------------------
+
+    @property
+    def ring_path(self) -> Optional[str]:
+        """The shared-memory file of the open session (shm transport), else None."""
+        s = self._session
+        return s.ring.path if s is not None and s.ring.path else None
 
     @property
     def step(self) -> int:
@@ -192,7 +223,7 @@ class Loader:
         """Restores a state from state_dict(); the next iteration continues after
         its step. Resuming onto another dp_size needs resume_from=<checkpoint folder>."""
         try:
-            version, size, blob = sd["version"], sd["dp_size"], sd["state"]
+            version, rank, size, blob = sd["version"], sd["dp_rank"], sd["dp_size"], sd["state"]
         except (KeyError, TypeError) as e:
             raise StateError(f"not a dataloaderd state dict: missing {e}") from e
         if version != STATE_DICT_VERSION:
@@ -201,6 +232,10 @@ class Loader:
             raise StateError(
                 f"state dict is from dp_size {size}, this loader has dp_size {self.dp_size}: a state dict "
                 "holds one rank's shards; to resume onto another dp_size pass resume_from=<checkpoint folder>")
+        if rank != self.dp_rank:
+            raise StateError(
+                f"state dict is dp_rank {rank}'s, this loader is dp_rank {self.dp_rank}: load each "
+                "rank's own state dict, or pass resume_from=<checkpoint folder>")
         self._close_session()
         self._resume_states = [bytes(blob)]
         self._resume_from = ""
@@ -211,9 +246,12 @@ class Loader:
         """Closes the session (the daemon frees its ring) and the connection. Idempotent."""
         if self._closed:
             return
-        self._close_session()
         self._closed = True
-        self._channel.close()
+        _open_loaders.discard(self)
+        try:
+            self._close_session()
+        finally:
+            self._channel.close()
 
     def __enter__(self) -> "Loader":
         return self
@@ -222,10 +260,24 @@ class Loader:
         self.close()
 
     def __del__(self) -> None:
+        # Best effort. While the interpreter shuts down gRPC's threads are
+        # frozen and a close would hang; the daemon then reclaims the session
+        # when the process's stream breaks.
+        if sys.is_finalizing():
+            return
         try:
             self.close()
         except Exception:
             pass
+
+
+def _requests_from(q: "queue.Queue[Optional[pb.BatchesRequest]]") -> Iterator[pb.BatchesRequest]:
+    """The request side of a Batches stream: what the loader queues, until None."""
+    while True:
+        msg = q.get()
+        if msg is None:
+            return
+        yield msg
 
 
 def _batch(tokens: np.ndarray, step: int) -> Dict[str, Any]:
