@@ -29,6 +29,7 @@ type file struct {
 	Step        uint64      `json:"step"`
 	Fingerprint Fingerprint `json:"fingerprint"`
 	Datasets    []shardRun  `json:"shards"`
+	Mixture     []MixChange `json:"mixture,omitempty"`
 }
 
 type shardRun struct {
@@ -39,11 +40,12 @@ type shardRun struct {
 	Pos     []uint64 `json:"pos"`
 	Offset  []uint64 `json:"offset"`
 	Taken   []uint64 `json:"taken"`
+	Base    []uint64 `json:"base,omitempty"`
 }
 
 // Encode returns the file form of a rank's state.
 func Encode(fp Fingerprint, r Rank) ([]byte, error) {
-	f := file{Version: Version, DPRank: r.DPRank, DPSize: r.DPSize, Step: r.Step, Fingerprint: fp}
+	f := file{Version: Version, DPRank: r.DPRank, DPSize: r.DPSize, Step: r.Step, Fingerprint: fp, Mixture: r.Mixture}
 	ids := make([]ShardID, 0, len(r.Shards))
 	for id := range r.Shards {
 		ids = append(ids, id)
@@ -68,6 +70,7 @@ func Encode(fp Fingerprint, r Rank) ([]byte, error) {
 		run.Pos = append(run.Pos, s.Window.Pos)
 		run.Offset = append(run.Offset, s.Window.Offset)
 		run.Taken = append(run.Taken, s.Taken)
+		run.Base = append(run.Base, s.Base)
 	}
 	return json.Marshal(f)
 }
@@ -78,16 +81,24 @@ func Decode(name string, b []byte) (Fingerprint, Rank, error) {
 	if err := json.Unmarshal(b, &f); err != nil {
 		return Fingerprint{}, Rank{}, fmt.Errorf("%w: %s: not a dataloaderd state file: %v", ErrMismatch, name, err)
 	}
-	if f.Version != Version {
-		return Fingerprint{}, Rank{}, fmt.Errorf("%w: %s: state version %d, this daemon reads version %d", ErrMismatch, name, f.Version, Version)
+	if f.Version < 1 || f.Version > Version {
+		return Fingerprint{}, Rank{}, fmt.Errorf("%w: %s: state version %d, this daemon reads versions 1 to %d", ErrMismatch, name, f.Version, Version)
 	}
 	if f.DPSize == 0 || f.DPRank >= f.DPSize {
 		return Fingerprint{}, Rank{}, fmt.Errorf("%w: %s: dp_rank %d of dp_size %d", ErrMismatch, name, f.DPRank, f.DPSize)
 	}
-	r := Rank{DPRank: f.DPRank, DPSize: f.DPSize, Step: f.Step, Shards: map[ShardID]Shard{}}
+	r := Rank{DPRank: f.DPRank, DPSize: f.DPSize, Step: f.Step, Shards: map[ShardID]Shard{}, Mixture: f.Mixture}
+	for i, m := range f.Mixture {
+		if len(m.Weights) != len(f.Fingerprint.Datasets) {
+			return Fingerprint{}, Rank{}, fmt.Errorf("%w: %s: mixture[%d] has %d weights for %d datasets", ErrMismatch, name, i, len(m.Weights), len(f.Fingerprint.Datasets))
+		}
+	}
 	for _, run := range f.Datasets {
 		n := len(run.Lines)
-		if len(run.Epoch) != n || len(run.Pos) != n || len(run.Offset) != n || len(run.Taken) != n {
+		if f.Version == 1 {
+			run.Base = make([]uint64, n)
+		}
+		if len(run.Epoch) != n || len(run.Pos) != n || len(run.Offset) != n || len(run.Taken) != n || len(run.Base) != n {
 			return Fingerprint{}, Rank{}, fmt.Errorf("%w: %s: dataset %d: shard columns of unequal length", ErrMismatch, name, run.Dataset)
 		}
 		for i := 0; i < n; i++ {
@@ -95,7 +106,10 @@ func Decode(name string, b []byte) (Fingerprint, Rank, error) {
 			if _, dup := r.Shards[id]; dup {
 				return Fingerprint{}, Rank{}, fmt.Errorf("%w: %s: %v listed twice", ErrMismatch, name, id)
 			}
-			r.Shards[id] = Shard{Lines: run.Lines[i], Window: Cursor{Epoch: run.Epoch[i], Pos: run.Pos[i], Offset: run.Offset[i]}, Taken: run.Taken[i]}
+			if run.Base[i] > run.Lines[i] {
+				return Fingerprint{}, Rank{}, fmt.Errorf("%w: %s: %v: base %d is past its %d lines", ErrMismatch, name, id, run.Base[i], run.Lines[i])
+			}
+			r.Shards[id] = Shard{Lines: run.Lines[i], Window: Cursor{Epoch: run.Epoch[i], Pos: run.Pos[i], Offset: run.Offset[i]}, Taken: run.Taken[i], Base: run.Base[i]}
 		}
 	}
 	return f.Fingerprint, r, nil

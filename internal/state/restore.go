@@ -12,6 +12,12 @@ type Restored struct {
 	Shards map[ShardID]Shard
 	// FromSize is the dp_size of the saved world.
 	FromSize uint32
+	// Mixture is the saved world's mixture log (the lowest rank's; every rank
+	// keeps the same one). Empty when the files predate the log.
+	Mixture []MixChange
+	// MixturesDiffer is set when the ranks' current weights disagree; the
+	// resumed ranks then treat the configured weights as a change.
+	MixturesDiffer bool
 }
 
 // Merge checks the state files of one saved world against the current
@@ -36,6 +42,14 @@ func Merge(cur Fingerprint, names []string, blobs [][]byte) (*Restored, error) {
 			return nil, fmt.Errorf("%w: %s and %s both hold dp_rank %d", ErrMismatch, prev, names[i], r.DPRank)
 		}
 		ranks[r.DPRank] = names[i]
+		if i == 0 || r.DPRank == 0 {
+			if i > 0 && !sameCurrent(out.Mixture, r.Mixture) {
+				out.MixturesDiffer = true
+			}
+			out.Mixture = r.Mixture
+		} else if !sameCurrent(out.Mixture, r.Mixture) {
+			out.MixturesDiffer = true
+		}
 		if r.Step > out.Step {
 			out.Step = r.Step
 		}
@@ -60,4 +74,12 @@ func Merge(cur Fingerprint, names []string, blobs [][]byte) (*Restored, error) {
 		}
 	}
 	return out, nil
+}
+
+// sameCurrent reports whether two mixture logs end in the same weights.
+func sameCurrent(a, b []MixChange) bool {
+	if len(a) == 0 || len(b) == 0 {
+		return len(a) == len(b)
+	}
+	return SameWeights(a[len(a)-1].Weights, b[len(b)-1].Weights)
 }

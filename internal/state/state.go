@@ -14,7 +14,8 @@ import (
 )
 
 // Version is the version of the state file format this package writes.
-const Version = 1
+// Version 1 files (no mixing bases, no mixture log) are still read.
+const Version = 2
 
 // ErrMismatch marks a saved state that does not belong to the current corpus
 // and config, or a set of state files that does not cover every shard once.
@@ -41,11 +42,48 @@ func (c Cursor) Less(o Cursor) bool {
 
 // Shard is the state of one logical shard: Lines lines of its stream have been
 // served in all; the current line-shuffle window starts at Window and Taken of
-// its lines are out (which ones follows from the window's keyed order).
+// its lines are out (which ones follows from the window's keyed order). Base
+// is Lines when the mixing weights in effect took effect: mixing counts the
+// lines served since then, so a change of weights steers the lines after it
+// and does not try to repay the past.
 type Shard struct {
 	Lines  uint64
 	Window Cursor
 	Taken  uint64
+	Base   uint64
+}
+
+// MixChange is one entry of the log of mixing weights: from the batch after
+// Step on, the datasets were mixed by Weights (config order).
+type MixChange struct {
+	Step    uint64    `json:"step"`
+	Weights []float64 `json:"weights"`
+}
+
+// MaxMixLog bounds the mixture log a state keeps (the oldest entries go
+// first), so the state never grows with the number of changes.
+const MaxMixLog = 64
+
+// SameWeights reports whether two weight vectors give the same mixture: equal
+// up to a positive factor (3:1 is 6:2).
+func SameWeights(a, b []float64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	var sa, sb float64
+	for i := range a {
+		sa += a[i]
+		sb += b[i]
+	}
+	if sa <= 0 || sb <= 0 {
+		return sa == sb
+	}
+	for i := range a {
+		if d := a[i]/sa - b[i]/sb; d > 1e-12 || d < -1e-12 {
+			return false
+		}
+	}
+	return true
 }
 
 // ShardID names a logical shard: the dataset's index in the config and the
@@ -73,6 +111,9 @@ type Rank struct {
 	Step   uint64
 	// Shards holds the owned shards of every dataset.
 	Shards map[ShardID]Shard
+	// Mixture is the log of mixing weights, oldest first; its last entry is
+	// in effect. Empty in states read from version 1 files.
+	Mixture []MixChange
 }
 
 // Clone returns a deep copy.
@@ -82,5 +123,18 @@ func (r Rank) Clone() Rank {
 	for k, v := range r.Shards {
 		c.Shards[k] = v
 	}
+	c.Mixture = CloneMixture(r.Mixture)
 	return c
+}
+
+// CloneMixture returns a deep copy of a mixture log.
+func CloneMixture(m []MixChange) []MixChange {
+	if m == nil {
+		return nil
+	}
+	out := make([]MixChange, len(m))
+	for i, c := range m {
+		out[i] = MixChange{Step: c.Step, Weights: append([]float64(nil), c.Weights...)}
+	}
+	return out
 }

@@ -148,3 +148,83 @@ func TestStateStaysSmall(t *testing.T) {
 		t.Fatalf("round trip: %v", err)
 	}
 }
+
+func TestMixtureAndBasesRoundTrip(t *testing.T) {
+	fp := testPrint()
+	st := world(1)[0]
+	for id, s := range st.Shards {
+		s.Base = s.Lines - 1
+		st.Shards[id] = s
+	}
+	st.Mixture = []MixChange{{Step: 0, Weights: []float64{1}}, {Step: 5, Weights: []float64{2}}}
+	b, err := Encode(fp, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, back, err := Decode("x", b)
+	if err != nil || !reflect.DeepEqual(back, st) {
+		t.Fatalf("round trip: %v\n got %+v\nwant %+v", err, back, st)
+	}
+	r, err := Merge(fp, []string{"x"}, [][]byte{b})
+	if err != nil || !reflect.DeepEqual(r.Mixture, st.Mixture) || r.MixturesDiffer {
+		t.Fatalf("merge: %v, mixture %+v differ %v", err, r.Mixture, r.MixturesDiffer)
+	}
+}
+
+func TestVersion1FilesStillRead(t *testing.T) {
+	v1 := `{"version":1,"dp_rank":0,"dp_size":1,"step":7,"fingerprint":{"seq_len":8,"logical_shards":4,"seed":3,"eos_id":0,"bos_id":-1,"shuffle_window":8,"datasets":[{"name":"a","format":"megatron","files":2,"bytes":100,"units":10,"digest":"x"}]},
+	"shards":[{"dataset":0,"first":0,"lines":[1,2,3,4],"epoch":[1,1,1,1],"pos":[0,1,2,3],"offset":[3,3,3,3],"taken":[2,2,2,2]}]}`
+	_, r, err := Decode("v1", []byte(v1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Mixture) != 0 || r.Shards[ShardID{0, 3}] != (Shard{Lines: 4, Window: Cursor{1, 3, 3}, Taken: 2}) {
+		t.Fatalf("v1 decoded as %+v", r)
+	}
+}
+
+func TestMixtureErrors(t *testing.T) {
+	fp := testPrint()
+	for _, c := range []struct {
+		name string
+		edit func(*Rank)
+		want string
+	}{
+		{"base past lines", func(r *Rank) {
+			s := r.Shards[ShardID{0, 1}]
+			s.Base = s.Lines + 1
+			r.Shards[ShardID{0, 1}] = s
+		}, "dataset 0 shard 1: base 3 is past its 2 lines"},
+		{"weights for other datasets", func(r *Rank) {
+			r.Mixture = []MixChange{{Weights: []float64{1, 2}}}
+		}, "mixture[0] has 2 weights for 1 datasets"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			st := world(1)[0]
+			c.edit(&st)
+			b, err := Encode(fp, st)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, _, err := Decode("x", b); !errors.Is(err, ErrMismatch) || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("err = %v, want %q", err, c.want)
+			}
+		})
+	}
+}
+
+func TestSameWeights(t *testing.T) {
+	for _, c := range []struct {
+		a, b []float64
+		same bool
+	}{
+		{[]float64{3, 1}, []float64{6, 2}, true},
+		{[]float64{3, 1}, []float64{1, 1}, false},
+		{[]float64{1, 0}, []float64{2, 0}, true},
+		{[]float64{1}, []float64{1, 1}, false},
+	} {
+		if got := SameWeights(c.a, c.b); got != c.same {
+			t.Errorf("SameWeights(%v, %v) = %v", c.a, c.b, got)
+		}
+	}
+}

@@ -111,10 +111,27 @@ func TestExactlyOnce(t *testing.T) {
 			for round := 0; ; round++ {
 				w := uint32(1 + rng.Intn(int(min(cfg.LogicalShards, 5))))
 				final := round == 4
+				// Every other resume changes the weights (the last round
+				// keeps them positive so that it can run to the end).
+				rc := corpus
+				if round > 0 && rng.Intn(2) == 0 {
+					rcfg := cfg
+					rcfg.Datasets = append([]Dataset(nil), cfg.Datasets...)
+					for i := range rcfg.Datasets {
+						rcfg.Datasets[i].Weight = float64(rng.Intn(4))
+						if final || rcfg.Datasets[i].Weight == 0 && i == 0 {
+							rcfg.Datasets[i].Weight++
+						}
+					}
+					if rc, err = OpenCorpus(rcfg); err != nil {
+						t.Fatal(err)
+					}
+					defer rc.Close()
+				}
 				var states []state.Rank
 				committed := map[int32]int{}
 				for r := uint32(0); r < w; r++ {
-					rank, err := NewRank(corpus, r, w, from)
+					rank, err := NewRank(rc, r, w, from)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -268,4 +285,117 @@ func TestMixing(t *testing.T) {
 		}
 		corpus.Close()
 	}
+}
+
+// TestMixingAfterWeightChange: a resume with other weights is a change of
+// weights at the resumed step. The lines after it follow the new weights
+// within one line per rank, from the first line on (the past is not repaid),
+// on the same or another world size; the change is logged in the state, and
+// weights that give the same mixture (6:2 for 3:1) are no change.
+func TestMixingAfterWeightChange(t *testing.T) {
+	for seed := int64(1); seed <= 20; seed++ {
+		rng := rand.New(rand.NewSource(seed))
+		ds, _ := testCorpus(t, rng)
+		cfg := randomConfig(rng, ds)
+		cfg.Epochs, cfg.BatchSize = 0, 1
+		for i := range cfg.Datasets {
+			cfg.Datasets[i].Weight = []float64{6, 1, 1}[i]
+		}
+		before, err := OpenCorpus(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := uint32(1 + rng.Intn(3))
+		var states []state.Rank
+		steps := 50 + rng.Intn(100)
+		for r := uint32(0); r < w; r++ {
+			rank, _ := NewRank(before, r, w, nil)
+			run(t, rank, cfg, steps)
+			states = append(states, rank.State())
+		}
+		from := saveWorld(t, before.Fingerprint(), states)
+		before.Close()
+
+		after := cfg
+		after.Datasets = append([]Dataset(nil), cfg.Datasets...)
+		want := []float64{1, 1, 2}
+		for i := range after.Datasets {
+			after.Datasets[i].Weight = want[i]
+		}
+		corpus, err := OpenCorpus(after)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w2 := uint32(1 + rng.Intn(3))
+		for r := uint32(0); r < w2; r++ {
+			rank, err := NewRank(corpus, r, w2, from)
+			if err != nil {
+				t.Fatal(err)
+			}
+			mix := rank.State().Mixture
+			if len(mix) != 2 || mix[1].Step != uint64(steps) || !reflect.DeepEqual(mix[1].Weights, want) {
+				t.Fatalf("seed %d: mixture log after the change: %+v", seed, mix)
+			}
+			lines := make([]int, 3)
+			buf := batchBuf(after)
+			for total := 1; total <= 400; total++ {
+				p, err := rank.NextBatch(buf)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for d, n := range p.DatasetLines {
+					lines[d] += n
+				}
+				for d := range want {
+					ideal := float64(total) * want[d] / 4
+					if diff := float64(lines[d]) - ideal; diff > 1 || diff < -1 {
+						t.Fatalf("seed %d rank %d/%d, %d lines after the change: dataset %d has %d lines, new weights say %.2f",
+							seed, r, w2, total, d, lines[d], ideal)
+					}
+				}
+			}
+			// Saved and resumed again with the same mixture (scaled): no change.
+			again := saveWorldOf(t, corpus, w2, rank, r, from)
+			scaled := after
+			scaled.Datasets = append([]Dataset(nil), after.Datasets...)
+			for i := range scaled.Datasets {
+				scaled.Datasets[i].Weight *= 3
+			}
+			c3, err := OpenCorpus(scaled)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r3, err := NewRank(c3, r, w2, again)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := r3.State().Mixture; len(got) != 2 {
+				t.Fatalf("seed %d: resuming with proportional weights logged a change: %+v", seed, got)
+			}
+			c3.Close()
+		}
+		corpus.Close()
+	}
+}
+
+// saveWorldOf saves rank r's current state with the other ranks of a world of
+// w at their restored state, as a checkpoint folder would hold them when only
+// rank r ran on; the merge needs every shard once.
+func saveWorldOf(t *testing.T, c *Corpus, w uint32, rank *Rank, r uint32, from *state.Restored) *state.Restored {
+	t.Helper()
+	var states []state.Rank
+	for o := uint32(0); o < w; o++ {
+		if o == r {
+			st := rank.State()
+			st.Step = from.Step
+			states = append(states, st)
+			continue
+		}
+		other, err := NewRank(c, o, w, from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		states = append(states, other.State())
+	}
+	return saveWorld(t, c.Fingerprint(), states)
 }

@@ -23,13 +23,14 @@ type Rank struct {
 	step     uint64
 	datasets []*rankDataset
 	weights  []float64
+	mixture  []state.MixChange
 	// touched collects the shards a batch changed, for the state delta.
 	touched map[*shardRun]struct{}
 }
 
 type rankDataset struct {
 	index  int
-	lines  uint64 // lines served from the owned shards
+	lines  uint64 // lines served from the owned shards since the weights took effect
 	all    []*shardRun
 	active shardHeap
 }
@@ -59,6 +60,29 @@ func NewRank(c *Corpus, dpRank, dpSize uint32, from *state.Restored) (*Rank, err
 		},
 		touched: map[*shardRun]struct{}{},
 	}
+	weights := make([]float64, len(cfg.Datasets))
+	for i, d := range cfg.Datasets {
+		weights[i] = d.Weight
+	}
+	// A resume whose configured weights differ from the saved ones is a
+	// change of weights at the resumed step: mixing counts restart there.
+	reweigh := false
+	switch {
+	case from == nil:
+		r.mixture = []state.MixChange{{Step: 0, Weights: weights}}
+	case len(from.Mixture) == 0:
+		// Saved before the mixture log: the weights are taken as unchanged.
+		r.mixture = []state.MixChange{{Step: from.Step, Weights: weights}}
+	default:
+		r.mixture = state.CloneMixture(from.Mixture)
+		if from.MixturesDiffer || !state.SameWeights(r.mixture[len(r.mixture)-1].Weights, weights) {
+			reweigh = true
+			r.mixture = append(r.mixture, state.MixChange{Step: from.Step, Weights: weights})
+			if n := len(r.mixture); n > state.MaxMixLog {
+				r.mixture = r.mixture[n-state.MaxMixLog:]
+			}
+		}
+	}
 	if from != nil {
 		r.step = from.Step
 	}
@@ -73,8 +97,11 @@ func NewRank(c *Corpus, dpRank, dpSize uint32, from *state.Restored) (*Rank, err
 					return nil, fmt.Errorf("%w: restored state lacks dataset %q shard %d", state.ErrMismatch, d.name, k)
 				}
 				sr.st = st
+				if reweigh {
+					sr.st.Base = sr.st.Lines
+				}
 			}
-			rd.lines += sr.st.Lines
+			rd.lines += sr.st.Lines - sr.st.Base
 			rd.all = append(rd.all, sr)
 			if sr.tokens > 0 && !r.shardDone(sr) {
 				sr.heapIdx = len(rd.active)
@@ -83,17 +110,14 @@ func NewRank(c *Corpus, dpRank, dpSize uint32, from *state.Restored) (*Rank, err
 		}
 		heap.Init(&rd.active)
 		r.datasets = append(r.datasets, rd)
-		r.weights = append(r.weights, cfg.Datasets[i].Weight)
 	}
+	r.weights = weights
 	return r, nil
 }
 
 // Step is the number of batches the rank has produced, counting from the
 // restored state's step.
 func (r *Rank) Step() uint64 { return r.step }
-
-// SetWeights changes the mixing weights from the next line on.
-func (r *Rank) SetWeights(w []float64) { copy(r.weights, w) }
 
 // shardDone reports, without opening a window, whether a shard has served
 // its last line: its window cursor is past the last epoch.
@@ -248,7 +272,8 @@ func int32s(b []byte) []int32 {
 
 // State returns the rank's full state now.
 func (r *Rank) State() state.Rank {
-	st := state.Rank{DPRank: r.dpRank, DPSize: r.dpSize, Step: r.step, Shards: map[state.ShardID]state.Shard{}}
+	st := state.Rank{DPRank: r.dpRank, DPSize: r.dpSize, Step: r.step, Shards: map[state.ShardID]state.Shard{},
+		Mixture: state.CloneMixture(r.mixture)}
 	for _, d := range r.datasets {
 		for _, s := range d.all {
 			st.Shards[state.ShardID{Dataset: s.ds.index, Shard: s.index}] = s.st
