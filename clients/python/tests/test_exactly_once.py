@@ -1,5 +1,5 @@
 """Exactly once end to end: rank processes iterate, save, one dies by SIGKILL,
-and the run resumes on another world size to the end of the epoch; every corpus
+and the run resumes on another world size (and other weights) to the end of the epoch; every corpus
 token is served exactly once, counting what each process served up to its save."""
 
 import json
@@ -55,6 +55,8 @@ def test_exactly_once_through_crash_and_rescale(daemon, tmp_path, seed, sizes):
     for i, size in enumerate(sizes):
         last = i == len(sizes) - 1
         save = None if last else os.path.join(tmp, f"ckpt{i}")
+        # Each resume may change the weights: a change of mixture, never of data.
+        config = {**config, "datasets": [{**d, "weight": float(rng.integers(1, 4))} for d in config["datasets"]]}
         served += phase(daemon, config, f"p{i}", size, tmp, rng, resume_from=resume, save=save)
         resume = save
     got = np.sort(np.concatenate(served))
