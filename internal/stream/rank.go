@@ -182,11 +182,10 @@ func (r *Rank) nextLine(dst []int32) (*rankDataset, error) {
 func (r *Rank) shardLine(s *shardRun, dst []int32) (bool, error) {
 	fr := &r.fr
 	if !s.winOpen {
-		w, err := s.openWindow(fr, s.st.Window)
-		if err != nil {
+		if err := s.openWindow(fr, s.st.Window, &s.win); err != nil {
 			return false, err
 		}
-		s.win, s.winOpen = w, true
+		s.winOpen = true
 	}
 	c := s.st.Taken
 	if c >= s.win.lines {

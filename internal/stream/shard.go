@@ -1,6 +1,10 @@
 package stream
 
 import (
+	"fmt"
+	"math"
+
+	"github.com/dataloaderd/dataloaderd/internal/source"
 	"github.com/dataloaderd/dataloaderd/internal/state"
 )
 
@@ -46,15 +50,15 @@ func (s *shard) unit(epoch, pos uint64) uint64 {
 	return s.lo + permute(s.key^mix(epoch+1), s.n, pos)
 }
 
-// frame describes one unit as the stream emits it: head BOS tokens, the
-// body, and tail EOS tokens.
+// frame describes one unit as the stream emits it: head BOS tokens (0 or 1),
+// the body, and tail EOS tokens (0 or 1).
 type frame struct {
 	unit       uint64
-	head, body uint64
-	tail       uint64
+	body       uint32
+	head, tail uint16
 }
 
-func (f frame) len() uint64 { return f.head + f.body + f.tail }
+func (f frame) len() uint64 { return uint64(f.head) + uint64(f.body) + uint64(f.tail) }
 
 func (s *shard) frame(fr *framing, epoch, pos uint64) (frame, error) {
 	u := s.unit(epoch, pos)
@@ -62,7 +66,10 @@ func (s *shard) frame(fr *framing, epoch, pos uint64) (frame, error) {
 	if err != nil {
 		return frame{}, err
 	}
-	f := frame{unit: u, body: n}
+	if n > math.MaxUint32 {
+		return frame{}, fmt.Errorf("%w: dataset %q unit %d has %d tokens, more than 2^32", source.ErrInvalid, s.ds.name, u, n)
+	}
+	f := frame{unit: u, body: uint32(n)}
 	if s.ds.src.Delimited() {
 		return f, nil
 	}
@@ -100,39 +107,69 @@ func (s *shard) next(c state.Cursor) state.Cursor {
 // tokens walked (fewer than want only where the stream ends). When dst is not
 // nil, the walked tokens are copied into it. Cursors are kept normal: never at
 // the end of a unit, always at the start of the next non-empty one.
-func (s *shard) walk(fr *framing, c state.Cursor, want uint64, dst []int32) (state.Cursor, uint64, error) {
+//
+// fc, when not nil, holds the frames of the units from c's on: frames it has
+// are used instead of computed, and frames it lacks are added while it has
+// room. The returned index is the new cursor's unit in fc.
+func (s *shard) walk(fr *framing, c state.Cursor, want uint64, dst []int32, fc *frameCache, fi int) (state.Cursor, uint64, int, error) {
 	var done uint64
 	for !fr.ended(c) {
-		f, err := s.frame(fr, c.Epoch, c.Pos)
+		f, err := s.cachedFrame(fr, c, fc, fi)
 		if err != nil {
-			return c, done, err
+			return c, done, fi, err
 		}
 		rem := f.len() - c.Offset
 		if want-done < rem || (want == done && rem > 0) {
 			take := want - done
 			if dst != nil {
 				if err := s.copyFrame(fr, f, c.Offset, dst[done:done+take]); err != nil {
-					return c, done, err
+					return c, done, fi, err
 				}
 			}
 			c.Offset += take
-			return c, want, nil
+			return c, want, fi, nil
 		}
 		if dst != nil {
 			if err := s.copyFrame(fr, f, c.Offset, dst[done:done+rem]); err != nil {
-				return c, done, err
+				return c, done, fi, err
 			}
 		}
 		done += rem
 		c = s.next(c)
+		fi++
 	}
-	return c, done, nil
+	return c, done, fi, nil
+}
+
+// maxWindowFrames bounds the frames a window keeps (16 bytes each), so that a
+// shard of very short documents costs at most a few kilobytes per open window.
+const maxWindowFrames = 256
+
+// frameCache is the frames of consecutive units of a shard's stream, from the
+// first unit of a window on. Computing a frame reads the unit's length and
+// last token (a cache miss into the corpus) and permutes its position, so a
+// window computes each frame once, when it finds its line starts, and its
+// lines reuse them.
+type frameCache struct {
+	frames []frame
+}
+
+// cachedFrame returns the frame of the unit under c, the fi-th of fc.
+func (s *shard) cachedFrame(fr *framing, c state.Cursor, fc *frameCache, fi int) (frame, error) {
+	if fc != nil && fi < len(fc.frames) {
+		return fc.frames[fi], nil
+	}
+	f, err := s.frame(fr, c.Epoch, c.Pos)
+	if err == nil && fc != nil && fi == len(fc.frames) && fi < maxWindowFrames {
+		fc.frames = append(fc.frames, f)
+	}
+	return f, err
 }
 
 // copyFrame copies the frame's tokens [off, off+len(dst)) into dst.
 func (s *shard) copyFrame(fr *framing, f frame, off uint64, dst []int32) error {
 	i := 0
-	for off < f.head && i < len(dst) {
+	for off < uint64(f.head) && i < len(dst) {
 		dst[i] = fr.bos
 		i++
 		off++
@@ -140,9 +177,9 @@ func (s *shard) copyFrame(fr *framing, f frame, off uint64, dst []int32) error {
 	if i == len(dst) {
 		return nil
 	}
-	bodyOff := off - f.head
-	if bodyOff < f.body {
-		n := f.body - bodyOff
+	bodyOff := off - uint64(f.head)
+	if body := uint64(f.body); bodyOff < body {
+		n := body - bodyOff
 		if n > uint64(len(dst)-i) {
 			n = uint64(len(dst) - i)
 		}
@@ -159,34 +196,41 @@ func (s *shard) copyFrame(fr *framing, f frame, off uint64, dst []int32) error {
 
 // window is the current line-shuffle window of a shard: the cursors where
 // its lines start, computed from lengths alone (no token is read but the
-// last of each document), and how many lines it has.
+// last of each document), how many lines it has, and the frames of its units
+// with the index of each line's first unit among them.
 type window struct {
 	starts []state.Cursor
+	first  []int
+	fc     frameCache
 	lines  uint64
 }
 
-// openWindow computes the window that starts at c.
-func (s *shard) openWindow(fr *framing, c state.Cursor) (window, error) {
-	w := window{starts: make([]state.Cursor, 0, fr.window+1)}
-	w.starts = append(w.starts, c)
+// openWindow computes the window that starts at c, reusing w's memory.
+func (s *shard) openWindow(fr *framing, c state.Cursor, w *window) error {
+	w.starts = append(w.starts[:0], c)
+	w.first = append(w.first[:0], 0)
+	w.fc.frames = w.fc.frames[:0]
+	w.lines = 0
+	fi := 0
 	for w.lines < fr.window && !fr.ended(c) {
-		next, n, err := s.walk(fr, c, fr.line, nil)
+		next, n, nfi, err := s.walk(fr, c, fr.line, nil, &w.fc, fi)
 		if err != nil {
-			return w, err
+			return err
 		}
 		if n == 0 {
 			break
 		}
 		w.lines++
-		c = next
+		c, fi = next, nfi
 		w.starts = append(w.starts, c)
+		w.first = append(w.first, fi)
 	}
-	return w, nil
+	return nil
 }
 
 // fillLine writes window line j into dst, padding past the stream's end.
 func (s *shard) fillLine(fr *framing, w *window, j uint64, dst []int32) error {
-	_, n, err := s.walk(fr, w.starts[j], fr.line, dst)
+	_, n, _, err := s.walk(fr, w.starts[j], fr.line, dst, &w.fc, w.first[j])
 	if err != nil {
 		return err
 	}
