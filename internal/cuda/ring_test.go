@@ -48,7 +48,7 @@ func TestMemRing(t *testing.T) {
 
 func TestShmRing(t *testing.T) {
 	dir := t.TempDir()
-	r, err := NewShmRing(dir, "ring", 3, 5000)
+	r, err := NewShmRing(dir, "ring", 3, 5000, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,16 +66,16 @@ func TestShmRing(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	m, err := unix.Mmap(int(f.Fd()), 0, 3*r.Stride(), unix.PROT_READ, unix.MAP_SHARED)
+	m, err := unix.Mmap(int(f.Fd()), 0, r.DataOffset()+3*r.Stride(), unix.PROT_READ, unix.MAP_SHARED)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer unix.Munmap(m)
 	r.Slot(2)[7] = 99
-	if m[2*r.Stride()+7] != 99 {
+	if m[r.DataOffset()+2*r.Stride()+7] != 99 {
 		t.Fatal("a client mapping does not see the daemon's write")
 	}
-	if _, err := NewShmRing(dir, "ring", 3, 5000); err == nil {
+	if _, err := NewShmRing(dir, "ring", 3, 5000, 1); err == nil {
 		t.Fatal("creating an existing ring file succeeded")
 	}
 	if err := r.Close(); err != nil {
@@ -87,11 +87,14 @@ func TestShmRing(t *testing.T) {
 }
 
 func TestBadGeometry(t *testing.T) {
+	if _, err := NewShmRing(t.TempDir(), "r", 2, 100, 0); !errors.Is(err, ErrGeometry) {
+		t.Errorf("0 consumers: err %v, want ErrGeometry", err)
+	}
 	for _, g := range [][2]int{{1, 100}, {4, 0}, {1 << 20, 1 << 20}} {
 		if _, err := NewMemRing(g[0], g[1]); !errors.Is(err, ErrGeometry) {
 			t.Errorf("%d slots of %d bytes: err %v, want ErrGeometry", g[0], g[1], err)
 		}
-		if _, err := NewShmRing(t.TempDir(), "r", g[0], g[1]); !errors.Is(err, ErrGeometry) {
+		if _, err := NewShmRing(t.TempDir(), "r", g[0], g[1], 1); !errors.Is(err, ErrGeometry) {
 			t.Errorf("shm %d slots of %d bytes: err %v, want ErrGeometry", g[0], g[1], err)
 		}
 	}

@@ -13,23 +13,30 @@ const DefaultShmDir = "/dev/shm"
 
 // ShmRing is a ring in a file under /dev/shm (mode 0600), mapped by the
 // daemon for writing and by every local client for reading: each batch is
-// written once and read in place.
+// written once and read in place. The file starts with a control block (see
+// Control) and slot i lies at DataOffset() + i*Stride().
 type ShmRing struct {
 	path      string
 	mem       []byte
 	slots     int
 	slotBytes int
 	stride    int
+	data      int
+	ctl       *Control
 }
 
-// NewShmRing creates dir/name, sizes it for the slots and maps it. The file
-// must not exist yet.
-func NewShmRing(dir, name string, slots, slotBytes int) (*ShmRing, error) {
+// NewShmRing creates dir/name, sizes it for the control block of consumers
+// and the slots, and maps it. The file must not exist yet.
+func NewShmRing(dir, name string, slots, slotBytes, consumers int) (*ShmRing, error) {
 	if err := checkGeometry(slots, slotBytes); err != nil {
 		return nil, err
 	}
+	if err := checkConsumers(consumers); err != nil {
+		return nil, err
+	}
 	st := stride(slotBytes)
-	size := slots * st
+	data := controlBytes(slots, consumers)
+	size := data + slots*st
 	path := filepath.Join(dir, name)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
@@ -49,15 +56,24 @@ func NewShmRing(dir, name string, slots, slotBytes int) (*ShmRing, error) {
 		os.Remove(path)
 		return nil, fmt.Errorf("map ring %s (%d bytes): %w", path, size, err)
 	}
-	return &ShmRing{path: path, mem: mem, slots: slots, slotBytes: slotBytes, stride: st}, nil
+	r := &ShmRing{path: path, mem: mem, slots: slots, slotBytes: slotBytes, stride: st, data: data}
+	r.ctl = initControl(mem[:data], slots, consumers, data, st)
+	return r, nil
 }
+
+// Control is the ring's control block.
+func (r *ShmRing) Control() *Control { return r.ctl }
+
+// DataOffset is the file offset of slot 0 (the size of the control block).
+func (r *ShmRing) DataOffset() int { return r.data }
 
 // Slots implements Ring.
 func (r *ShmRing) Slots() int { return r.slots }
 
 // Slot implements Ring.
 func (r *ShmRing) Slot(i int) []byte {
-	return r.mem[i*r.stride : i*r.stride+r.slotBytes : i*r.stride+r.slotBytes]
+	off := r.data + i*r.stride
+	return r.mem[off : off+r.slotBytes : off+r.slotBytes]
 }
 
 // SlotBytes implements Ring.
@@ -74,6 +90,7 @@ func (r *ShmRing) Path() string { return r.path }
 func (r *ShmRing) Close() error {
 	var first error
 	if r.mem != nil {
+		r.ctl.detach()
 		first = unix.Munmap(r.mem)
 		r.mem = nil
 	}

@@ -41,11 +41,23 @@ func (s *Server) Batches(bs grpc.BidiStreamingServer[pb.BatchesRequest, pb.Batch
 
 	// Releases arrive on their own goroutine; its error ends the stream.
 	recvErr := make(chan error, 1)
-	go func() {
-		recvErr <- s.releases(bs, ss, c)
-		cancel()
-	}()
-	err = s.send(ctx, bs, ss, c)
+	if att.GetShmControl() {
+		if ss.ctl == nil {
+			err = fmt.Errorf("%w: shm_control needs a shared-memory ring; session %s is %s", errBadRequest, ss.id, ss.transport)
+		} else {
+			go func() {
+				recvErr <- s.noMessages(bs)
+				cancel()
+			}()
+			err = s.watch(ctx, bs, ss, c)
+		}
+	} else {
+		go func() {
+			recvErr <- s.releases(bs, ss, c)
+			cancel()
+		}()
+		err = s.send(ctx, bs, ss, c)
+	}
 	if err == nil {
 		// The iteration ended: keep taking releases until the client goes.
 		err = <-recvErr
@@ -80,7 +92,6 @@ func (s *Server) Batches(bs grpc.BidiStreamingServer[pb.BatchesRequest, pb.Batch
 func (s *Server) send(ctx context.Context, bs grpc.BidiStreamingServer[pb.BatchesRequest, pb.Batch], ss *session, c int) error {
 	cfg := ss.corpus.Config()
 	lineBytes := cfg.LineTokens() * 4
-	labels := ss.labels()
 	for {
 		b, err := ss.pipeline.Next(ctx, c)
 		if err != nil {
@@ -98,17 +109,61 @@ func (s *Server) send(ctx context.Context, bs grpc.BidiStreamingServer[pb.Batche
 		if err := bs.Send(msg); err != nil {
 			return err
 		}
-		if c == 0 {
-			s.metrics.batches.Inc()
-			for d, n := range b.DatasetLines {
-				if n > 0 {
-					s.metrics.lines.WithLabelValues(ss.datasets[d]).Add(float64(n))
-					s.metrics.tokens.WithLabelValues(ss.datasets[d]).Add(float64(n * cfg.LineTokens()))
-				}
-			}
-			s.metrics.readySlots.WithLabelValues(labels...).Set(float64(ss.pipeline.Ready(0)))
-		}
 	}
+}
+
+// watch serves a consumer that reads the ring's control block: it applies
+// the releases the consumer writes there (sleeping on the release futex,
+// woken by the consumer when the producer waits for a slot, else every
+// watchPoll) until the producer stops, then sends the end message, or
+// returns the production error.
+func (s *Server) watch(ctx context.Context, bs grpc.BidiStreamingServer[pb.BatchesRequest, pb.Batch], ss *session, c int) error {
+	ctl := ss.ctl
+	stop := context.AfterFunc(ctx, ctl.WakeReleaseWatchers)
+	defer stop()
+	ended := make(chan struct{})
+	var last uint64
+	var endErr error
+	go func() {
+		defer close(ended)
+		last, endErr = ss.pipeline.Wait(ctx)
+	}()
+	var applied uint64
+	for {
+		seq := ctl.ReleaseSeq()
+		if r := ctl.Released(c); r > applied {
+			if err := ss.pipeline.ReleaseThrough(c, r); err != nil {
+				ss.log.Warn("bad release", zap.Int("consumer", c), zap.Error(err))
+				return err
+			}
+			applied = r
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-ended:
+			if endErr != nil {
+				return endErr
+			}
+			return bs.Send(&pb.Batch{Step: last, End: true})
+		default:
+		}
+		ctl.WaitRelease(seq, watchPoll)
+	}
+}
+
+// watchPoll is how often a release watcher looks at the control block when
+// nobody wakes it: releases then only move the saved state's base, since the
+// producer is not waiting for a slot.
+const watchPoll = 20 * time.Millisecond
+
+// noMessages waits for the end of a control-block consumer's stream, which
+// carries no message after the attach.
+func (s *Server) noMessages(bs grpc.BidiStreamingServer[pb.BatchesRequest, pb.Batch]) error {
+	if _, err := bs.Recv(); err != nil {
+		return err
+	}
+	return fmt.Errorf("%w: a shm_control consumer releases slots in the control block, not with messages", errBadRequest)
 }
 
 // releases applies consumer c's releases until the stream ends.
@@ -127,7 +182,7 @@ func (s *Server) releases(bs grpc.BidiStreamingServer[pb.BatchesRequest, pb.Batc
 			return err
 		}
 		if r.GetWaitNs() > 0 {
-			s.metrics.clientWait.Observe(time.Duration(r.GetWaitNs()).Seconds())
+			s.metrics.clientWait.observe(r.GetWaitNs())
 		}
 	}
 }

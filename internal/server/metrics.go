@@ -11,7 +11,7 @@ type metrics struct {
 	batches    prometheus.Counter
 	tokens     *prometheus.CounterVec
 	lines      *prometheus.CounterVec
-	clientWait prometheus.Histogram
+	clientWait *waitHistogram
 	readySlots *prometheus.GaugeVec
 	stateSave  prometheus.Histogram
 	stateBytes prometheus.Histogram
@@ -25,7 +25,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "dataloaderd_sessions", Help: "Open sessions (one per job and data-parallel rank).",
 		}),
 		batches: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "dataloaderd_batches_served_total", Help: "Batches handed to the first consumer of each session.",
+			Name: "dataloaderd_batches_served_total", Help: "Batches written into session rings (prefetched ones included).",
 		}),
 		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dataloaderd_tokens_served_total", Help: "Tokens served, padding included, by dataset.",
@@ -33,10 +33,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		lines: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dataloaderd_lines_served_total", Help: "Lines (seq_len+1 tokens) served, by dataset.",
 		}, []string{"dataset"}),
-		clientWait: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "dataloaderd_client_wait_seconds", Help: "Time a client waited for its next batch, as the client reports it.",
-			Buckets: prometheus.ExponentialBuckets(1e-6, 4, 12),
-		}),
+		clientWait: newWaitHistogram(),
 		readySlots: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "dataloaderd_ready_slots", Help: "Batches produced and not yet handed to the session's first consumer.",
 		}, []string{"job", "dp_rank"}),

@@ -163,7 +163,7 @@ func (s *Server) drop(ss *session, why string) {
 	delete(s.byID, ss.id)
 	delete(s.sessions, ss.key)
 	s.mu.Unlock()
-	ss.stop()
+	ss.stop(s.metrics.clientWait)
 	s.metrics.sessions.Dec()
 	s.metrics.ringBytes.Sub(float64(ss.ring.Slots() * ss.ring.Stride()))
 	s.metrics.readySlots.DeleteLabelValues(ss.labels()...)
@@ -274,7 +274,7 @@ func (s *Server) openSession(req *pb.OpenSessionRequest) (*pb.OpenSessionRespons
 	s.mu.Lock()
 	if s.stopping || s.sessions[key] != nil {
 		s.mu.Unlock()
-		ss.stop()
+		ss.stop(s.metrics.clientWait)
 		if s.stopping {
 			return nil, errShuttingDown
 		}
@@ -310,7 +310,7 @@ func (s *Server) newSession(key sessionKey, cfg stream.Config, req *pb.OpenSessi
 	slotBytes := int(cfg.BatchSize) * cfg.LineTokens() * 4
 	var ring cuda.Ring
 	if transport == pb.Transport_TRANSPORT_SHM {
-		ring, err = cuda.NewShmRing(s.cfg.ShmDir, "dataloaderd-"+id, slots, slotBytes)
+		ring, err = cuda.NewShmRing(s.cfg.ShmDir, "dataloaderd-"+id, slots, slotBytes, consumers)
 	} else {
 		ring, err = cuda.NewMemRing(slots, slotBytes)
 	}
@@ -326,6 +326,11 @@ func (s *Server) newSession(key sessionKey, cfg stream.Config, req *pb.OpenSessi
 		log: s.log.With(zap.String("session", id), zap.String("job", key.job), zap.Uint32("dp_rank", key.dpRank)),
 	}
 	ss.pipeline = stream.NewPipeline(rank, ring, consumers)
+	ss.pipeline.SetHooks(s.hooks(ss, cfg.LineTokens()))
+	if shm, ok := ring.(*cuda.ShmRing); ok {
+		ss.ctl = shm.Control()
+		s.metrics.clientWait.track(ss.ctl)
+	}
 	go func() {
 		defer close(ss.done)
 		if err := ss.pipeline.Run(ctx); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, stream.ErrClosed) {
@@ -336,13 +341,49 @@ func (s *Server) newSession(key sessionKey, cfg stream.Config, req *pb.OpenSessi
 	return ss, nil
 }
 
+// hooks follow a session's producer: they count what it serves and, on a
+// shared-memory ring, publish every batch and the end in the control block.
+func (s *Server) hooks(ss *session, lineTokens int) stream.Hooks {
+	labels := ss.labels()
+	return stream.Hooks{
+		Produced: func(b stream.Batch) {
+			if ss.ctl != nil {
+				ss.ctl.Publish(b.Step, b.Slot, b.Lines)
+			}
+			s.metrics.batches.Inc()
+			for d, n := range b.DatasetLines {
+				if n > 0 {
+					s.metrics.lines.WithLabelValues(ss.datasets[d]).Add(float64(n))
+					s.metrics.tokens.WithLabelValues(ss.datasets[d]).Add(float64(n * lineTokens))
+				}
+			}
+			s.metrics.readySlots.WithLabelValues(labels...).Set(float64(ss.pipeline.Ready(0)))
+		},
+		Finished: func(step uint64, err error) {
+			if ss.ctl == nil {
+				return
+			}
+			if err != nil {
+				ss.ctl.Finish(cuda.ControlFailed, step)
+			} else {
+				ss.ctl.Finish(cuda.ControlEnded, step)
+			}
+		},
+		SlotWait: func(waiting bool) {
+			if ss.ctl != nil {
+				ss.ctl.SetProducerWaiting(waiting)
+			}
+		},
+	}
+}
+
 func (s *Server) describe(ss *session, consumer int) *pb.OpenSessionResponse {
 	cfg := ss.corpus.Config()
 	return &pb.OpenSessionResponse{
 		SessionId: ss.id, Consumer: uint32(consumer), Transport: pb.Transport(pb.Transport_value[ss.transport]),
 		Ring: &pb.Ring{
 			Path: ss.ring.Path(), Slots: uint32(ss.ring.Slots()),
-			SlotBytes: uint64(ss.ring.SlotBytes()), SlotStride: uint64(ss.ring.Stride()),
+			SlotBytes: uint64(ss.ring.SlotBytes()), SlotStride: uint64(ss.ring.Stride()), DataOffset: dataOffset(ss.ring),
 		},
 		LineTokens: uint32(cfg.LineTokens()), BatchSize: cfg.BatchSize, StartStep: ss.pipeline.StartStep(),
 	}
@@ -406,4 +447,12 @@ func (s *Server) SaveState(ctx context.Context, req *pb.SaveStateRequest) (*pb.S
 	s.metrics.stateBytes.Observe(float64(n))
 	ss.log.Info("state saved", zap.String("path", path), zap.Uint64("step", st.Step), zap.Int("bytes", n))
 	return &pb.SaveStateResponse{Path: path, Bytes: uint64(n)}, nil
+}
+
+// dataOffset is the file offset of a ring's slot 0.
+func dataOffset(r cuda.Ring) uint64 {
+	if shm, ok := r.(*cuda.ShmRing); ok {
+		return uint64(shm.DataOffset())
+	}
+	return 0
 }

@@ -36,6 +36,8 @@ type session struct {
 	releaseCorpus func()
 	pipeline      *stream.Pipeline
 	ring          cuda.Ring
+	// ctl is the shared-memory ring's control block; nil for other rings.
+	ctl           *cuda.Control
 	datasets      []string
 	cancel        context.CancelFunc
 	done          chan struct{} // closed when the producer has stopped
@@ -119,11 +121,17 @@ func (s *session) stale(now time.Time, d time.Duration) bool {
 	return false
 }
 
-// stop ends the producer, waits for it, and frees the ring and the corpus.
-func (s *session) stop() {
+// stop ends the producer, waits for it, tells shared-memory clients the
+// session is closed, and frees the ring and the corpus.
+func (s *session) stop(waits *waitHistogram) {
 	s.pipeline.Close()
 	s.cancel()
 	<-s.done
+	if s.ctl != nil {
+		s.ctl.MarkClosed()
+		s.ctl.WakeReleaseWatchers()
+		waits.retire(s.ctl)
+	}
 	if err := s.ring.Close(); err != nil {
 		s.log.Warn("closing ring", zap.Error(err))
 	}

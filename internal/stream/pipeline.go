@@ -49,6 +49,7 @@ type Pipeline struct {
 	ring      Slots
 	consumers int
 	fp        state.Fingerprint
+	hooks     Hooks
 
 	mu       sync.Mutex
 	changed  chan struct{} // closed and replaced on every change
@@ -61,6 +62,22 @@ type Pipeline struct {
 	next     []uint64 // per consumer: last step handed out
 	base     state.Rank
 }
+
+// Hooks let a transport follow the producer without polling; each is called
+// from the producer's goroutine, without the pipeline's lock, and may be nil.
+type Hooks struct {
+	// Produced is called after a batch is written into its slot, in step order.
+	Produced func(Batch)
+	// Finished is called once when the producer stops: after the rank's last
+	// batch (err nil, step the last step), or on an error.
+	Finished func(step uint64, err error)
+	// SlotWait is called with true before the producer waits for a slot to be
+	// released, and with false when it has one.
+	SlotWait func(waiting bool)
+}
+
+// SetHooks installs hooks; call it before Run.
+func (p *Pipeline) SetHooks(h Hooks) { p.hooks = h }
 
 type inFlight struct {
 	Batch
@@ -115,32 +132,49 @@ func (p *Pipeline) wait(ctx context.Context, cond func() bool) error {
 
 // Run produces batches until the rank is done, ctx ends or the pipeline is
 // closed. A production error is returned and handed to every consumer.
-func (p *Pipeline) Run(ctx context.Context) error {
+func (p *Pipeline) Run(ctx context.Context) (err error) {
 	n := uint64(len(p.slotStep))
+	defer func() {
+		if p.hooks.Finished != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, ErrClosed) {
+			p.hooks.Finished(p.produced, err)
+		}
+	}()
 	for {
 		p.mu.Lock()
 		step := p.produced + 1
 		slot := int((step - 1) % n)
+		waited := false
+		if p.slotStep[slot] != 0 && !p.closed && p.hooks.SlotWait != nil {
+			p.mu.Unlock()
+			p.hooks.SlotWait(true)
+			waited = true
+			p.mu.Lock()
+		}
 		err := p.wait(ctx, func() bool { return p.closed || p.slotStep[slot] == 0 })
 		if err == nil && p.closed {
 			err = ErrClosed
 		}
 		p.mu.Unlock()
+		if waited {
+			p.hooks.SlotWait(false)
+		}
 		if err != nil {
 			return err
 		}
 		prod, err := p.rank.NextBatchBytes(p.ring.Slot(slot))
 		p.mu.Lock()
+		var b Batch
 		switch {
 		case err != nil:
 			p.err = fmt.Errorf("producing step %d: %w", step, err)
 		case prod.Lines == 0:
 			p.ended = true
 		default:
+			b = Batch{Step: step, Slot: slot, Lines: prod.Lines, DatasetLines: prod.DatasetLines}
 			p.produced = step
 			p.slotStep[slot] = step
 			p.inFlight[step] = &inFlight{
-				Batch:    Batch{Step: step, Slot: slot, Lines: prod.Lines, DatasetLines: prod.DatasetLines},
+				Batch:    b,
 				delta:    prod.Delta,
 				released: make([]bool, p.consumers),
 				left:     p.consumers,
@@ -154,6 +188,9 @@ func (p *Pipeline) Run(ctx context.Context) error {
 		}
 		if done {
 			return nil
+		}
+		if p.hooks.Produced != nil {
+			p.hooks.Produced(b)
 		}
 	}
 }
@@ -189,12 +226,42 @@ func (p *Pipeline) Release(c int, slot int, step uint64) error {
 	if f == nil || f.Slot != slot || step > p.next[c] || f.released[c] {
 		return fmt.Errorf("%w: slot %d does not hold step %d for consumer %d", ErrUnknownSlot, slot, step, c)
 	}
+	p.release(c, f)
+	p.broadcast()
+	return nil
+}
+
+// ReleaseThrough frees consumer c's hold on every step up to step, for
+// consumers that read batches from the ring without Next (the shared-memory
+// control block): the steps count as handed to c and released in one go.
+// Releasing a step not produced yet is an error.
+func (p *Pipeline) ReleaseThrough(c int, step uint64) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if step > p.produced {
+		return fmt.Errorf("%w: consumer %d released up to step %d, but only %d are produced", ErrUnknownSlot, c, step, p.produced)
+	}
+	if step <= p.next[c] {
+		return nil
+	}
+	for s := p.next[c] + 1; s <= step; s++ {
+		if f := p.inFlight[s]; f != nil && !f.released[c] {
+			p.release(c, f)
+		}
+	}
+	p.next[c] = step
+	p.broadcast()
+	return nil
+}
+
+// release marks f released by c; p.mu is held.
+func (p *Pipeline) release(c int, f *inFlight) {
 	f.released[c] = true
 	f.left--
 	if f.left > 0 {
-		return nil
+		return
 	}
-	p.slotStep[slot] = 0
+	p.slotStep[f.Slot] = 0
 	// Fold fully released steps into the base, in step order.
 	for {
 		g := p.inFlight[p.base.Step+1]
@@ -207,22 +274,15 @@ func (p *Pipeline) Release(c int, slot int, step uint64) error {
 		p.base.Step = g.Step
 		delete(p.inFlight, g.Step)
 	}
-	p.broadcast()
-	return nil
 }
 
-// State returns the rank's state after step, which must be a step some
-// consumer has been handed and that is not older than the last step every
-// consumer released.
+// State returns the rank's state after step, which must be produced and not
+// older than the last step every consumer released.
 func (p *Pipeline) State(step uint64) (state.Rank, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	var handed uint64
-	for _, n := range p.next {
-		handed = max(handed, n)
-	}
-	if step < p.base.Step || step > handed {
-		return state.Rank{}, fmt.Errorf("%w: state after step %d asked for; steps %d to %d are available", ErrStep, step, p.base.Step, handed)
+	if step < p.base.Step || step > p.produced {
+		return state.Rank{}, fmt.Errorf("%w: state after step %d asked for; steps %d to %d are available", ErrStep, step, p.base.Step, p.produced)
 	}
 	st := p.base.Clone()
 	for s := p.base.Step + 1; s <= step; s++ {
@@ -239,6 +299,24 @@ func (p *Pipeline) Ready(c int) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return int(p.produced - p.next[c])
+}
+
+// Wait blocks until the producer has stopped for good: it returns the last
+// step and nil after the rank's last batch, the production error, or
+// ErrClosed / ctx's error.
+func (p *Pipeline) Wait(ctx context.Context) (uint64, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	err := p.wait(ctx, func() bool { return p.closed || p.err != nil || p.ended })
+	switch {
+	case err != nil:
+		return 0, err
+	case p.err != nil:
+		return p.produced, p.err
+	case p.closed:
+		return 0, ErrClosed
+	}
+	return p.produced, nil
 }
 
 // Close stops Run and wakes every waiting consumer.

@@ -111,8 +111,8 @@ func TestPipelineConsumers(t *testing.T) {
 	if _, err := p.State(3); !errors.Is(err, ErrStep) {
 		t.Fatalf("state of a folded step: %v", err)
 	}
-	if _, err := p.State(31); !errors.Is(err, ErrStep) {
-		t.Fatalf("state of a step not handed out: %v", err)
+	if _, err := p.State(10000); !errors.Is(err, ErrStep) {
+		t.Fatalf("state of a step not produced: %v", err)
 	}
 	p.Close()
 	stopped = true
@@ -166,5 +166,81 @@ func TestPipelineEnd(t *testing.T) {
 	st, err := p.State(uint64(n))
 	if err != nil || st.Step != uint64(n) {
 		t.Fatalf("state after the last step: %v %v", st.Step, err)
+	}
+}
+
+// TestPipelineHooksAndReleaseThrough: a consumer that reads slots through
+// the Produced hook and releases with ReleaseThrough sees every batch in
+// order, equal to the rank alone; the producer reports waiting for slots;
+// Finished reports the last step; Wait returns it; the state after any
+// produced step resumes there.
+func TestPipelineHooksAndReleaseThrough(t *testing.T) {
+	corpus, cfg := pipelineFixture(t, 1)
+	ref, _ := NewRank(corpus, 0, 1, nil)
+	want := run(t, ref, cfg, 1<<20)
+
+	rank, _ := NewRank(corpus, 0, 1, nil)
+	ring := newMemSlots(2, cfg)
+	p := NewPipeline(rank, ring, 1)
+	produced := make(chan Batch, 4)
+	var waits int
+	finished := make(chan uint64, 1)
+	p.SetHooks(Hooks{
+		Produced: func(b Batch) { produced <- b },
+		Finished: func(step uint64, err error) {
+			if err != nil {
+				t.Errorf("finished with %v", err)
+			}
+			finished <- step
+		},
+		SlotWait: func(w bool) {
+			if w {
+				waits++
+			}
+		},
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	line := cfg.LineTokens()
+	var got [][]int32
+	for len(got) < len(want) {
+		b := <-produced
+		if b.Step != uint64(len(got)+1) {
+			t.Fatalf("step %d announced, want %d", b.Step, len(got)+1)
+		}
+		toks := int32s(ring.Slot(b.Slot))[:b.Lines*line]
+		got = append(got, append([]int32(nil), toks...))
+		if b.Step == 3 {
+			if err := p.ReleaseThrough(0, b.Step+5); !errors.Is(err, ErrUnknownSlot) {
+				t.Fatalf("release of unproduced steps: %v", err)
+			}
+			st, err := p.State(3)
+			if err != nil {
+				t.Fatal(err)
+			}
+			from := saveWorld(t, corpus.Fingerprint(), []state.Rank{st})
+			again, _ := NewRank(corpus, 0, 1, from)
+			if rest := run(t, again, cfg, 1<<20); !reflect.DeepEqual(rest, want[3:]) {
+				t.Fatal("state after step 3 does not resume at step 4")
+			}
+		}
+		if err := p.ReleaseThrough(0, b.Step); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatal("batches read through hooks differ from the rank alone")
+	}
+	last := <-finished
+	if step, err := p.Wait(ctx); err != nil || step != last || last != uint64(len(want)) {
+		t.Fatalf("Wait = %d, %v; finished at %d; want %d", step, err, last, len(want))
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if waits == 0 {
+		t.Fatal("the producer never reported waiting for a slot of a 2-slot ring")
 	}
 }

@@ -52,7 +52,8 @@ class Daemon:
     def __init__(self, tmp_path, extra=()):
         self.socket = str(tmp_path / "d.sock")
         self.before = set(self.rings())
-        self.log = open(tmp_path / "daemon.log", "w+")
+        self.log_path = tmp_path / "daemon.log"
+        self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen(
             [BIN, "serve", "--socket", self.socket, "--log-level", "warn", "--attach-within", "5s", *extra],
             stdout=self.log, stderr=subprocess.STDOUT)
@@ -72,8 +73,9 @@ class Daemon:
         return glob.glob(os.path.join(SHM, "dataloaderd-*"))
 
     def logs(self):
-        self.log.seek(0)
-        return self.log.read()
+        if not self.log.closed:
+            self.log.flush()
+        return self.log_path.read_text()
 
     def stop(self):
         """SIGTERM; the daemon must exit 0 and leave no socket and no ring it made."""
@@ -82,6 +84,7 @@ class Daemon:
         held = dataloaderd_maps(self.proc.pid)
         self.proc.send_signal(signal.SIGTERM)
         code = self.proc.wait(timeout=30)
+        self.log.close()
         assert code == 0, f"daemon exited {code}: {self.logs()[-2000:]}"
         assert not os.path.exists(self.socket), "socket left after SIGTERM"
         made = (held | (set(self.rings()) - self.before)) - rings_of_other_daemons(self.proc.pid)

@@ -393,8 +393,11 @@ type Ring struct {
 	Path      string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
 	Slots     uint32 `protobuf:"varint,2,opt,name=slots,proto3" json:"slots,omitempty"`
 	SlotBytes uint64 `protobuf:"varint,3,opt,name=slot_bytes,json=slotBytes,proto3" json:"slot_bytes,omitempty"`
-	// Offset of slot i is i * slot_stride.
-	SlotStride    uint64 `protobuf:"varint,4,opt,name=slot_stride,json=slotStride,proto3" json:"slot_stride,omitempty"`
+	// Slot i starts at file offset data_offset + i * slot_stride.
+	SlotStride uint64 `protobuf:"varint,4,opt,name=slot_stride,json=slotStride,proto3" json:"slot_stride,omitempty"`
+	// File offset of slot 0: the file starts with a control block (see
+	// Attach.shm_control; layout in docs/design.md).
+	DataOffset    uint64 `protobuf:"varint,5,opt,name=data_offset,json=dataOffset,proto3" json:"data_offset,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -453,6 +456,13 @@ func (x *Ring) GetSlotBytes() uint64 {
 func (x *Ring) GetSlotStride() uint64 {
 	if x != nil {
 		return x.SlotStride
+	}
+	return 0
+}
+
+func (x *Ring) GetDataOffset() uint64 {
+	if x != nil {
+		return x.DataOffset
 	}
 	return 0
 }
@@ -553,9 +563,14 @@ func (x *OpenSessionResponse) GetStartStep() uint64 {
 }
 
 type Attach struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	Consumer      uint32                 `protobuf:"varint,2,opt,name=consumer,proto3" json:"consumer,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Consumer  uint32                 `protobuf:"varint,2,opt,name=consumer,proto3" json:"consumer,omitempty"`
+	// Shared-memory transport only: the consumer reads batch announcements
+	// from the ring's control block and writes its releases there, so the
+	// stream carries no Batch per step, only the end (or an error status); the
+	// client sends no Release messages.
+	ShmControl    bool `protobuf:"varint,3,opt,name=shm_control,json=shmControl,proto3" json:"shm_control,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -602,6 +617,13 @@ func (x *Attach) GetConsumer() uint32 {
 		return x.Consumer
 	}
 	return 0
+}
+
+func (x *Attach) GetShmControl() bool {
+	if x != nil {
+		return x.ShmControl
+	}
+	return false
 }
 
 type Release struct {
@@ -1174,14 +1196,16 @@ const file_dataloader_v1_dataloader_proto_rawDesc = "" +
 	"\vresume_from\x18\a \x01(\tR\n" +
 	"resumeFrom\x12#\n" +
 	"\rresume_states\x18\b \x03(\fR\fresumeStates\x12\x14\n" +
-	"\x05slots\x18\t \x01(\rR\x05slots\"p\n" +
+	"\x05slots\x18\t \x01(\rR\x05slots\"\x91\x01\n" +
 	"\x04Ring\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x14\n" +
 	"\x05slots\x18\x02 \x01(\rR\x05slots\x12\x1d\n" +
 	"\n" +
 	"slot_bytes\x18\x03 \x01(\x04R\tslotBytes\x12\x1f\n" +
 	"\vslot_stride\x18\x04 \x01(\x04R\n" +
-	"slotStride\"\x90\x02\n" +
+	"slotStride\x12\x1f\n" +
+	"\vdata_offset\x18\x05 \x01(\x04R\n" +
+	"dataOffset\"\x90\x02\n" +
 	"\x13OpenSessionResponse\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1a\n" +
@@ -1193,11 +1217,13 @@ const file_dataloader_v1_dataloader_proto_rawDesc = "" +
 	"\n" +
 	"batch_size\x18\x06 \x01(\rR\tbatchSize\x12\x1d\n" +
 	"\n" +
-	"start_step\x18\a \x01(\x04R\tstartStep\"C\n" +
+	"start_step\x18\a \x01(\x04R\tstartStep\"d\n" +
 	"\x06Attach\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1a\n" +
-	"\bconsumer\x18\x02 \x01(\rR\bconsumer\"J\n" +
+	"\bconsumer\x18\x02 \x01(\rR\bconsumer\x12\x1f\n" +
+	"\vshm_control\x18\x03 \x01(\bR\n" +
+	"shmControl\"J\n" +
 	"\aRelease\x12\x12\n" +
 	"\x04slot\x18\x01 \x01(\rR\x04slot\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\x04R\x04step\x12\x17\n" +

@@ -16,6 +16,7 @@ import numpy as np
 
 from ._proto import dataloader_pb2 as pb
 from ._proto import dataloader_pb2_grpc as pb_grpc
+from . import _control
 from ._ring import ShmRing
 from .config import env_int, load_config, optional_abspath, to_proto
 from .errors import (ConfigError, DaemonUnavailableError, DataloaderdError, StateError,
@@ -65,7 +66,7 @@ class Loader:
                  dp_rank: Optional[int] = None, dp_size: Optional[int] = None,
                  socket: Optional[str] = None, resume_from: Optional[Union[str, os.PathLike]] = None,
                  transport: str = "shm", *, job: Optional[str] = None, consumers: int = 1,
-                 slots: int = 0, copy: bool = False, timeout: float = 60.0):
+                 slots: int = 0, copy: bool = False, timeout: float = 60.0, fast: bool = True):
         data, base = load_config(config)
         self._config = to_proto(data, base)
         self.dp_rank = env_int("RANK", 0) if dp_rank is None else int(dp_rank)
@@ -79,6 +80,7 @@ class Loader:
         self.job = job or os.environ.get("DATALOADERD_JOB") or os.environ.get("TORCHELASTIC_RUN_ID") or "default"
         self.transport = transport
         self._consumers, self._slots, self._copy, self._timeout = consumers, slots, copy, timeout
+        self._fast = fast
         self._resume_from = optional_abspath(resume_from)
         self._resume_states: list = []
 
@@ -95,6 +97,7 @@ class Loader:
         _open_loaders.add(self)
         self._session: Optional[pb.OpenSessionResponse] = None
         self._ring: Optional[ShmRing] = None
+        self._ctl: Optional[_control.Control] = None
         self._requests: Optional[queue.Queue] = None
         self._responses = None
         self._held: Optional[tuple] = None
@@ -116,7 +119,14 @@ class Loader:
             ), timeout=self._timeout)
             if s.transport == pb.TRANSPORT_SHM:
                 try:
-                    self._ring = ShmRing(s.ring.path, s.ring.slots, s.ring.slot_stride, s.line_tokens)
+                    self._ring = ShmRing(s.ring.path, s.ring.slots, s.ring.slot_stride, s.line_tokens,
+                                         s.ring.data_offset)
+                    self._ctl = None
+                    if self._fast and s.ring.data_offset > 0 and _control.supported():
+                        try:
+                            self._ctl = _control.Control(s.ring.path, s.ring.data_offset, s.consumer)
+                        except (OSError, ValueError):
+                            self._ctl = None  # e.g. another user's ring: batches come by messages
                 except (OSError, ValueError) as e:
                     self._stub.CloseSession(pb.CloseSessionRequest(session_id=s.session_id, consumer=s.consumer),
                                             timeout=self._timeout)
@@ -145,6 +155,9 @@ class Loader:
         if self._ring is not None:
             self._ring.close()
             self._ring = None
+        if self._ctl is not None:
+            self._ctl.close()
+            self._ctl = None
 
     # -- iteration ------------------------------------------------------------
 
@@ -159,8 +172,12 @@ class Loader:
         s = self._session
         if self._responses is None:
             self._requests = queue.Queue()
-            self._requests.put(pb.BatchesRequest(attach=pb.Attach(session_id=s.session_id, consumer=s.consumer)))
+            self._requests.put(pb.BatchesRequest(attach=pb.Attach(
+                session_id=s.session_id, consumer=s.consumer, shm_control=self._ctl is not None)))
             self._responses = self._stub.Batches(_requests_from(self._requests))
+        if self._ctl is not None:
+            yield from self._control_batches(s)
+            return
         while not self._ended and self._session is s:
             if self._held is not None:
                 self._release(*self._held)
@@ -187,6 +204,49 @@ class Loader:
                 self._held = (msg.slot, msg.step, wait_ns)
             self._last_step = msg.step
             yield _batch(tokens, msg.step)
+
+    def _control_batches(self, s: pb.OpenSessionResponse) -> Iterator[Dict[str, Any]]:
+        """Batches announced in the ring's control block: no message per batch."""
+        ctl, ring = self._ctl, self._ring
+        while not self._ended and self._session is s:
+            want = self._last_step + 1
+            if self._held is not None:
+                ctl.release(self._held[1], self._held[2])
+                self._held = None
+            start = time.perf_counter_ns()
+            while True:
+                state, got = ctl.poll(want)
+                if got is not None:
+                    break
+                if state == _control.ENDED:
+                    self._ended = True
+                    return
+                if state != _control.RUNNING:
+                    self._stream_failure()
+                ctl.wait(want, 0.05)
+                if self._responses.done():
+                    self._stream_failure()
+            wait_ns = time.perf_counter_ns() - start
+            slot, lines = got
+            tokens = ring.batch(slot, lines)
+            if self._copy:
+                tokens = tokens.copy()
+                ctl.release(want, wait_ns)
+            else:
+                self._held = (slot, want, wait_ns)
+            self._last_step = want
+            yield _batch(tokens, want)
+
+    @translate
+    def _stream_failure(self) -> None:
+        """Raises what ended the batch stream: the daemon's status."""
+        try:
+            for msg in self._responses:
+                if msg.end:
+                    break
+        except grpc.RpcError as err:
+            raise from_rpc_error(err) from err
+        raise DaemonUnavailableError("the daemon closed the session")
 
     # -- state ----------------------------------------------------------------
 

@@ -77,16 +77,18 @@ class OpenSessionRequest(_message.Message):
     def __init__(self, job: _Optional[str] = ..., config: _Optional[_Union[JobConfig, _Mapping]] = ..., dp_rank: _Optional[int] = ..., dp_size: _Optional[int] = ..., consumers: _Optional[int] = ..., transport: _Optional[_Union[Transport, str]] = ..., resume_from: _Optional[str] = ..., resume_states: _Optional[_Iterable[bytes]] = ..., slots: _Optional[int] = ...) -> None: ...
 
 class Ring(_message.Message):
-    __slots__ = ("path", "slots", "slot_bytes", "slot_stride")
+    __slots__ = ("path", "slots", "slot_bytes", "slot_stride", "data_offset")
     PATH_FIELD_NUMBER: _ClassVar[int]
     SLOTS_FIELD_NUMBER: _ClassVar[int]
     SLOT_BYTES_FIELD_NUMBER: _ClassVar[int]
     SLOT_STRIDE_FIELD_NUMBER: _ClassVar[int]
+    DATA_OFFSET_FIELD_NUMBER: _ClassVar[int]
     path: str
     slots: int
     slot_bytes: int
     slot_stride: int
-    def __init__(self, path: _Optional[str] = ..., slots: _Optional[int] = ..., slot_bytes: _Optional[int] = ..., slot_stride: _Optional[int] = ...) -> None: ...
+    data_offset: int
+    def __init__(self, path: _Optional[str] = ..., slots: _Optional[int] = ..., slot_bytes: _Optional[int] = ..., slot_stride: _Optional[int] = ..., data_offset: _Optional[int] = ...) -> None: ...
 
 class OpenSessionResponse(_message.Message):
     __slots__ = ("session_id", "consumer", "ring", "transport", "line_tokens", "batch_size", "start_step")
@@ -107,12 +109,14 @@ class OpenSessionResponse(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., consumer: _Optional[int] = ..., ring: _Optional[_Union[Ring, _Mapping]] = ..., transport: _Optional[_Union[Transport, str]] = ..., line_tokens: _Optional[int] = ..., batch_size: _Optional[int] = ..., start_step: _Optional[int] = ...) -> None: ...
 
 class Attach(_message.Message):
-    __slots__ = ("session_id", "consumer")
+    __slots__ = ("session_id", "consumer", "shm_control")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     CONSUMER_FIELD_NUMBER: _ClassVar[int]
+    SHM_CONTROL_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     consumer: int
-    def __init__(self, session_id: _Optional[str] = ..., consumer: _Optional[int] = ...) -> None: ...
+    shm_control: bool
+    def __init__(self, session_id: _Optional[str] = ..., consumer: _Optional[int] = ..., shm_control: _Optional[bool] = ...) -> None: ...
 
 class Release(_message.Message):
     __slots__ = ("slot", "step", "wait_ns")

@@ -1,0 +1,135 @@
+"""The control block of a shared-memory ring, seen by one consumer.
+
+The daemon publishes "slot k holds step s" in the first pages of the ring file
+and this consumer writes the last step it released there, so a batch costs no
+message. Either side sleeps on a futex word only when it must wait, and says
+so; the other side then wakes it. The layout is in docs/design.md and
+internal/cuda/control.go.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+import platform
+from typing import Optional, Tuple
+
+MAGIC = b"DLDRING\x01"
+VERSION = 1
+
+# Header offsets (bytes).
+_PUBLISHED, _END_STEP, _STATE = 32, 40, 48
+_PUB_SEQ, _REL_SEQ, _PROD_WAITING = 52, 56, 60
+_SLOT_RECS, _CONSUMER_RECS = 68, 72
+_CONSUMER_REC_BYTES = 128
+# Consumer record offsets.
+_RELEASED, _WAITING, _WAIT_COUNT, _WAIT_SUM, _WAIT_BUCKETS = 0, 8, 16, 24, 32
+_BUCKET_BOUNDS_NS = [1000 * 4 ** i for i in range(12)]
+
+RUNNING, ENDED, FAILED, CLOSED = 0, 1, 2, 3
+
+_SYS_FUTEX = 202  # x86_64
+_FUTEX_WAIT, _FUTEX_WAKE = 0, 1
+
+
+class _Timespec(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+
+def supported() -> bool:
+    """The control block is used on x86_64 Linux, whose stores and loads keep
+    program order as the protocol needs without explicit fences; elsewhere the
+    client takes batches from the stream."""
+    return platform.system() == "Linux" and platform.machine() in ("x86_64", "AMD64")
+
+
+class Control:
+    """One consumer's view of a ring's control block (mapped read-write)."""
+
+    def __init__(self, path: str, header_bytes: int, consumer: int):
+        fd = os.open(path, os.O_RDWR)
+        try:
+            self._mm = mmap.mmap(fd, header_bytes, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        finally:
+            os.close(fd)
+        if self._mm[:8] != MAGIC:
+            self.close()
+            raise ValueError(f"{path} does not start with a dataloaderd control block")
+        self._u64 = memoryview(self._mm).cast("Q")
+        self._u32 = memoryview(self._mm).cast("I")
+        if self._u32[2] != VERSION:
+            version = self._u32[2]
+            self.close()
+            raise ValueError(f"{path}: control block version {version}, this client reads {VERSION}")
+        self.slots = self._u32[3]
+        rec = self._u32[_CONSUMER_RECS // 4] + consumer * _CONSUMER_REC_BYTES
+        self._slot_recs = self._u32[_SLOT_RECS // 4]
+        self._released = (rec + _RELEASED) // 8
+        self._waiting = (rec + _WAITING) // 4
+        self._wait_count = (rec + _WAIT_COUNT) // 8
+        self._wait_sum = (rec + _WAIT_SUM) // 8
+        self._buckets = (rec + _WAIT_BUCKETS) // 4
+        libc = ctypes.CDLL(None, use_errno=True)
+        self._syscall = libc.syscall
+        self._syscall.restype = ctypes.c_long
+        base = ctypes.addressof(ctypes.c_char.from_buffer(self._mm))
+        self._pub_seq_addr = ctypes.c_void_p(base + _PUB_SEQ)
+        self._rel_seq_addr = ctypes.c_void_p(base + _REL_SEQ)
+        self._base_ref = base
+
+    def poll(self, step: int) -> Tuple[int, Optional[Tuple[int, int]]]:
+        """What the block says of ``step`` now: (RUNNING, (slot, lines)) when it is
+        published; (RUNNING, None) when not yet; (ENDED, None) when the
+        iteration ended before it; (FAILED or CLOSED, None) otherwise."""
+        if self._u64[_PUBLISHED // 8] >= step:
+            slot = (step - 1) % self.slots
+            rec = self._slot_recs + 16 * slot
+            got = self._u64[rec // 8]
+            if got != step:
+                raise RuntimeError(f"control block: slot {slot} holds step {got}, expected {step}")
+            return RUNNING, (slot, self._u32[rec // 4 + 2])
+        state = self._u32[_STATE // 4]
+        if state == ENDED and self._u64[_PUBLISHED // 8] < step:
+            return ENDED, None
+        return state, None
+
+    def wait(self, step: int, timeout_s: float) -> None:
+        """Sleeps until the daemon publishes or changes state, or timeout_s
+        passes; returns at once when something happened since the last look."""
+        seq = self._u32[_PUB_SEQ // 4]
+        if self._u64[_PUBLISHED // 8] >= step or self._u32[_STATE // 4] != RUNNING:
+            return
+        self._u32[self._waiting] = 1
+        try:
+            ts = _Timespec(int(timeout_s), int((timeout_s % 1) * 1e9))
+            self._syscall(_SYS_FUTEX, self._pub_seq_addr, _FUTEX_WAIT, ctypes.c_uint32(seq),
+                          ctypes.byref(ts), None, 0)
+        finally:
+            self._u32[self._waiting] = 0
+
+    def release(self, step: int, wait_ns: int) -> None:
+        """Releases every step up to ``step`` and records the wait for it."""
+        self._u64[self._wait_count] += 1
+        self._u64[self._wait_sum] += wait_ns
+        for i, bound in enumerate(_BUCKET_BOUNDS_NS):
+            if wait_ns <= bound:
+                self._u32[self._buckets + i] += 1
+                break
+        self._u64[self._released] = step
+        if self._u32[_PROD_WAITING // 4]:
+            self._u32[_REL_SEQ // 4] = (self._u32[_REL_SEQ // 4] + 1) & 0xFFFFFFFF
+            self._syscall(_SYS_FUTEX, self._rel_seq_addr, _FUTEX_WAKE, 0x7FFFFFFF, None, None, 0)
+
+    def close(self) -> None:
+        for name in ("_u64", "_u32"):
+            view = getattr(self, name, None)
+            if view is not None:
+                view.release()
+                setattr(self, name, None)
+        mm, self._mm = self._mm, None
+        if mm is not None:
+            try:
+                mm.close()
+            except BufferError:
+                pass  # a ctypes view still refers to it; the GC unmaps it

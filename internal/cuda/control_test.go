@@ -1,0 +1,124 @@
+package cuda
+
+import (
+	"encoding/binary"
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// clientView maps a ring file read-write as a client does and reads and
+// writes the control block by the documented offsets, not through Control.
+type clientView struct {
+	t   *testing.T
+	mem []byte
+}
+
+func mapClient(t *testing.T, r *ShmRing) *clientView {
+	f, err := os.OpenFile(r.Path(), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	fi, _ := f.Stat()
+	m, err := unix.Mmap(int(f.Fd()), 0, int(fi.Size()), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Munmap(m) })
+	return &clientView{t: t, mem: m}
+}
+
+func (c *clientView) u64(off int) uint64 { return binary.LittleEndian.Uint64(c.mem[off:]) }
+func (c *clientView) u32(off int) uint32 { return binary.LittleEndian.Uint32(c.mem[off:]) }
+func (c *clientView) consumer(i int) int { return int(c.u32(72)) + i*128 }
+
+func TestControlLayout(t *testing.T) {
+	r, err := NewShmRing(t.TempDir(), "ring", 5, 3000, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	c := mapClient(t, r)
+	if string(c.mem[:8]) != "DLDRING\x01" || c.u32(8) != 1 || c.u32(12) != 5 || c.u32(64) != 3 {
+		t.Fatalf("header: magic %q version %d slots %d consumers %d", c.mem[:8], c.u32(8), c.u32(12), c.u32(64))
+	}
+	if int(c.u64(16)) != r.DataOffset() || int(c.u64(24)) != r.Stride() || r.DataOffset()%os.Getpagesize() != 0 {
+		t.Fatalf("data offset %d stride %d; ring says %d, %d", c.u64(16), c.u64(24), r.DataOffset(), r.Stride())
+	}
+	if c.u32(68) != 128 || c.u32(72) < 128+5*16 || c.u32(72)%128 != 0 || c.consumer(3) > r.DataOffset() {
+		t.Fatalf("records: slots at %d, consumers at %d, data at %d", c.u32(68), c.u32(72), r.DataOffset())
+	}
+	ctl := r.Control()
+	r.Slot(3)[0] = 42
+	ctl.Publish(9, 3, 7)
+	if c.u64(32) != 9 || c.u64(128+3*16) != 9 || c.u32(128+3*16+8) != 7 || c.mem[r.DataOffset()+3*r.Stride()] != 42 {
+		t.Fatalf("after publish: published %d, slot 3 step %d lines %d", c.u64(32), c.u64(128+48), c.u32(128+56))
+	}
+	seq := c.u32(52)
+	ctl.Finish(ControlEnded, 9)
+	if c.u32(48) != ControlEnded || c.u64(40) != 9 || c.u32(52) == seq {
+		t.Fatalf("after finish: state %d end %d seq %d (was %d)", c.u32(48), c.u64(40), c.u32(52), seq)
+	}
+	// Consumer 2 releases step 8 and reports two waits.
+	binary.LittleEndian.PutUint64(c.mem[c.consumer(2):], 8)
+	binary.LittleEndian.PutUint64(c.mem[c.consumer(2)+16:], 2)
+	binary.LittleEndian.PutUint64(c.mem[c.consumer(2)+24:], 5000)
+	binary.LittleEndian.PutUint32(c.mem[c.consumer(2)+32+4:], 2)
+	if ctl.Released(2) != 8 || ctl.Released(1) != 0 {
+		t.Fatalf("released: %d %d", ctl.Released(2), ctl.Released(1))
+	}
+	b, n, sum := ctl.WaitStats(2)
+	if n != 2 || sum != 5000 || b[1] != 2 || b[0] != 0 {
+		t.Fatalf("wait stats %v %d %d", b, n, sum)
+	}
+}
+
+// TestControlWakeups: a release watcher sleeping on the release futex is
+// woken by a client's bump and wake (through the client's own mapping), and
+// a client sleeping on the publish futex is woken by Publish when it says it
+// waits.
+func TestControlWakeups(t *testing.T) {
+	r, err := NewShmRing(t.TempDir(), "ring", 2, 100, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	c := mapClient(t, r)
+	ctl := r.Control()
+
+	woke := make(chan time.Duration)
+	seq := ctl.ReleaseSeq()
+	go func() {
+		start := time.Now()
+		ctl.WaitRelease(seq, 10*time.Second)
+		woke <- time.Since(start)
+	}()
+	time.Sleep(20 * time.Millisecond)
+	rel := (*uint32)(unsafe.Pointer(&c.mem[56]))
+	atomic.AddUint32(rel, 1)
+	futexWake(rel)
+	if d := <-woke; d > 5*time.Second {
+		t.Fatalf("release watcher slept %v: not woken", d)
+	}
+
+	pub := (*uint32)(unsafe.Pointer(&c.mem[52]))
+	binary.LittleEndian.PutUint32(c.mem[c.consumer(0)+8:], 1) // waiting
+	v := atomic.LoadUint32(pub)
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		ctl.Publish(1, 0, 1)
+	}()
+	start := time.Now()
+	futexWait(pub, v, 10*time.Second)
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("client slept %v: Publish did not wake it", d)
+	}
+	if c.u64(32) != 1 {
+		t.Fatal("woken before the step was published")
+	}
+}
