@@ -95,9 +95,7 @@ func decodeTokens(d dtype, src []byte, dst []int32) int {
 		}
 	case dtUint16:
 		if view := viewAs[uint16](src); view != nil {
-			for i, v := range view {
-				dst[i] = int32(v)
-			}
+			widenUint16(dst, view)
 			return -1
 		}
 		for i := range dst {
