@@ -107,6 +107,25 @@ CUresult cuGetErrorString(CUresult r, const char **s) {
 	return 0;
 }
 
+/* The calls the Python client (_cuda.py) makes. */
+static __thread int *stack[8];
+static __thread int depth;
+static long live_ipc, live_registered;
+CUresult cuCtxPushCurrent_v2(int *ctx) { if (depth == 8) return 1; stack[depth++] = current; current = ctx; return 0; }
+CUresult cuCtxPopCurrent_v2(int **ctx) { if (!depth) return 201; if (ctx) *ctx = current; current = stack[--depth]; return 0; }
+typedef struct { unsigned char b[64]; } ipc_handle; /* passed by value */
+CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *p, ipc_handle h, unsigned flags) {
+	NEED_CTX;
+	if (memcmp(h.b, "fakecuda", 8) || flags != 1) return 1;
+	memcpy(p, h.b + 8, sizeof *p);
+	live_ipc++;
+	return 0;
+}
+CUresult cuIpcCloseMemHandle(CUdeviceptr p) { NEED_CTX; if (!p || !live_ipc) return 1; live_ipc--; return 0; }
+CUresult cuMemHostRegister_v2(void *p, size_t n, unsigned flags) { NEED_CTX; if (!p || !n || flags != 9) return 1; live_registered++; return 0; }
+CUresult cuMemHostUnregister(void *p) { NEED_CTX; if (!live_registered) return 713; live_registered--; return 0; }
+long fakecuda_python_live(void) { return live_ipc + live_registered + refs[0] + refs[1] + depth; }
+
 /* For the test: what is live, and the bytes at a device address. */
 long fakecuda_live(void) { return live_dev + live_host + live_streams + live_events + refs[0] + refs[1]; }
 void fakecuda_read(void *dst, CUdeviceptr src, size_t n) { memcpy(dst, (void *)src, n); }
