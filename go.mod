@@ -3,6 +3,7 @@ module github.com/dataloaderd/dataloaderd
 go 1.26.8
 
 require (
+	github.com/ebitengine/purego v0.11.3
 	github.com/prometheus/client_golang v1.25.0
 	go.uber.org/zap v1.28.0
 	golang.org/x/sync v0.24.0

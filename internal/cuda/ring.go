@@ -1,7 +1,8 @@
 // Package cuda holds the rings that batches are written into: host shared
 // memory that every local process maps, plain process memory for the inline
-// transport, and (later) GPU memory exported over CUDA IPC. All are rings of
-// equal, page-aligned slots behind one interface.
+// transport, and GPU memory exported over CUDA IPC (DeviceRing, through the
+// CUDA driver loaded at run time). All are rings of equal, page-aligned
+// slots behind one interface; a DeviceRing also needs Commit after a write.
 package cuda
 
 import (

@@ -1,0 +1,382 @@
+"""GPU delivery: a session's CUDA IPC ring as device tensors, and pinned shared
+memory for the ``shm-pinned`` comparison path.
+
+This module imports on any machine: torch and the NVIDIA driver
+(``libcuda.so.1``) are loaded when a class is first used, and their absence
+raises :class:`CudaUnavailableError` with a message that says what to do.
+
+Slot lifetime on the GPU. A device view of a slot is read by kernels that run
+*after* Python moved on, so a slot may be released to the daemon only once
+the work queued on it has finished, or the daemon's next copy overwrites a
+batch still being read. :class:`ReleaseFence` records an event on the current
+stream when a batch is given up and hands the slot back once that event has
+completed, without blocking the trainer's CPU unless the ring runs out.
+"""
+
+from __future__ import annotations
+
+import collections
+import ctypes
+import threading
+import warnings
+from typing import Any, Deque, Hashable, List, Optional, Tuple
+
+from .errors import DataloaderdError
+
+__all__ = ["CudaUnavailableError", "CudaError", "IpcRing", "PinnedShm", "ReleaseFence", "IPC_HANDLE_SIZE"]
+
+IPC_HANDLE_SIZE = 64
+_CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 0x1
+_CU_MEMHOSTREGISTER_PORTABLE = 0x1
+_CU_MEMHOSTREGISTER_READ_ONLY = 0x8  # the client maps the ring read-only (CUDA 11.1+)
+_CUDA_ERROR_NOT_READY = 600
+
+
+class CudaUnavailableError(DataloaderdError):
+    """This process cannot use the GPU transports: no torch with CUDA, no NVIDIA
+    driver, or no GPU. The ``shm`` and ``inline`` transports still work."""
+
+
+class CudaError(DataloaderdError):
+    """A CUDA driver call failed; ``call`` and ``result`` name it
+    (e.g. ``cuIpcOpenMemHandle_v2``, ``CUDA_ERROR_INVALID_CONTEXT``)."""
+
+    def __init__(self, call: str, result: str, message: str):
+        super().__init__(message)
+        self.call, self.result = call, result
+
+
+def _torch() -> Any:
+    """torch, with a usable GPU, or a clear CudaUnavailableError."""
+    try:
+        import torch
+    except ImportError as e:
+        raise CudaUnavailableError(
+            "the cuda and shm-pinned transports need PyTorch with CUDA (pip install torch); "
+            "transport='shm' works without it") from e
+    if not torch.cuda.is_available():
+        raise CudaUnavailableError(
+            "PyTorch sees no GPU (torch.cuda.is_available() is False): check the NVIDIA driver and "
+            "CUDA_VISIBLE_DEVICES, or use transport='shm'")
+    return torch
+
+
+class _IpcHandle(ctypes.Structure):
+    _fields_ = [("reserved", ctypes.c_char * IPC_HANDLE_SIZE)]
+
+
+class _Driver:
+    """The few libcuda calls this module makes, through ctypes."""
+
+    def __init__(self, library: str = "libcuda.so.1"):
+        try:
+            lib = ctypes.CDLL(library)
+        except OSError as e:
+            raise CudaUnavailableError(
+                f"cannot load {library} ({e}): no NVIDIA driver on this machine; use transport='shm'") from e
+        c_int, c_uint, c_void_p, c_size_t = ctypes.c_int, ctypes.c_uint, ctypes.c_void_p, ctypes.c_size_t
+        cuptr = ctypes.c_ulonglong
+        self._lib = lib
+        self._fns = {}
+        for name, alts, args in [
+            ("init", ["cuInit"], [c_uint]),
+            ("device_get", ["cuDeviceGet"], [ctypes.POINTER(c_int), c_int]),
+            ("retain", ["cuDevicePrimaryCtxRetain"], [ctypes.POINTER(c_void_p), c_int]),
+            ("release", ["cuDevicePrimaryCtxRelease_v2", "cuDevicePrimaryCtxRelease"], [c_int]),
+            ("push", ["cuCtxPushCurrent_v2", "cuCtxPushCurrent"], [c_void_p]),
+            ("pop", ["cuCtxPopCurrent_v2", "cuCtxPopCurrent"], [ctypes.POINTER(c_void_p)]),
+            ("ipc_open", ["cuIpcOpenMemHandle_v2", "cuIpcOpenMemHandle"], [ctypes.POINTER(cuptr), _IpcHandle, c_uint]),
+            ("ipc_close", ["cuIpcCloseMemHandle"], [cuptr]),
+            ("host_register", ["cuMemHostRegister_v2", "cuMemHostRegister"], [c_void_p, c_size_t, c_uint]),
+            ("host_unregister", ["cuMemHostUnregister"], [c_void_p]),
+            ("mem_get_info", ["cuMemGetInfo_v2"], [ctypes.POINTER(c_size_t), ctypes.POINTER(c_size_t)]),
+            ("error_name", ["cuGetErrorName"], [c_int, ctypes.POINTER(ctypes.c_char_p)]),
+            ("error_string", ["cuGetErrorString"], [c_int, ctypes.POINTER(ctypes.c_char_p)]),
+        ]:
+            for sym in alts:
+                fn = getattr(lib, sym, None)
+                if fn is not None:
+                    fn.argtypes, fn.restype = args, c_int
+                    self._fns[name] = (sym, fn)
+                    break
+            else:
+                raise CudaUnavailableError(f"{library} has no {alts[0]}: the NVIDIA driver is too old")
+        self.call("init", 0)
+        self._lock = threading.Lock()
+        self._refs: dict = {}
+
+    def _describe(self, r: int) -> Tuple[str, str]:
+        name, text = ctypes.c_char_p(), ctypes.c_char_p()
+        self._fns["error_name"][1](r, ctypes.byref(name))
+        self._fns["error_string"][1](r, ctypes.byref(text))
+        return ((name.value or b"CUresult(%d)" % r).decode(), (text.value or b"").decode())
+
+    def call(self, name: str, *args: Any) -> int:
+        """Calls a driver function; raises CudaError naming it and its result."""
+        sym, fn = self._fns[name]
+        r = fn(*args)
+        if r == 0:
+            return r
+        rname, text = self._describe(r)
+        if name == "init" and r == 100:  # CUDA_ERROR_NO_DEVICE
+            raise CudaUnavailableError(f"the NVIDIA driver sees no GPU ({sym}: {rname}); use transport='shm'")
+        raise CudaError(sym, rname, f"{sym}: {rname} ({text})")
+
+    def retain(self, device: int) -> int:
+        """Retains device's primary context (the one torch uses); refcounted here."""
+        with self._lock:
+            ctx, n = self._refs.get(device, (None, 0))
+            if ctx is None:
+                d, p = ctypes.c_int(), ctypes.c_void_p()
+                self.call("device_get", ctypes.byref(d), device)
+                self.call("retain", ctypes.byref(p), d.value)
+                ctx = p.value
+            self._refs[device] = (ctx, n + 1)
+            return ctx
+
+    def release(self, device: int) -> None:
+        with self._lock:
+            ctx, n = self._refs.get(device, (None, 0))
+            if n > 1:
+                self._refs[device] = (ctx, n - 1)
+            elif n == 1:
+                del self._refs[device]
+                d = ctypes.c_int()
+                self.call("device_get", ctypes.byref(d), device)
+                self.call("release", d.value)
+
+    def in_context(self, ctx: int) -> "_Current":
+        return _Current(self, ctx)
+
+
+class _Current:
+    """Makes a context current on this thread for a with-block."""
+
+    def __init__(self, drv: _Driver, ctx: int):
+        self._drv, self._ctx = drv, ctx
+
+    def __enter__(self) -> None:
+        self._drv.call("push", ctypes.c_void_p(self._ctx))
+
+    def __exit__(self, *exc: Any) -> None:
+        self._drv.call("pop", ctypes.byref(ctypes.c_void_p()))
+
+
+_driver_lock = threading.Lock()
+_driver_instance: Optional[_Driver] = None
+
+
+def _driver() -> _Driver:
+    global _driver_instance
+    with _driver_lock:
+        if _driver_instance is None:
+            _driver_instance = _Driver()
+        return _driver_instance
+
+
+class _Mapping:
+    """One opened IPC allocation; unmapped when the ring is closed and no
+    tensor view of it is alive any more (views hold a reference)."""
+
+    def __init__(self, drv: _Driver, device: int, handle: bytes):
+        self._drv, self.device = drv, device
+        self._ctx = drv.retain(device)
+        self.ptr = 0
+        try:
+            h = _IpcHandle()
+            ctypes.memmove(ctypes.addressof(h), handle, IPC_HANDLE_SIZE)
+            p = ctypes.c_ulonglong()
+            with drv.in_context(self._ctx):
+                drv.call("ipc_open", ctypes.byref(p), h, _CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)
+            self.ptr = p.value
+        except BaseException:
+            drv.release(device)
+            raise
+
+    def __del__(self) -> None:
+        ptr, self.ptr = self.ptr, 0
+        if not ptr:
+            return
+        try:
+            with self._drv.in_context(self._ctx):
+                self._drv.call("ipc_close", ctypes.c_ulonglong(ptr))
+            self._drv.release(self.device)
+        except Exception:
+            pass  # at interpreter exit the driver may be gone; the OS reclaims it
+
+
+class _DeviceArray:
+    """Exposes device memory through __cuda_array_interface__ for torch.as_tensor;
+    the tensor keeps this object, and so the mapping, alive."""
+
+    def __init__(self, mapping: _Mapping, offset: int, shape: Tuple[int, ...], typestr: str):
+        self._mapping = mapping
+        self.__cuda_array_interface__ = {
+            # torch refuses the read-only flag; the view is writable, and
+            # writing into it corrupts the daemon's ring for every reader.
+            "shape": shape, "typestr": typestr, "data": (mapping.ptr + offset, False),
+            "version": 2, "strides": None,
+        }
+
+
+class IpcRing:
+    """A session's device ring, opened once from its CUDA IPC handle.
+
+    ``batch(slot, lines)`` is an int32 tensor [lines, line_tokens] on the ring's
+    GPU that is a view of the daemon's slot, no copy. The daemon wrote and
+    finished copying the slot before it announced it. Give the slot back
+    through a :class:`ReleaseFence`, not at once. Cannot be opened in the
+    process that created the handle (CUDA's rule)."""
+
+    def __init__(self, handle: bytes, slots: int, stride: int, line_tokens: int, device: int):
+        if len(handle) != IPC_HANDLE_SIZE:
+            raise DataloaderdError(f"CUDA IPC handle is {len(handle)} bytes, want {IPC_HANDLE_SIZE}")
+        self._torch = _torch()
+        self.device = self._torch.device("cuda", device)
+        self._slots, self._stride, self._line = slots, stride, line_tokens
+        self._mapping: Optional[_Mapping] = _Mapping(_driver(), device, bytes(handle))
+
+    def _view(self, slot: int, shape: Tuple[int, ...], typestr: str) -> Any:
+        if self._mapping is None:
+            raise DataloaderdError("the CUDA ring is closed")
+        if not 0 <= slot < self._slots:
+            raise DataloaderdError(f"slot {slot} of a {self._slots}-slot ring")
+        arr = _DeviceArray(self._mapping, slot * self._stride, shape, typestr)
+        return self._torch.as_tensor(arr, device=self.device)
+
+    def batch(self, slot: int, lines: int) -> Any:
+        """Slot's tokens as an int32 device tensor [lines, line_tokens], a view."""
+        return self._view(slot, (lines, self._line), "<i4")
+
+    def slot_bytes(self, slot: int, n: int) -> Any:
+        """The first n bytes of a slot as a uint8 device tensor, a view."""
+        if n > self._stride:
+            raise DataloaderdError(f"{n} bytes asked of a slot of stride {self._stride}")
+        return self._view(slot, (n,), "|u1")
+
+    def close(self) -> None:
+        """Gives up the ring; the handle is closed once no view of it is alive."""
+        self._mapping = None
+
+    def __enter__(self) -> "IpcRing":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class ReleaseFence:
+    """Holds given-up slots until the GPU work queued on them has finished.
+
+    ``give_up(key)`` records an event on the current stream of ``device`` and
+    returns the keys that may now be released (their events completed), in
+    order. When more than ``max_held`` keys wait, the oldest is waited for, so
+    a trainer cannot hold the whole ring. ``drain()`` waits for all."""
+
+    def __init__(self, device: int, max_held: int = 2):
+        self._torch = _torch()
+        self._device = self._torch.device("cuda", device)
+        self._max = max(1, max_held)
+        self._held: Deque[Tuple[Hashable, Any]] = collections.deque()
+
+    def give_up(self, key: Hashable) -> List[Hashable]:
+        ev = self._torch.cuda.Event()
+        ev.record(self._torch.cuda.current_stream(self._device))
+        self._held.append((key, ev))
+        out = []
+        while self._held and (len(self._held) > self._max or self._held[0][1].query()):
+            k, e = self._held.popleft()
+            e.synchronize()
+            out.append(k)
+        return out
+
+    def drain(self) -> List[Hashable]:
+        out = []
+        while self._held:
+            k, e = self._held.popleft()
+            e.synchronize()
+            out.append(k)
+        return out
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+
+class PinnedShm:
+    """The ``shm-pinned`` path: the shared-memory ring, page-locked for the GPU.
+
+    The mapping of an open ``ShmRing`` is registered with the driver once
+    (read-only, portable), then ``fetch(slot, lines)`` queues one non-blocking
+    host-to-device copy of the batch on this object's own stream into a fresh
+    device tensor, makes the current stream wait for it, and returns the tensor
+    and the copy's event: the shm slot may be released once ``event.query()``
+    is true (or through a ReleaseFence keyed on it)."""
+
+    def __init__(self, ring: Any, device: int):
+        import numpy as np
+
+        self._torch = torch = _torch()
+        self.device = torch.device("cuda", device)
+        self._ring = ring
+        self._drv = _driver()
+        view = np.frombuffer(ring._mm, dtype=np.uint8)
+        self._ptr, self._size = int(view.ctypes.data), view.nbytes
+        del view
+        self._ctx = self._drv.retain(device)
+        try:
+            with self._drv.in_context(self._ctx):
+                self._drv.call("host_register", ctypes.c_void_p(self._ptr), self._size,
+                               _CU_MEMHOSTREGISTER_PORTABLE | _CU_MEMHOSTREGISTER_READ_ONLY)
+        except BaseException:
+            self._drv.release(device)
+            raise
+        self._stream = torch.cuda.Stream(device=self.device)
+
+    def fetch(self, slot: int, lines: int) -> Tuple[Any, Any]:
+        """Copies a batch to the GPU: (int32 tensor [lines, line_tokens], event)."""
+        torch = self._torch
+        if self._ptr == 0:
+            raise DataloaderdError("the pinned ring is closed")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # read-only shared memory
+            host = torch.from_numpy(self._ring.batch(slot, lines))
+        current = torch.cuda.current_stream(self.device)
+        out = torch.empty(host.shape, dtype=torch.int32, device=self.device)
+        self._stream.wait_stream(current)  # out's memory may be in use there until now
+        with torch.cuda.stream(self._stream):
+            out.copy_(host, non_blocking=True)
+            done = torch.cuda.Event()
+            done.record(self._stream)
+        current.wait_event(done)
+        return out, done
+
+    def close(self) -> None:
+        """Waits for copies in flight and unregisters the memory. Idempotent."""
+        ptr, self._ptr = self._ptr, 0
+        if not ptr:
+            return
+        self._stream.synchronize()
+        try:
+            with self._drv.in_context(self._ctx):
+                self._drv.call("host_unregister", ctypes.c_void_p(ptr))
+        finally:
+            self._drv.release(self.device.index)
+
+    def __enter__(self) -> "PinnedShm":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def device_memory(device: int) -> Tuple[int, int]:
+    """(free, total) bytes of a GPU as the driver sees them, every process counted."""
+    drv = _driver()
+    ctx = drv.retain(device)
+    try:
+        free, total = ctypes.c_size_t(), ctypes.c_size_t()
+        with drv.in_context(ctx):
+            drv.call("mem_get_info", ctypes.byref(free), ctypes.byref(total))
+        return free.value, total.value
+    finally:
+        drv.release(device)

@@ -1,0 +1,216 @@
+package cuda
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestDeviceRingCommit(t *testing.T) {
+	fake := NewFakeDriver()
+	devs := NewDevices(fake)
+	r, err := devs.NewRing(0, 4, 10000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Device() != 0 || r.Path() != "" || r.DeviceBytes() != 4*r.Stride() || r.StagingBytes() != 4*r.Stride() {
+		t.Fatalf("device %d path %q device bytes %d staging bytes %d", r.Device(), r.Path(), r.DeviceBytes(), r.StagingBytes())
+	}
+	free0, total, err := r.MemInfo()
+	if err != nil || total != FakeDeviceBytes || total-free0 != uint64(r.DeviceBytes()) {
+		t.Fatalf("MemInfo: free %d total %d err %v; want the ring's %d bytes used", free0, total, err, r.DeviceBytes())
+	}
+	h := r.IPCHandle()
+	if len(h) != IPCHandleSize {
+		t.Fatalf("IPC handle is %d bytes, want %d", len(h), IPCHandleSize)
+	}
+	whole, err := fake.OpenIPC(h)
+	if err != nil || len(whole) != r.DeviceBytes() {
+		t.Fatalf("IPC handle maps to %d bytes (%v), want the whole %d-byte allocation", len(whole), err, r.DeviceBytes())
+	}
+	copy(r.Slot(2), bytes.Repeat([]byte{7}, r.SlotBytes()))
+	dev := whole[2*r.Stride() : 2*r.Stride()+r.SlotBytes()]
+	if bytes.IndexByte(dev, 7) >= 0 {
+		t.Fatal("device slot changed before Commit")
+	}
+	if err := r.Commit(2); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(dev, r.Slot(2)) {
+		t.Fatal("device slot does not hold the staged bytes after Commit")
+	}
+	if bytes.IndexByte(whole[:2*r.Stride()], 7) >= 0 || bytes.IndexByte(whole[3*r.Stride():], 7) >= 0 {
+		t.Fatal("Commit(2) wrote outside slot 2")
+	}
+	c := fake.Counts()
+	if c.PageableCopies != 0 || c.CopiedBytes != uint64(r.SlotBytes()) {
+		t.Fatalf("copies: %d from pageable memory, %d bytes; want 0 and %d", c.PageableCopies, c.CopiedBytes, r.SlotBytes())
+	}
+	if n, b, _ := r.CommitStats(); n != 1 || b != uint64(r.SlotBytes()) {
+		t.Fatalf("CommitStats %d commits %d bytes", n, b)
+	}
+	for _, i := range []int{-1, 4} {
+		if err := r.Commit(i); err == nil {
+			t.Errorf("Commit(%d) of a 4-slot ring succeeded", i)
+		}
+	}
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if c := fake.Counts(); c.DeviceAllocs+c.HostAllocs+c.Streams+c.Events+c.Contexts != 0 || devs.Contexts() != 0 {
+		t.Fatalf("after Close the fake holds %+v, %d contexts retained", c, devs.Contexts())
+	}
+	if err := r.Commit(0); !errors.Is(err, ErrRingClosed) {
+		t.Fatalf("Commit after Close: %v, want ErrRingClosed", err)
+	}
+	if _, err := fake.OpenIPC(h); err == nil {
+		t.Fatal("IPC handle still opens after Close")
+	}
+}
+
+// TestPrimaryContextShared checks that rings on one GPU share one retained
+// primary context, released with the last ring.
+func TestPrimaryContextShared(t *testing.T) {
+	fake := NewFakeDriver()
+	devs := NewDevices(fake)
+	var rings []*DeviceRing
+	for _, dev := range []int{1, 1, 0, 1} {
+		r, err := devs.NewRing(dev, 2, 4096)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rings = append(rings, r)
+	}
+	if c := fake.Counts(); c.PrimaryRetains != 2 || c.Contexts != 2 || devs.Contexts() != 2 {
+		t.Fatalf("4 rings on 2 GPUs: %d retains, %d held, %d in Devices; want 2", c.PrimaryRetains, c.Contexts, devs.Contexts())
+	}
+	for i, r := range rings {
+		if err := r.Close(); err != nil {
+			t.Fatal(err)
+		}
+		want := []int{2, 2, 1, 0}[i]
+		if got := fake.Counts().Contexts; got != want {
+			t.Fatalf("after closing %d rings %d contexts held, want %d", i+1, got, want)
+		}
+	}
+	if _, err := devs.NewRing(2, 2, 4096); !errors.Is(err, ErrNoSuchDevice) || !strings.Contains(err.Error(), "GPU 2") {
+		t.Fatalf("ring on GPU 2 of 2: %v, want ErrNoSuchDevice naming GPU 2", err)
+	}
+}
+
+// TestDeviceRingFailures injects a failure into each driver call the ring
+// makes: the error names the call and the CUDA result, and nothing leaks.
+func TestDeviceRingFailures(t *testing.T) {
+	type step struct {
+		call  string
+		after int // calls that succeed first
+	}
+	openSteps := []step{
+		{"cuDeviceGetCount", 0}, {"cuDeviceGet", 0}, {"cuDevicePrimaryCtxRetain", 0},
+		{"cuMemAlloc_v2", 0}, {"cuIpcGetMemHandle", 0}, {"cuMemHostAlloc", 0},
+		{"cuStreamCreate", 0}, {"cuEventCreate", 0}, {"cuEventCreate", 2},
+	}
+	for _, s := range openSteps {
+		for _, res := range []Result{ErrOutOfMemory, ErrNotPermitted} {
+			fake := NewFakeDriver()
+			devs := NewDevices(fake)
+			fake.FailAfter(s.call, s.after, res)
+			r, err := devs.NewRing(0, 3, 5000)
+			if err == nil {
+				r.Close()
+				t.Fatalf("%s failing with %s: NewRing succeeded", s.call, res.Name())
+			}
+			checkCUDAError(t, err, s.call, res)
+			checkNothingHeld(t, fake, devs, "NewRing with "+s.call+" failing")
+		}
+	}
+	for _, call := range []string{"cuMemcpyHtoDAsync_v2", "cuEventRecord", "cuEventSynchronize"} {
+		fake := NewFakeDriver()
+		devs := NewDevices(fake)
+		r, err := devs.NewRing(0, 3, 5000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fake.FailNext(call, ErrIllegalAddress)
+		err = r.Commit(1)
+		checkCUDAError(t, err, call, ErrIllegalAddress)
+		if err := r.Commit(1); err != nil {
+			t.Fatalf("Commit after a failed one: %v", err)
+		}
+		if err := r.Close(); err != nil {
+			t.Fatal(err)
+		}
+		checkNothingHeld(t, fake, devs, "Commit with "+call+" failing")
+	}
+	// A failing free is reported, and everything else is still freed.
+	for _, call := range []string{"cuEventDestroy_v2", "cuStreamDestroy_v2", "cuMemFreeHost", "cuMemFree_v2", "cuDevicePrimaryCtxRelease_v2"} {
+		fake := NewFakeDriver()
+		devs := NewDevices(fake)
+		r, err := devs.NewRing(0, 3, 5000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fake.FailNext(call, ErrInvalidContext)
+		checkCUDAError(t, r.Close(), call, ErrInvalidContext)
+		c := fake.Counts()
+		leaked := map[string]int{"cuEventDestroy_v2": c.Events, "cuStreamDestroy_v2": c.Streams, "cuMemFreeHost": c.HostAllocs,
+			"cuMemFree_v2": c.DeviceAllocs, "cuDevicePrimaryCtxRelease_v2": c.Contexts}
+		total := c.Events + c.Streams + c.HostAllocs + c.DeviceAllocs + c.Contexts
+		if leaked[call] != 1 || total != 1 {
+			t.Errorf("Close with %s failing left %+v; want only what that call frees", call, c)
+		}
+	}
+}
+
+func checkCUDAError(t *testing.T, err error, call string, res Result) {
+	t.Helper()
+	var ce *Error
+	if !errors.As(err, &ce) || ce.Call != call || !errors.Is(err, res) {
+		t.Errorf("%s failing with %s: got %v", call, res.Name(), err)
+		return
+	}
+	if msg := err.Error(); !strings.Contains(msg, call) || !strings.Contains(msg, res.Name()) {
+		t.Errorf("error %q does not name %s and %s", msg, call, res.Name())
+	}
+}
+
+func checkNothingHeld(t *testing.T, fake *FakeDriver, devs *Devices, what string) {
+	t.Helper()
+	if c := fake.Counts(); c.DeviceAllocs+c.HostAllocs+c.Streams+c.Events+c.Contexts != 0 || devs.Contexts() != 0 {
+		t.Errorf("%s: fake still holds %+v, %d contexts in Devices", what, c, devs.Contexts())
+	}
+}
+
+// A copy that is queued but not waited for must not show on the device:
+// the fake models asynchrony, so a Commit that forgot to wait would fail.
+func TestFakeCopyIsAsync(t *testing.T) {
+	fake := NewFakeDriver()
+	ctx, _ := fake.RetainPrimaryContext(0)
+	defer fake.ReleasePrimaryContext(0)
+	p, _ := fake.MemAlloc(ctx, 4)
+	s, _ := fake.StreamCreate(ctx)
+	e, _ := fake.EventCreate(ctx)
+	src, _ := fake.HostAlloc(ctx, 4)
+	copy(src, "abcd")
+	if err := fake.MemcpyHtoDAsync(ctx, p, src, s); err != nil {
+		t.Fatal(err)
+	}
+	if string(fake.DeviceMemory(p, 4)) == "abcd" {
+		t.Fatal("copy visible before any wait")
+	}
+	fake.EventRecord(ctx, e, s)
+	if done, err := fake.EventQuery(ctx, e); !done || err != nil || string(fake.DeviceMemory(p, 4)) != "abcd" {
+		t.Fatalf("after the event completed the device holds %q (%v)", fake.DeviceMemory(p, 4), err)
+	}
+	if err := fake.MemcpyHtoDAsync(ctx, p+2, src, s); err == nil {
+		t.Fatal("copy past the end of the allocation accepted")
+	}
+	if err := fake.MemcpyHtoDAsync(ctx, p, []byte("wxyz"), s); err != nil || fake.Counts().PageableCopies != 1 {
+		t.Fatalf("copy from Go memory: %v, %d pageable", err, fake.Counts().PageableCopies)
+	}
+	fake.EventDestroy(ctx, e)
+	fake.StreamDestroy(ctx, s)
+	fake.HostFree(ctx, src)
+	fake.MemFree(ctx, p)
+}
