@@ -38,7 +38,7 @@ setup: $(VENV)/.stamp $(TOOLS)/.stamp
 
 build:
 	mkdir -p $(BIN)
-	$(GO) build -o $(BIN)/dataloaderd ./cmd/dataloaderd
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/dataloaderd ./cmd/dataloaderd
 
 vet:
 	$(GO) vet ./...

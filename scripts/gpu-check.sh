@@ -31,6 +31,4 @@ import torch
 sys.exit(0 if torch.cuda.is_available() else 1)
 PY
 
-# TODO(cuda-wiring): once the server accepts the cuda transport, add a check
-# here that the daemon's log says the CUDA driver loaded (and not ErrNoDriver).
 exec "$PYTHON" scripts/gpu_check.py --daemon "$DAEMON" "$@"

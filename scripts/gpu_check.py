@@ -15,8 +15,9 @@ Run through scripts/gpu-check.sh, which checks the machine first. Stages:
 4. shm-pinned: the shm ring registered with the driver (PinnedShm), one
    non-blocking copy per batch; bit-identical to the reference; GB/s and
    trainer wait per batch.
-5. cuda: the daemon's device ring through the Loader. TODO(cuda-wiring):
-   skipped until the Loader accepts transport="cuda".
+5. cuda: the daemon's device ring through the Loader (transport="cuda"):
+   batches as device tensors, bit-identical to the reference; GB/s and
+   trainer wait per batch.
 6. daemon GPU memory (nvidia-smi per process) with sessions open, and no
    leak after every client closed.
 
@@ -161,8 +162,8 @@ def shm_pinned(torch, config, sock, device, ref):
                 pinned = _cuda.PinnedShm(ld._ring, device)
                 first = False
             t1 = time.perf_counter()
-            # TODO(cuda-wiring): the loader will map slot/lines itself; here we
-            # re-read them from the view's position in the ring.
+            # The shm-pinned comparison path is not a Loader transport: the
+            # slot follows from the step as the daemon assigns it.
             slot = (b["step"] - 1) % ld._session.ring.slots
             out, done = pinned.fetch(slot, b["lines"])
             done.synchronize()
@@ -176,15 +177,10 @@ def shm_pinned(torch, config, sock, device, ref):
 
 
 def cuda_transport(torch, config, sock, device, ref):
-    """TODO(cuda-wiring): the Loader's cuda transport. Expected once wired:
-    Loader(..., transport="cuda") yields batch["tokens"] as an int32 CUDA tensor
-    on LOCAL_RANK's GPU (a view of the daemon's device ring), and releases
-    slots through a ReleaseFence."""
-    try:
-        ld = Loader(config, dp_rank=0, dp_size=1, socket=sock, transport="cuda", job="gpucheck-cuda")
-    except Exception as e:  # today: ConfigError, the loader knows shm and inline only
-        print(f"  SKIP cuda transport not wired into the Loader yet ({e})")
-        return None, []
+    """The Loader's cuda transport: batch["tokens"] is an int32 CUDA tensor on
+    the device, a view of the daemon's device ring; slots go back through a
+    ReleaseFence once the GPU work queued on them is done."""
+    ld = Loader(config, dp_rank=0, dp_size=1, socket=sock, transport="cuda", job="gpucheck-cuda", device=device)
     waits, nbytes, same = [], 0, True
     with ld:
         it = iter(ld)
@@ -234,10 +230,7 @@ def main():
             rates["shm-pinned (PinnedShm)"], pinned_waits = shm_pinned(torch, config, sock, args.device, ref)
             print("cuda")
             cuda_rate, cuda_waits = cuda_transport(torch, config, sock, args.device, ref)
-            if cuda_rate is not None:
-                rates["cuda (daemon device ring)"] = cuda_rate
-            # TODO(cuda-wiring): read the daemon's own copy rate and device/staging
-            # bytes per ring from its metrics once the server exports them.
+            rates["cuda (daemon device ring)"] = cuda_rate
             open_mib = process_gpu_mib(proc.pid)
             time.sleep(1.0)  # sessions are closed; give the daemon a moment
             after_mib = process_gpu_mib(proc.pid)

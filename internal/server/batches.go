@@ -101,7 +101,7 @@ func (s *Server) send(ctx context.Context, bs grpc.BidiStreamingServer[pb.Batche
 			return bs.Send(&pb.Batch{Step: b.Step, End: true})
 		}
 		msg := &pb.Batch{Step: b.Step, Slot: uint32(b.Slot), Lines: uint32(b.Lines)}
-		if ss.ring.Path() == "" {
+		if ss.transport == pb.Transport_TRANSPORT_INLINE.String() {
 			// Inline: the slot is held until the client releases it, and the
 			// message is serialized before Send returns, so no copy is needed.
 			msg.Data = ss.ring.Slot(b.Slot)[:b.Lines*lineBytes]

@@ -22,6 +22,7 @@ var (
 	errOutsideRoots  = errors.New("path outside every allowed root")
 	errShuttingDown  = errors.New("daemon is shutting down")
 	errBadRequest    = errors.New("bad request")
+	errNoTransport   = errors.New("transport not available on this daemon")
 )
 
 // toStatus maps a domain error to the gRPC status a client sees. It is the
@@ -52,6 +53,10 @@ func toStatus(err error) error {
 		code = codes.PermissionDenied
 	case errors.Is(err, errShuttingDown), errors.Is(err, stream.ErrClosed):
 		code = codes.Unavailable
+	case errors.Is(err, errNoTransport), errors.Is(err, cuda.ErrNoDriver):
+		code = codes.Unimplemented
+	case errors.Is(err, cuda.ErrOutOfMemory):
+		code = codes.ResourceExhausted
 	}
 	return status.Error(code, err.Error())
 }

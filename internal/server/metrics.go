@@ -17,6 +17,7 @@ type metrics struct {
 	stateBytes prometheus.Histogram
 	errors     *prometheus.CounterVec
 	ringBytes  prometheus.Gauge
+	devBytes   prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -52,7 +53,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "dataloaderd_ring_bytes", Help: "Bytes of ring memory held by open sessions.",
 		}),
 	}
+	m.devBytes = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "dataloaderd_device_ring_bytes", Help: "Bytes of GPU memory held by the device rings of open cuda sessions.",
+	})
 	reg.MustRegister(m.sessions, m.batches, m.tokens, m.lines, m.clientWait, m.readySlots,
-		m.stateSave, m.stateBytes, m.errors, m.ringBytes)
+		m.stateSave, m.stateBytes, m.errors, m.ringBytes, m.devBytes)
 	return m
 }

@@ -43,6 +43,9 @@ type Config struct {
 	// AttachWithin is how long a joined consumer may take to open its batch
 	// stream before its session is reclaimed.
 	AttachWithin time.Duration
+	// OpenCUDA opens the CUDA driver, on the first session asking for the
+	// cuda transport; nil means cuda.OpenDriver("") (libcuda.so.1).
+	OpenCUDA func() (cuda.Driver, error)
 }
 
 // Server implements the dataloader.v1.Loader service.
@@ -55,6 +58,7 @@ type Server struct {
 	health  *health.Server
 
 	corpora *corpora
+	devices func() (*cuda.Devices, error)
 
 	mu       sync.Mutex
 	sessions map[sessionKey]*session
@@ -79,13 +83,24 @@ func New(cfg Config) (*Server, error) {
 	if cfg.AttachWithin == 0 {
 		cfg.AttachWithin = DefaultAttachWithin
 	}
+	if cfg.OpenCUDA == nil {
+		cfg.OpenCUDA = func() (cuda.Driver, error) { return cuda.OpenDriver("") }
+	}
 	r, err := newRoots(cfg.AllowRoots)
 	if err != nil {
 		return nil, err
 	}
+	open := cfg.OpenCUDA
 	return &Server{
 		cfg: cfg, log: cfg.Logger, roots: r, metrics: newMetrics(cfg.Registry),
 		health: health.NewServer(), corpora: newCorpora(), sessions: map[sessionKey]*session{}, byID: map[string]*session{},
+		devices: sync.OnceValues(func() (*cuda.Devices, error) {
+			drv, err := open()
+			if err != nil {
+				return nil, err
+			}
+			return cuda.NewDevices(drv), nil
+		}),
 	}, nil
 }
 
@@ -166,6 +181,9 @@ func (s *Server) drop(ss *session, why string) {
 	ss.stop(s.metrics.clientWait)
 	s.metrics.sessions.Dec()
 	s.metrics.ringBytes.Sub(float64(ss.ring.Slots() * ss.ring.Stride()))
+	if d, ok := ss.ring.(*cuda.DeviceRing); ok {
+		s.metrics.devBytes.Sub(float64(d.DeviceBytes()))
+	}
 	s.metrics.readySlots.DeleteLabelValues(ss.labels()...)
 	ss.log.Info("session closed", zap.String("why", why))
 }
@@ -214,8 +232,10 @@ func (s *Server) openSession(req *pb.OpenSessionRequest) (*pb.OpenSessionRespons
 	if transport == pb.Transport_TRANSPORT_UNSPECIFIED {
 		transport = pb.Transport_TRANSPORT_SHM
 	}
-	if transport != pb.Transport_TRANSPORT_SHM && transport != pb.Transport_TRANSPORT_INLINE {
-		return nil, fmt.Errorf("%w: transport %v is not supported (shm or inline)", errBadRequest, req.GetTransport())
+	switch transport {
+	case pb.Transport_TRANSPORT_SHM, pb.Transport_TRANSPORT_INLINE, pb.Transport_TRANSPORT_CUDA:
+	default:
+		return nil, fmt.Errorf("%w: transport %v is not supported (shm, inline or cuda)", errBadRequest, req.GetTransport())
 	}
 	slots := int(req.GetSlots())
 	if slots == 0 {
@@ -240,7 +260,7 @@ func (s *Server) openSession(req *pb.OpenSessionRequest) (*pb.OpenSessionRespons
 	}
 	ckey, err := proto.MarshalOptions{Deterministic: true}.Marshal(&pb.OpenSessionRequest{
 		Config: req.GetConfig(), DpSize: req.GetDpSize(), Consumers: uint32(consumers), Transport: transport,
-		ResumeFrom: req.GetResumeFrom(), ResumeStates: req.GetResumeStates(), Slots: uint32(slots),
+		ResumeFrom: req.GetResumeFrom(), ResumeStates: req.GetResumeStates(), Slots: uint32(slots), Device: req.GetDevice(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errBadRequest, err)
@@ -285,6 +305,9 @@ func (s *Server) openSession(req *pb.OpenSessionRequest) (*pb.OpenSessionRespons
 	s.mu.Unlock()
 	s.metrics.sessions.Inc()
 	s.metrics.ringBytes.Add(float64(ss.ring.Slots() * ss.ring.Stride()))
+	if d, ok := ss.ring.(*cuda.DeviceRing); ok {
+		s.metrics.devBytes.Add(float64(d.DeviceBytes()))
+	}
 	c, _ := ss.join()
 	ss.log.Info("session opened", zap.Uint32("dp_size", req.GetDpSize()), zap.Int("consumers", consumers),
 		zap.String("transport", ss.transport), zap.Uint64("start_step", ss.pipeline.StartStep()))
@@ -309,9 +332,12 @@ func (s *Server) newSession(key sessionKey, cfg stream.Config, req *pb.OpenSessi
 	id := newSessionID()
 	slotBytes := int(cfg.BatchSize) * cfg.LineTokens() * 4
 	var ring cuda.Ring
-	if transport == pb.Transport_TRANSPORT_SHM {
+	switch transport {
+	case pb.Transport_TRANSPORT_SHM:
 		ring, err = cuda.NewShmRing(s.cfg.ShmDir, "dataloaderd-"+id, slots, slotBytes, consumers)
-	} else {
+	case pb.Transport_TRANSPORT_CUDA:
+		ring, err = s.deviceRing(int(req.GetDevice()), slots, slotBytes)
+	default:
 		ring, err = cuda.NewMemRing(slots, slotBytes)
 	}
 	if err != nil {
@@ -339,6 +365,20 @@ func (s *Server) newSession(key sessionKey, cfg stream.Config, req *pb.OpenSessi
 		}
 	}()
 	return ss, nil
+}
+
+// deviceRing makes a ring of device slots on GPU device, opening the CUDA
+// driver on first use.
+func (s *Server) deviceRing(device, slots, slotBytes int) (cuda.Ring, error) {
+	devs, err := s.devices()
+	if err != nil {
+		return nil, fmt.Errorf("%w: cuda: %w; the shm and inline transports work without a GPU", errNoTransport, err)
+	}
+	r, err := devs.NewRing(device, slots, slotBytes)
+	if err != nil {
+		return nil, fmt.Errorf("cuda ring on device %d (%d slots of %d bytes): %w", device, slots, slotBytes, err)
+	}
+	return r, nil
 }
 
 // hooks follow a session's producer: they count what it serves and, on a
@@ -384,6 +424,7 @@ func (s *Server) describe(ss *session, consumer int) *pb.OpenSessionResponse {
 		Ring: &pb.Ring{
 			Path: ss.ring.Path(), Slots: uint32(ss.ring.Slots()),
 			SlotBytes: uint64(ss.ring.SlotBytes()), SlotStride: uint64(ss.ring.Stride()), DataOffset: dataOffset(ss.ring),
+			IpcHandle: ipcHandle(ss.ring), Device: ringDevice(ss.ring),
 		},
 		LineTokens: uint32(cfg.LineTokens()), BatchSize: cfg.BatchSize, StartStep: ss.pipeline.StartStep(),
 	}
@@ -453,6 +494,22 @@ func (s *Server) SaveState(ctx context.Context, req *pb.SaveStateRequest) (*pb.S
 func dataOffset(r cuda.Ring) uint64 {
 	if shm, ok := r.(*cuda.ShmRing); ok {
 		return uint64(shm.DataOffset())
+	}
+	return 0
+}
+
+// ipcHandle is a device ring's CUDA IPC handle; nil for other rings.
+func ipcHandle(r cuda.Ring) []byte {
+	if d, ok := r.(*cuda.DeviceRing); ok {
+		return d.IPCHandle()
+	}
+	return nil
+}
+
+// ringDevice is a device ring's GPU index; 0 for other rings.
+func ringDevice(r cuda.Ring) uint32 {
+	if d, ok := r.(*cuda.DeviceRing); ok {
+		return uint32(d.Device())
 	}
 	return 0
 }

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"math/rand"
 	"net"
 	"os"
@@ -19,6 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/dataloaderd/dataloaderd/api/proto/dataloader/v1"
+	"github.com/dataloaderd/dataloaderd/internal/cuda"
 	"github.com/dataloaderd/dataloaderd/internal/testcorpus"
 )
 
@@ -344,5 +346,86 @@ func TestCorpusShared(t *testing.T) {
 	defer d.srv.corpora.mu.Unlock()
 	if len(d.srv.corpora.open) != 0 {
 		t.Fatalf("%d corpora still open after every session closed", len(d.srv.corpora.open))
+	}
+}
+
+// TestCUDATransportOnFakeDriver: a cuda session on the fake driver serves,
+// through the device slots its IPC handle maps, the bytes an inline session
+// of the same job sends; closing it frees every device and pinned buffer.
+// Without a driver the transport is refused with Unimplemented, naming the
+// cause and the transports that work.
+func TestCUDATransportOnFakeDriver(t *testing.T) {
+	fake := cuda.NewFakeDriver()
+	d := startDaemon(t, Config{OpenCUDA: func() (cuda.Driver, error) { return fake, nil }})
+	ctx := ctxT(t)
+	cfg := d.config(t)
+	read := func(tr pb.Transport, job string, device uint32) ([][]byte, *pb.OpenSessionResponse) {
+		o, err := d.client.OpenSession(ctx, &pb.OpenSessionRequest{Job: job, Config: cfg, DpRank: 0, DpSize: 1, Transport: tr, Device: device, Slots: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		bs, err := d.client.Batches(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bs.Send(&pb.BatchesRequest{Kind: &pb.BatchesRequest_Attach{Attach: &pb.Attach{SessionId: o.GetSessionId()}}})
+		var mem []byte
+		if tr == pb.Transport_TRANSPORT_CUDA {
+			if mem, err = fake.OpenIPC(o.GetRing().GetIpcHandle()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var out [][]byte
+		for i := 0; i < 6; i++ {
+			b, err := bs.Recv()
+			if err != nil {
+				t.Fatal(err)
+			}
+			n := int(b.GetLines()) * int(o.GetLineTokens()) * 4
+			if tr == pb.Transport_TRANSPORT_CUDA {
+				off := int(b.GetSlot()) * int(o.GetRing().GetSlotStride())
+				if len(b.GetData()) != 0 {
+					t.Fatal("cuda batch carried inline data")
+				}
+				out = append(out, append([]byte(nil), mem[off:off+n]...))
+			} else {
+				out = append(out, b.GetData())
+			}
+			bs.Send(&pb.BatchesRequest{Kind: &pb.BatchesRequest_Release{Release: &pb.Release{Slot: b.GetSlot(), Step: b.GetStep()}}})
+		}
+		if _, err := d.client.CloseSession(ctx, &pb.CloseSessionRequest{SessionId: o.GetSessionId()}); err != nil {
+			t.Fatal(err)
+		}
+		return out, o
+	}
+	want, _ := read(pb.Transport_TRANSPORT_INLINE, "i", 0)
+	got, o := read(pb.Transport_TRANSPORT_CUDA, "c", 1)
+	if o.GetTransport() != pb.Transport_TRANSPORT_CUDA || o.GetRing().GetDevice() != 1 || len(o.GetRing().GetIpcHandle()) != 64 || o.GetRing().GetPath() != "" {
+		t.Fatalf("cuda ring described as %v", o.GetRing())
+	}
+	for i := range want {
+		if string(got[i]) != string(want[i]) {
+			t.Fatalf("batch %d through the device slots differs from inline", i+1)
+		}
+	}
+	waitSessions(t, d.srv, 0)
+	if c := fake.Counts(); c.DeviceAllocs+c.HostAllocs+c.Streams+c.Events+c.Contexts != 0 || c.PageableCopies != 0 {
+		t.Fatalf("after close the fake driver holds %+v", c)
+	}
+
+	none := startDaemon(t, Config{OpenCUDA: func() (cuda.Driver, error) {
+		return nil, fmt.Errorf("%w: libcuda.so.1: cannot open shared object file", cuda.ErrNoDriver)
+	}})
+	_, err := none.client.OpenSession(ctx, &pb.OpenSessionRequest{Job: "n", Config: none.config(t), DpSize: 1, Transport: pb.Transport_TRANSPORT_CUDA})
+	if code(err) != codes.Unimplemented || !strings.Contains(err.Error(), "libcuda.so.1") || !strings.Contains(err.Error(), "shm and inline") {
+		t.Fatalf("cuda without a driver: %v", err)
+	}
+	fake.FailNext("cuMemAlloc_v2", cuda.ErrOutOfMemory)
+	_, err = d.client.OpenSession(ctx, &pb.OpenSessionRequest{Job: "oom", Config: cfg, DpSize: 1, Transport: pb.Transport_TRANSPORT_CUDA})
+	if code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "CUDA_ERROR_OUT_OF_MEMORY") {
+		t.Fatalf("cuda ring out of device memory: %v", err)
+	}
+	if c := fake.Counts(); c.DeviceAllocs+c.HostAllocs+c.Contexts != 0 {
+		t.Fatalf("a failed ring left %+v", c)
 	}
 }

@@ -37,11 +37,11 @@ type session struct {
 	pipeline      *stream.Pipeline
 	ring          cuda.Ring
 	// ctl is the shared-memory ring's control block; nil for other rings.
-	ctl           *cuda.Control
-	datasets      []string
-	cancel        context.CancelFunc
-	done          chan struct{} // closed when the producer has stopped
-	log           *zap.Logger
+	ctl      *cuda.Control
+	datasets []string
+	cancel   context.CancelFunc
+	done     chan struct{} // closed when the producer has stopped
+	log      *zap.Logger
 
 	mu       sync.Mutex
 	joined   int    // consumers that opened the session

@@ -27,6 +27,13 @@ type Slots interface {
 	Slot(i int) []byte
 }
 
+// committer is a ring whose slots are staging memory that must be pushed to
+// where consumers read it (a GPU) after a batch is written; a batch is
+// announced only once Commit returned.
+type committer interface {
+	Commit(i int) error
+}
+
 // Batch tells a consumer that slot Slot holds step Step's Lines lines; End
 // says the rank's iteration is over (and no slot is held).
 type Batch struct {
@@ -162,6 +169,11 @@ func (p *Pipeline) Run(ctx context.Context) (err error) {
 			return err
 		}
 		prod, err := p.rank.NextBatchBytes(p.ring.Slot(slot))
+		if c, ok := p.ring.(committer); ok && err == nil && prod.Lines > 0 {
+			if cerr := c.Commit(slot); cerr != nil {
+				err = fmt.Errorf("copying the batch to its device slot: %w", cerr)
+			}
+		}
 		p.mu.Lock()
 		var b Batch
 		switch {

@@ -5,9 +5,14 @@ import os
 import socket
 import subprocess
 
+import grpc
 import pytest
 
 from conftest import BIN
+from dataloaderd import TransportUnavailableError
+from dataloaderd._proto import dataloader_pb2 as pb
+from dataloaderd._proto import dataloader_pb2_grpc as pb_grpc
+from dataloaderd.config import to_proto
 from corpus import make_corpus
 from dataloaderd import (ConfigError, DaemonUnavailableError, Loader, PathNotAllowedError,
                          SessionExistsError, StateError)
@@ -107,3 +112,16 @@ def test_socket_path_too_long(tmp_path):
     long = str(tmp_path / ("s" * 120))
     p = subprocess.run([BIN, "serve", "--socket", long], capture_output=True, text=True, timeout=30)
     assert p.returncode != 0 and "longer than the 107" in p.stderr
+
+
+def test_cuda_transport_without_a_gpu(daemon, config):
+    # On a machine without torch+CUDA the client refuses before asking the
+    # daemon; a daemon without a CUDA driver refuses too, with Unimplemented.
+    with pytest.raises(TransportUnavailableError, match="transport='shm'"):
+        first(Loader(config, socket=daemon.socket, dp_rank=0, dp_size=1, transport="cuda"))
+    with grpc.insecure_channel("unix://" + daemon.socket) as ch:
+        with pytest.raises(grpc.RpcError) as info:
+            pb_grpc.LoaderStub(ch).OpenSession(pb.OpenSessionRequest(
+                job="c", config=to_proto(config, "/"), dp_rank=0, dp_size=1, transport=pb.TRANSPORT_CUDA), timeout=30)
+    assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    assert "shm and inline transports work without a GPU" in info.value.details()

@@ -31,6 +31,8 @@ const (
 	Transport_TRANSPORT_UNSPECIFIED Transport = 0 // shm
 	Transport_TRANSPORT_SHM         Transport = 1
 	Transport_TRANSPORT_INLINE      Transport = 2
+	// A ring of device slots on the session's GPU, exported by CUDA IPC.
+	Transport_TRANSPORT_CUDA Transport = 3
 )
 
 // Enum value maps for Transport.
@@ -39,11 +41,13 @@ var (
 		0: "TRANSPORT_UNSPECIFIED",
 		1: "TRANSPORT_SHM",
 		2: "TRANSPORT_INLINE",
+		3: "TRANSPORT_CUDA",
 	}
 	Transport_value = map[string]int32{
 		"TRANSPORT_UNSPECIFIED": 0,
 		"TRANSPORT_SHM":         1,
 		"TRANSPORT_INLINE":      2,
+		"TRANSPORT_CUDA":        3,
 	}
 )
 
@@ -289,7 +293,10 @@ type OpenSessionRequest struct {
 	// State blobs from GetState, every rank of the old world; used when resume_from is empty.
 	ResumeStates [][]byte `protobuf:"bytes,8,rep,name=resume_states,json=resumeStates,proto3" json:"resume_states,omitempty"`
 	// Ring slots; 0 picks the default.
-	Slots         uint32 `protobuf:"varint,9,opt,name=slots,proto3" json:"slots,omitempty"`
+	Slots uint32 `protobuf:"varint,9,opt,name=slots,proto3" json:"slots,omitempty"`
+	// CUDA transport: the GPU (device index) of the ring; the client sends its
+	// LOCAL_RANK by default.
+	Device        uint32 `protobuf:"varint,10,opt,name=device,proto3" json:"device,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -387,6 +394,13 @@ func (x *OpenSessionRequest) GetSlots() uint32 {
 	return 0
 }
 
+func (x *OpenSessionRequest) GetDevice() uint32 {
+	if x != nil {
+		return x.Device
+	}
+	return 0
+}
+
 type Ring struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The shared-memory file (shm transport), empty for inline.
@@ -397,7 +411,11 @@ type Ring struct {
 	SlotStride uint64 `protobuf:"varint,4,opt,name=slot_stride,json=slotStride,proto3" json:"slot_stride,omitempty"`
 	// File offset of slot 0: the file starts with a control block (see
 	// Attach.shm_control; layout in docs/design.md).
-	DataOffset    uint64 `protobuf:"varint,5,opt,name=data_offset,json=dataOffset,proto3" json:"data_offset,omitempty"`
+	DataOffset uint64 `protobuf:"varint,5,opt,name=data_offset,json=dataOffset,proto3" json:"data_offset,omitempty"`
+	// CUDA transport: the cudaIpcMemHandle (64 bytes) of the device allocation
+	// holding the slots (slot i at i * slot_stride), and its device index.
+	IpcHandle     []byte `protobuf:"bytes,6,opt,name=ipc_handle,json=ipcHandle,proto3" json:"ipc_handle,omitempty"`
+	Device        uint32 `protobuf:"varint,7,opt,name=device,proto3" json:"device,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -463,6 +481,20 @@ func (x *Ring) GetSlotStride() uint64 {
 func (x *Ring) GetDataOffset() uint64 {
 	if x != nil {
 		return x.DataOffset
+	}
+	return 0
+}
+
+func (x *Ring) GetIpcHandle() []byte {
+	if x != nil {
+		return x.IpcHandle
+	}
+	return nil
+}
+
+func (x *Ring) GetDevice() uint32 {
+	if x != nil {
+		return x.Device
 	}
 	return 0
 }
@@ -1185,7 +1217,7 @@ const file_dataloader_v1_dataloader_proto_rawDesc = "" +
 	"\x06epochs\x18\b \x01(\rR\x06epochs\x12%\n" +
 	"\x0eshuffle_window\x18\t \x01(\rR\rshuffleWindow\x122\n" +
 	"\bdatasets\x18\n" +
-	" \x03(\v2\x16.dataloader.v1.DatasetR\bdatasets\"\xbc\x02\n" +
+	" \x03(\v2\x16.dataloader.v1.DatasetR\bdatasets\"\xd4\x02\n" +
 	"\x12OpenSessionRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x120\n" +
 	"\x06config\x18\x02 \x01(\v2\x18.dataloader.v1.JobConfigR\x06config\x12\x17\n" +
@@ -1196,7 +1228,9 @@ const file_dataloader_v1_dataloader_proto_rawDesc = "" +
 	"\vresume_from\x18\a \x01(\tR\n" +
 	"resumeFrom\x12#\n" +
 	"\rresume_states\x18\b \x03(\fR\fresumeStates\x12\x14\n" +
-	"\x05slots\x18\t \x01(\rR\x05slots\"\x91\x01\n" +
+	"\x05slots\x18\t \x01(\rR\x05slots\x12\x16\n" +
+	"\x06device\x18\n" +
+	" \x01(\rR\x06device\"\xc8\x01\n" +
 	"\x04Ring\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x14\n" +
 	"\x05slots\x18\x02 \x01(\rR\x05slots\x12\x1d\n" +
@@ -1205,7 +1239,10 @@ const file_dataloader_v1_dataloader_proto_rawDesc = "" +
 	"\vslot_stride\x18\x04 \x01(\x04R\n" +
 	"slotStride\x12\x1f\n" +
 	"\vdata_offset\x18\x05 \x01(\x04R\n" +
-	"dataOffset\"\x90\x02\n" +
+	"dataOffset\x12\x1d\n" +
+	"\n" +
+	"ipc_handle\x18\x06 \x01(\fR\tipcHandle\x12\x16\n" +
+	"\x06device\x18\a \x01(\rR\x06device\"\x90\x02\n" +
 	"\x13OpenSessionResponse\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1a\n" +
@@ -1258,11 +1295,12 @@ const file_dataloader_v1_dataloader_proto_rawDesc = "" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1a\n" +
 	"\bconsumer\x18\x02 \x01(\rR\bconsumer\"\x16\n" +
-	"\x14CloseSessionResponse*O\n" +
+	"\x14CloseSessionResponse*c\n" +
 	"\tTransport\x12\x19\n" +
 	"\x15TRANSPORT_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rTRANSPORT_SHM\x10\x01\x12\x14\n" +
-	"\x10TRANSPORT_INLINE\x10\x022\x98\x03\n" +
+	"\x10TRANSPORT_INLINE\x10\x02\x12\x12\n" +
+	"\x0eTRANSPORT_CUDA\x10\x032\x98\x03\n" +
 	"\x06Loader\x12T\n" +
 	"\vOpenSession\x12!.dataloader.v1.OpenSessionRequest\x1a\".dataloader.v1.OpenSessionResponse\x12B\n" +
 	"\aBatches\x12\x1d.dataloader.v1.BatchesRequest\x1a\x14.dataloader.v1.Batch(\x010\x01\x12N\n" +

@@ -1,8 +1,10 @@
 """dataloaderd client: exact, shuffled, mixed, packed token batches from the
-node's dataloaderd daemon, as zero-copy views of shared memory."""
+node's dataloaderd daemon, as zero-copy views of shared memory or of GPU
+memory shared over CUDA IPC."""
 
 from .errors import (ConfigError, DaemonUnavailableError, DataloaderdError, PathNotAllowedError,
-                     SessionExistsError, SessionNotFoundError, StateError)
+                     ResourceExhaustedError, SessionExistsError, SessionNotFoundError, StateError,
+                     TransportUnavailableError)
 from .loader import Loader
 
 __all__ = [
@@ -14,5 +16,7 @@ __all__ = [
     "StateError",
     "PathNotAllowedError",
     "DaemonUnavailableError",
+    "TransportUnavailableError",
+    "ResourceExhaustedError",
 ]
 __version__ = "0.1.0"

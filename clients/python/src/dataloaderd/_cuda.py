@@ -21,7 +21,7 @@ import threading
 import warnings
 from typing import Any, Deque, Hashable, List, Optional, Tuple
 
-from .errors import DataloaderdError
+from .errors import DataloaderdError, TransportUnavailableError
 
 __all__ = ["CudaUnavailableError", "CudaError", "IpcRing", "PinnedShm", "ReleaseFence", "IPC_HANDLE_SIZE"]
 
@@ -32,7 +32,7 @@ _CU_MEMHOSTREGISTER_READ_ONLY = 0x8  # the client maps the ring read-only (CUDA 
 _CUDA_ERROR_NOT_READY = 600
 
 
-class CudaUnavailableError(DataloaderdError):
+class CudaUnavailableError(TransportUnavailableError):
     """This process cannot use the GPU transports: no torch with CUDA, no NVIDIA
     driver, or no GPU. The ``shm`` and ``inline`` transports still work."""
 
@@ -59,6 +59,15 @@ def _torch() -> Any:
             "PyTorch sees no GPU (torch.cuda.is_available() is False): check the NVIDIA driver and "
             "CUDA_VISIBLE_DEVICES, or use transport='shm'")
     return torch
+
+
+def require_torch_cuda(device: int) -> None:
+    """Raises CudaUnavailableError unless torch with CUDA sees GPU ``device``."""
+    torch = _torch()
+    n = torch.cuda.device_count()
+    if not 0 <= device < n:
+        raise CudaUnavailableError(f"device {device} asked for, but PyTorch sees {n} GPU(s) "
+                                   "(pass device=, or set LOCAL_RANK / CUDA_VISIBLE_DEVICES)")
 
 
 class _IpcHandle(ctypes.Structure):

@@ -16,6 +16,8 @@ __all__ = [
     "StateError",
     "PathNotAllowedError",
     "DaemonUnavailableError",
+    "TransportUnavailableError",
+    "ResourceExhaustedError",
 ]
 
 
@@ -55,6 +57,17 @@ class DaemonUnavailableError(DataloaderdError, ConnectionError):
     """The daemon is not running, not reachable, or shutting down."""
 
 
+class TransportUnavailableError(DataloaderdError):
+    """The transport asked for cannot be used here (e.g. ``cuda`` on a daemon
+    without a CUDA driver, or a client without torch and a GPU); ``shm`` and
+    ``inline`` work everywhere."""
+
+
+class ResourceExhaustedError(DataloaderdError):
+    """The daemon is out of a resource the session needs (e.g. GPU memory for a
+    device ring)."""
+
+
 _BY_CODE = {
     grpc.StatusCode.INVALID_ARGUMENT: ConfigError,
     grpc.StatusCode.NOT_FOUND: SessionNotFoundError,
@@ -62,6 +75,8 @@ _BY_CODE = {
     grpc.StatusCode.FAILED_PRECONDITION: StateError,
     grpc.StatusCode.PERMISSION_DENIED: PathNotAllowedError,
     grpc.StatusCode.UNAVAILABLE: DaemonUnavailableError,
+    grpc.StatusCode.UNIMPLEMENTED: TransportUnavailableError,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: ResourceExhaustedError,
 }
 
 

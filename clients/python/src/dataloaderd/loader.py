@@ -16,7 +16,7 @@ import numpy as np
 
 from ._proto import dataloader_pb2 as pb
 from ._proto import dataloader_pb2_grpc as pb_grpc
-from . import _control
+from . import _control, _cuda
 from ._ring import ShmRing
 from .config import env_int, load_config, optional_abspath, to_proto
 from .errors import (ConfigError, DaemonUnavailableError, DataloaderdError, StateError,
@@ -29,7 +29,7 @@ except ImportError:  # pragma: no cover - depends on the environment
 
 __all__ = ["Loader"]
 
-_TRANSPORTS = {"shm": pb.TRANSPORT_SHM, "inline": pb.TRANSPORT_INLINE}
+_TRANSPORTS = {"shm": pb.TRANSPORT_SHM, "inline": pb.TRANSPORT_INLINE, "cuda": pb.TRANSPORT_CUDA}
 STATE_DICT_VERSION = 1
 
 # Loaders not closed yet. They are closed at exit, while gRPC's threads still
@@ -66,7 +66,8 @@ class Loader:
                  dp_rank: Optional[int] = None, dp_size: Optional[int] = None,
                  socket: Optional[str] = None, resume_from: Optional[Union[str, os.PathLike]] = None,
                  transport: str = "shm", *, job: Optional[str] = None, consumers: int = 1,
-                 slots: int = 0, copy: bool = False, timeout: float = 60.0, fast: bool = True):
+                 slots: int = 0, copy: bool = False, timeout: float = 60.0, fast: bool = True,
+                 device: Optional[int] = None):
         data, base = load_config(config)
         self._config = to_proto(data, base)
         self.dp_rank = env_int("RANK", 0) if dp_rank is None else int(dp_rank)
@@ -81,6 +82,9 @@ class Loader:
         self.transport = transport
         self._consumers, self._slots, self._copy, self._timeout = consumers, slots, copy, timeout
         self._fast = fast
+        self.device = env_int("LOCAL_RANK", 0) if device is None else int(device)
+        if self.device < 0:
+            raise ConfigError(f"device must be >= 0, got {self.device}")
         self._resume_from = optional_abspath(resume_from)
         self._resume_states: list = []
 
@@ -98,6 +102,8 @@ class Loader:
         self._session: Optional[pb.OpenSessionResponse] = None
         self._ring: Optional[ShmRing] = None
         self._ctl: Optional[_control.Control] = None
+        self._dev_ring = None  # cuda: _cuda.IpcRing
+        self._fence = None  # cuda: _cuda.ReleaseFence
         self._requests: Optional[queue.Queue] = None
         self._responses = None
         self._held: Optional[tuple] = None
@@ -112,11 +118,23 @@ class Loader:
         if self._closed:
             raise DataloaderdError("the loader is closed")
         if self._session is None:
+            if self.transport == "cuda":
+                _cuda.require_torch_cuda(self.device)  # before the daemon makes a ring
             s = self._stub.OpenSession(pb.OpenSessionRequest(
                 job=self.job, config=self._config, dp_rank=self.dp_rank, dp_size=self.dp_size,
                 consumers=self._consumers, transport=_TRANSPORTS[self.transport],
                 resume_from=self._resume_from, resume_states=self._resume_states, slots=self._slots,
+                device=self.device,
             ), timeout=self._timeout)
+            if s.transport == pb.TRANSPORT_CUDA:
+                try:
+                    self._dev_ring = _cuda.IpcRing(s.ring.ipc_handle, s.ring.slots, s.ring.slot_stride,
+                                                   s.line_tokens, s.ring.device)
+                    self._fence = _cuda.ReleaseFence(s.ring.device)
+                except DataloaderdError:
+                    self._stub.CloseSession(pb.CloseSessionRequest(session_id=s.session_id, consumer=s.consumer),
+                                            timeout=self._timeout)
+                    raise
             if s.transport == pb.TRANSPORT_SHM:
                 try:
                     self._ring = ShmRing(s.ring.path, s.ring.slots, s.ring.slot_stride, s.line_tokens,
@@ -142,6 +160,12 @@ class Loader:
         s, self._session = self._session, None
         if s is None:
             return
+        if self._fence is not None:
+            self._fence.drain()  # kernels may still read device slots
+            self._fence = None
+        if self._dev_ring is not None:
+            self._dev_ring.close()
+            self._dev_ring = None
         try:
             self._stub.CloseSession(pb.CloseSessionRequest(session_id=s.session_id, consumer=s.consumer),
                                     timeout=self._timeout)
@@ -180,7 +204,12 @@ class Loader:
             return
         while not self._ended and self._session is s:
             if self._held is not None:
-                self._release(*self._held)
+                if self._fence is not None:
+                    # A device slot goes back once the GPU work queued on it is done.
+                    for held in self._fence.give_up(self._held):
+                        self._release(*held)
+                else:
+                    self._release(*self._held)
                 self._held = None
             start = time.perf_counter_ns()
             try:
@@ -193,7 +222,15 @@ class Loader:
             if msg.end:
                 self._ended = True
                 return
-            if s.transport != pb.TRANSPORT_SHM:
+            if s.transport == pb.TRANSPORT_CUDA:
+                tokens = self._dev_ring.batch(msg.slot, msg.lines)
+                if self._copy:
+                    tokens = tokens.clone()  # queued on the current stream: the fence waits for it
+                    for held in self._fence.give_up((msg.slot, msg.step, wait_ns)):
+                        self._release(*held)
+                else:
+                    self._held = (msg.slot, msg.step, wait_ns)
+            elif s.transport != pb.TRANSPORT_SHM:
                 tokens = np.frombuffer(msg.data, dtype="<i4").reshape(msg.lines, s.line_tokens)
                 self._release(msg.slot, msg.step, wait_ns)
             elif self._copy:
@@ -340,9 +377,11 @@ def _requests_from(q: "queue.Queue[Optional[pb.BatchesRequest]]") -> Iterator[pb
         yield msg
 
 
-def _batch(tokens: np.ndarray, step: int) -> Dict[str, Any]:
+def _batch(tokens: Any, step: int) -> Dict[str, Any]:
     out: Dict[str, Any] = {"tokens": tokens, "step": step, "lines": tokens.shape[0]}
-    if torch is not None:
+    if not isinstance(tokens, np.ndarray):  # a device tensor (cuda)
+        out["input_ids"], out["labels"] = tokens[:, :-1], tokens[:, 1:]
+    elif torch is not None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # read-only shared memory
             t = torch.from_numpy(tokens)

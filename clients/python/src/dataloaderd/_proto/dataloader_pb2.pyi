@@ -12,9 +12,11 @@ class Transport(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TRANSPORT_UNSPECIFIED: _ClassVar[Transport]
     TRANSPORT_SHM: _ClassVar[Transport]
     TRANSPORT_INLINE: _ClassVar[Transport]
+    TRANSPORT_CUDA: _ClassVar[Transport]
 TRANSPORT_UNSPECIFIED: Transport
 TRANSPORT_SHM: Transport
 TRANSPORT_INLINE: Transport
+TRANSPORT_CUDA: Transport
 
 class Dataset(_message.Message):
     __slots__ = ("name", "path", "format", "weight", "dtype")
@@ -55,7 +57,7 @@ class JobConfig(_message.Message):
     def __init__(self, seq_len: _Optional[int] = ..., batch_size: _Optional[int] = ..., seed: _Optional[int] = ..., logical_shards: _Optional[int] = ..., eos_id: _Optional[int] = ..., bos_id: _Optional[int] = ..., pad_id: _Optional[int] = ..., epochs: _Optional[int] = ..., shuffle_window: _Optional[int] = ..., datasets: _Optional[_Iterable[_Union[Dataset, _Mapping]]] = ...) -> None: ...
 
 class OpenSessionRequest(_message.Message):
-    __slots__ = ("job", "config", "dp_rank", "dp_size", "consumers", "transport", "resume_from", "resume_states", "slots")
+    __slots__ = ("job", "config", "dp_rank", "dp_size", "consumers", "transport", "resume_from", "resume_states", "slots", "device")
     JOB_FIELD_NUMBER: _ClassVar[int]
     CONFIG_FIELD_NUMBER: _ClassVar[int]
     DP_RANK_FIELD_NUMBER: _ClassVar[int]
@@ -65,6 +67,7 @@ class OpenSessionRequest(_message.Message):
     RESUME_FROM_FIELD_NUMBER: _ClassVar[int]
     RESUME_STATES_FIELD_NUMBER: _ClassVar[int]
     SLOTS_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_FIELD_NUMBER: _ClassVar[int]
     job: str
     config: JobConfig
     dp_rank: int
@@ -74,21 +77,26 @@ class OpenSessionRequest(_message.Message):
     resume_from: str
     resume_states: _containers.RepeatedScalarFieldContainer[bytes]
     slots: int
-    def __init__(self, job: _Optional[str] = ..., config: _Optional[_Union[JobConfig, _Mapping]] = ..., dp_rank: _Optional[int] = ..., dp_size: _Optional[int] = ..., consumers: _Optional[int] = ..., transport: _Optional[_Union[Transport, str]] = ..., resume_from: _Optional[str] = ..., resume_states: _Optional[_Iterable[bytes]] = ..., slots: _Optional[int] = ...) -> None: ...
+    device: int
+    def __init__(self, job: _Optional[str] = ..., config: _Optional[_Union[JobConfig, _Mapping]] = ..., dp_rank: _Optional[int] = ..., dp_size: _Optional[int] = ..., consumers: _Optional[int] = ..., transport: _Optional[_Union[Transport, str]] = ..., resume_from: _Optional[str] = ..., resume_states: _Optional[_Iterable[bytes]] = ..., slots: _Optional[int] = ..., device: _Optional[int] = ...) -> None: ...
 
 class Ring(_message.Message):
-    __slots__ = ("path", "slots", "slot_bytes", "slot_stride", "data_offset")
+    __slots__ = ("path", "slots", "slot_bytes", "slot_stride", "data_offset", "ipc_handle", "device")
     PATH_FIELD_NUMBER: _ClassVar[int]
     SLOTS_FIELD_NUMBER: _ClassVar[int]
     SLOT_BYTES_FIELD_NUMBER: _ClassVar[int]
     SLOT_STRIDE_FIELD_NUMBER: _ClassVar[int]
     DATA_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    IPC_HANDLE_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_FIELD_NUMBER: _ClassVar[int]
     path: str
     slots: int
     slot_bytes: int
     slot_stride: int
     data_offset: int
-    def __init__(self, path: _Optional[str] = ..., slots: _Optional[int] = ..., slot_bytes: _Optional[int] = ..., slot_stride: _Optional[int] = ..., data_offset: _Optional[int] = ...) -> None: ...
+    ipc_handle: bytes
+    device: int
+    def __init__(self, path: _Optional[str] = ..., slots: _Optional[int] = ..., slot_bytes: _Optional[int] = ..., slot_stride: _Optional[int] = ..., data_offset: _Optional[int] = ..., ipc_handle: _Optional[bytes] = ..., device: _Optional[int] = ...) -> None: ...
 
 class OpenSessionResponse(_message.Message):
     __slots__ = ("session_id", "consumer", "ring", "transport", "line_tokens", "batch_size", "start_step")
