@@ -61,7 +61,11 @@ type frame struct {
 func (f frame) len() uint64 { return uint64(f.head) + uint64(f.body) + uint64(f.tail) }
 
 func (s *shard) frame(fr *framing, epoch, pos uint64) (frame, error) {
-	u := s.unit(epoch, pos)
+	return s.frameOf(fr, s.unit(epoch, pos))
+}
+
+// frameOf is the frame of dataset unit u.
+func (s *shard) frameOf(fr *framing, u uint64) (frame, error) {
 	n, err := s.ds.src.UnitLen(u)
 	if err != nil {
 		return frame{}, err
@@ -154,16 +158,70 @@ type frameCache struct {
 	frames []frame
 }
 
+// frameGroup is how many frames a window computes at once: their index
+// entries and last tokens are fetched from memory together, so that the
+// cache misses of random documents overlap.
+const frameGroup = 8
+
 // cachedFrame returns the frame of the unit under c, the fi-th of fc.
 func (s *shard) cachedFrame(fr *framing, c state.Cursor, fc *frameCache, fi int) (frame, error) {
 	if fc != nil && fi < len(fc.frames) {
 		return fc.frames[fi], nil
 	}
-	f, err := s.frame(fr, c.Epoch, c.Pos)
-	if err == nil && fc != nil && fi == len(fc.frames) && fi < maxWindowFrames {
+	pf, ok := s.ds.src.(source.Prefetcher)
+	if fc == nil || fi != len(fc.frames) || fi >= maxWindowFrames || !ok {
+		f, err := s.frame(fr, c.Epoch, c.Pos)
+		if err == nil && fc != nil && fi == len(fc.frames) && fi < maxWindowFrames {
+			fc.frames = append(fc.frames, f)
+		}
+		return f, err
+	}
+	// The units at c and after it in this epoch, up to a group.
+	g := min(uint64(frameGroup), uint64(maxWindowFrames-fi), s.n-c.Pos)
+	var units [frameGroup]uint64
+	for k := uint64(0); k < g; k++ {
+		units[k] = s.unit(c.Epoch, c.Pos+k)
+		pf.PrefetchIndex(units[k])
+	}
+	if !s.ds.src.Delimited() {
+		for k := uint64(0); k < g; k++ {
+			if n, err := s.ds.src.UnitLen(units[k]); err == nil && n > 0 {
+				pf.PrefetchToken(units[k], n-1)
+			}
+		}
+	}
+	for k := uint64(0); k < g; k++ {
+		f, err := s.frameOf(fr, units[k])
+		if err != nil {
+			if k == 0 {
+				return frame{}, err
+			}
+			break // the unit's own turn reports it
+		}
 		fc.frames = append(fc.frames, f)
 	}
-	return f, err
+	return fc.frames[fi], nil
+}
+
+// prefetchLine hints the first tokens of every unit window line j reads, so
+// that their cache misses overlap before the copy starts.
+func (s *shard) prefetchLine(fr *framing, w *window, j uint64) {
+	pf, ok := s.ds.src.(source.Prefetcher)
+	if !ok {
+		return
+	}
+	off := w.starts[j].Offset
+	var left = fr.line
+	for fi := w.first[j]; fi < len(w.fc.frames) && left > 0; fi++ {
+		f := w.fc.frames[fi]
+		if off < f.len() {
+			if body := off; body < uint64(f.head)+uint64(f.body) {
+				pf.PrefetchToken(f.unit, max(body, uint64(f.head))-uint64(f.head))
+			}
+			left -= min(left, f.len()-off)
+		}
+		off = 0
+	}
 }
 
 // copyFrame copies the frame's tokens [off, off+len(dst)) into dst.
@@ -230,6 +288,7 @@ func (s *shard) openWindow(fr *framing, c state.Cursor, w *window) error {
 
 // fillLine writes window line j into dst, padding past the stream's end.
 func (s *shard) fillLine(fr *framing, w *window, j uint64, dst []int32) error {
+	s.prefetchLine(fr, w, j)
 	_, n, _, err := s.walk(fr, w.starts[j], fr.line, dst, &w.fc, w.first[j])
 	if err != nil {
 		return err
