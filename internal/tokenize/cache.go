@@ -34,8 +34,6 @@ func newPieceCache() *pieceCache {
 	return &pieceCache{
 		seed:  maphash.MakeSeed(),
 		slots: make([]cacheSlot, cacheSlots),
-		keys:  make([]byte, 0, cacheMaxBytes),
-		toks:  make([]int32, 0, cacheMaxBytes/2),
 	}
 }
 

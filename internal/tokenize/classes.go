@@ -7,13 +7,13 @@ import (
 
 // Character classes used by the pre-tokenizer patterns, one bit each.
 const (
-	cLetter uint8 = 1 << iota // \p{L}
-	cNumber                   // \p{N}
-	cSpace                    // \s
-	cUpper                    // [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}] (o200k)
-	cLower                    // [\p{Ll}\p{Lm}\p{Lo}\p{M}] (o200k)
-	cMark                     // \p{M}
-	cNewline                  // [\r\n]
+	cLetter  uint8 = 1 << iota // \p{L}
+	cNumber                    // \p{N}
+	cSpace                     // \s
+	cUpper                     // [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}] (o200k)
+	cLower                     // [\p{Ll}\p{Lm}\p{Lo}\p{M}] (o200k)
+	cMark                      // \p{M}
+	cNewline                   // [\r\n]
 )
 
 // blockBits is the size, as a power of two, of the blocks the class table shares.

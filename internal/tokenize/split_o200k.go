@@ -99,8 +99,8 @@ var knownPatterns = map[string]struct {
 }{
 	// tiktoken's r50k_base/p50k_base pattern, GPT-2's original, and Hugging Face ByteLevel's.
 	`'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s`: {famGPT2, 0, false},
-	`'s|'t|'re|'ve|'m|'ll|'d| ?[\p{L}]+| ?[\p{N}]+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`:   {famGPT2, 0, false},
-	`'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`:       {famGPT2, 0, false},
+	`'s|'t|'re|'ve|'m|'ll|'d| ?[\p{L}]+| ?[\p{N}]+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`:  {famGPT2, 0, false},
+	`'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`:      {famGPT2, 0, false},
 	// tiktoken's cl100k_base (rewritten with possessive quantifiers and \s++$).
 	`'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s`: {famCL100k, 3, true},
 	// The original cl100k_base pattern, as Llama 3 / 3.1 / OLMo 2 tokenizer.json files carry it.

@@ -161,3 +161,32 @@ func TestLoadErrors(t *testing.T) {
 		t.Errorf("wrong file: error %v should say its hash is wrong", err)
 	}
 }
+
+// TestParseHFErrors checks that tokenizer.json files this package cannot honour are refused,
+// naming the field.
+func TestParseHFErrors(t *testing.T) {
+	ok := `{"added_tokens":[],"normalizer":null,"pre_tokenizer":{"type":"ByteLevel","add_prefix_space":false},
+		"model":{"type":"BPE","vocab":{VOCAB},"merges":[]}}`
+	var vocab []string
+	unmap := byteLevelDecoder()
+	for r, b := range unmap {
+		vocab = append(vocab, fmt.Sprintf("%q:%d", string(r), b))
+	}
+	ok = strings.Replace(ok, "VOCAB", strings.Join(vocab, ","), 1)
+	if _, err := ParseHF("ok.json", []byte(ok)); err != nil {
+		t.Fatalf("minimal byte-level file refused: %v", err)
+	}
+	for _, c := range []struct{ name, from, to, want string }{
+		{"wordpiece", `"type":"BPE"`, `"type":"WordPiece"`, "model.type"},
+		{"lowercase", `"normalizer":null`, `"normalizer":{"type":"Lowercase"}`, "normalizer"},
+		{"metaspace", `"type":"ByteLevel"`, `"type":"Metaspace"`, "pre_tokenizer"},
+		{"bad merge", `"merges":[]`, `"merges":["a zz"]`, "model.merges[0]"},
+		{"corrupt", `{"added_tokens"`, `{"added_tokens`, "not a tokenizer.json"},
+		{"lstrip", `"added_tokens":[]`, `"added_tokens":[{"id":300,"content":"<x>","lstrip":true}]`, "added_tokens[0]"},
+	} {
+		_, err := ParseHF("bad.json", []byte(strings.Replace(ok, c.from, c.to, 1)))
+		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "bad.json") {
+			t.Errorf("%s: error %v, want it to name bad.json and %q", c.name, err, c.want)
+		}
+	}
+}
