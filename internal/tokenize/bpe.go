@@ -21,6 +21,17 @@ func (t *Tokenizer) lookup(a, b int32) uint64 {
 	return noMerge
 }
 
+// fillBytePairs caches the merges of all pairs of single bytes, the first lookups of every
+// piece, in a flat table: it saves a hash lookup per byte of text.
+func (t *Tokenizer) fillBytePairs() {
+	t.bytePairs = make([]uint64, 1<<16)
+	for a := range 256 {
+		for b := range 256 {
+			t.bytePairs[a<<8|b] = t.lookup(t.byteTok[a], t.byteTok[b])
+		}
+	}
+}
+
 // bpe appends the tokens of one piece (len >= 2) to dst. It merges, again and again, the
 // adjacent pair with the lowest rank, the leftmost one on ties: the rule of both tiktoken
 // (rank = rank of the merged bytes) and Hugging Face BPE (rank = index in the merges list).
@@ -35,7 +46,7 @@ func (t *Tokenizer) bpe(dst []int32, piece []byte, s *scratch) []int32 {
 		ids[i] = t.byteTok[b]
 	}
 	for i := 0; i < n-1; i++ {
-		ranks[i] = t.lookup(ids[i], ids[i+1])
+		ranks[i] = t.bytePairs[int(piece[i])<<8|int(piece[i+1])]
 	}
 	ranks[n-1] = noMerge
 	for n > 1 {
@@ -112,7 +123,7 @@ func (t *Tokenizer) bpeHeap(dst []int32, piece []byte, s *scratch) []int32 {
 		return top
 	}
 	for i := 0; i < n-1; i++ {
-		if m := t.lookup(ids[i], ids[i+1]); m != noMerge {
+		if m := t.bytePairs[int(piece[i])<<8|int(piece[i+1])]; m != noMerge {
 			push(uint32(m>>32), int32(i))
 		}
 	}

@@ -5,9 +5,9 @@ import "hash/maphash"
 // Limits of one Encoder's piece cache. A full cache is emptied and starts again: pieces
 // repeat with a heavy head (Zipf), so the common ones come back within a few kilobytes.
 const (
-	cacheSlots    = 1 << 15 // open-addressing slots, a power of two
+	cacheSlots    = 1 << 17 // open-addressing slots, a power of two
 	cacheMaxPiece = 64      // longer pieces are not cached
-	cacheMaxBytes = 1 << 20 // bytes of keys kept before the cache is emptied
+	cacheMaxBytes = 1 << 21 // bytes of keys kept before the cache is emptied
 )
 
 // cacheSlot is one entry: where its key and its tokens sit in the arenas. A zero tlen marks
@@ -57,7 +57,7 @@ func (c *pieceCache) put(piece []byte, h uint64, toks []int32) {
 	if len(piece) > cacheMaxPiece || len(toks) == 0 {
 		return
 	}
-	if c.used >= len(c.slots)/2 || len(c.keys)+len(piece) > cacheMaxBytes {
+	if c.used >= len(c.slots)*5/8 || len(c.keys)+len(piece) > cacheMaxBytes {
 		clear(c.slots)
 		c.keys, c.toks, c.used = c.keys[:0], c.toks[:0], 0
 	}

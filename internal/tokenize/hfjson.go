@@ -121,6 +121,7 @@ func ParseHF(name string, data []byte) (*Tokenizer, error) {
 	if err := hfMerges(t, name, m.Merges, m.Vocab); err != nil {
 		return nil, err
 	}
+	t.fillBytePairs()
 	if len(steps) == 1 && !steps[0].prefixSpace {
 		t.split, t.hand = steps[0].split, asHand(steps[0].split)
 	} else {

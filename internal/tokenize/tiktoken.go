@@ -166,6 +166,7 @@ func ParseTiktoken(name string, data []byte, pattern string, specials map[string
 			}
 		}
 	}
+	t.fillBytePairs()
 	t.split, t.hand = split, asHand(split)
 	t.direct = true
 	return t, nil

@@ -13,12 +13,14 @@ import (
 // concurrent use; each goroutine that encodes much should own an Encoder (NewEncoder), which
 // holds the mutable scratch space and piece cache.
 type Tokenizer struct {
-	name     string            // encoding name or file, for messages
-	vocab    map[string]int32  // bytes of each mergeable token -> id
-	merges   map[uint64]uint64 // pairKey(a, b) -> rank<<32 | merged id
-	byteTok  [256]int32        // id of each single byte
-	tokens   [][]byte          // id -> bytes, for Decode; nil for unused ids
-	specials map[string]int32  // special and added tokens -> id
+	name    string            // encoding name or file, for messages
+	vocab   map[string]int32  // bytes of each mergeable token -> id
+	merges  map[uint64]uint64 // pairKey(a, b) -> rank<<32 | merged id
+	byteTok [256]int32        // id of each single byte
+	// bytePairs holds lookup(byteTok[a], byteTok[b]) at a<<8|b.
+	bytePairs []uint64
+	tokens    [][]byte         // id -> bytes, for Decode; nil for unused ids
+	specials  map[string]int32 // special and added tokens -> id
 
 	// always lists the added tokens recognised even when no special token is allowed:
 	// Hugging Face's non-special added tokens.
