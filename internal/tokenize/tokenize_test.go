@@ -190,3 +190,33 @@ func TestParseHFErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestConcurrentEncode shares one Tokenizer between goroutines, through Tokenizer.Encode
+// and through one Encoder each (run with -race).
+func TestConcurrentEncode(t *testing.T) {
+	tk := tinyTokenizer(t)
+	text := []byte(strings.Repeat("abcd bcd xabx cdcd \xff ab\n", 50))
+	want := tk.Encode(nil, text)
+	done := make(chan []int32)
+	for g := range 4 {
+		go func() {
+			var ids []int32
+			if g%2 == 0 {
+				e, _ := tk.NewEncoder()
+				for range 20 {
+					ids = e.Encode(ids[:0], text)
+				}
+			} else {
+				for range 20 {
+					ids = tk.Encode(ids[:0], text)
+				}
+			}
+			done <- ids
+		}()
+	}
+	for range 4 {
+		if got := <-done; !slices.Equal(got, want) {
+			t.Fatalf("concurrent encode differs")
+		}
+	}
+}
