@@ -49,7 +49,7 @@ test-go: vet
 test-python: build $(VENV)/.stamp
 	DATALOADERD_BIN=$(BIN)/dataloaderd $(PY) -m pytest -q clients/python/tests
 
-test: setup generate-check test-go test-python
+test: setup generate-check test-tokenize test-go test-python
 
 # generate writes the Go and Python stubs into OUT (default: in place).
 OUT ?= .
@@ -78,6 +78,8 @@ bench: build $(VENV)/.stamp
 
 demo: build $(VENV)/.stamp
 	$(PY) scripts/demo.py --daemon $(BIN)/dataloaderd
+
+include mk/tokenize.mk
 
 clean:
 	rm -rf $(BIN) $(VENV) $(TOOLS)
