@@ -362,6 +362,7 @@ def end_to_end(binary, tmp, prefix, clients, transports, seconds, repeats, wait_
             rows[f"wait_{transport}_p99"] = p99
             log(f"{transport} wait: p50 {statistics.median(p50):.0f} us, p99 {statistics.median(p99):.0f} us")
         rows["rss_e2e"] = [d.status_kib("VmHWM") * 1024]
+        rows["anon_e2e"] = [d.status_kib("RssAnon") * 1024]
     return rows
 
 
@@ -369,7 +370,7 @@ def startup(binary, tmp, prefix, label, repeats, save_repeats):
     """Time to first batch with a fresh daemon, state save time and size, the
     daemon's peak RSS; one fresh daemon per repeat."""
     from dataloaderd import Loader
-    ttfb, saves, sizes, daemon_saves, rss = [], [], [], [], []
+    ttfb, saves, sizes, daemon_saves, rss, anon = [], [], [], [], [], []
     for r in range(repeats):
         with daemon(binary, tmp, f"start-{label}-{r}") as d:
             t0 = time.perf_counter()
@@ -394,8 +395,9 @@ def startup(binary, tmp, prefix, label, repeats, save_repeats):
                 count = m.get("dataloaderd_state_save_seconds_count", 0)
                 if count:
                     daemon_saves.append(m["dataloaderd_state_save_seconds_sum"] / count)
+                anon.append(d.status_kib("RssAnon") * 1024)
             rss.append(d.status_kib("VmHWM") * 1024)
-    out = {f"ttfb_{label}": ttfb, f"rss_{label}": rss}
+    out = {f"ttfb_{label}": ttfb, f"rss_{label}": rss, f"anon_{label}": anon}
     if label == "1x":
         out.update({"save_client": saves, "save_daemon": daemon_saves, "state_bytes": sizes})
     return out
@@ -449,6 +451,9 @@ ROWS = [
     ("rss_1x", "daemon peak RSS (VmHWM), 1x, 1 client", "bytes", None),
     ("rss_20x", "daemon peak RSS (VmHWM), 20x, 1 client", "bytes", "rss_1x"),
     ("rss_e2e", "daemon peak RSS (VmHWM), after all e2e runs", "bytes", None),
+    ("anon_1x", "daemon anonymous RSS (RssAnon), 1x, 1 client", "bytes", None),
+    ("anon_20x", "daemon anonymous RSS (RssAnon), 20x, 1 client", "bytes", None),
+    ("anon_e2e", "daemon anonymous RSS (RssAnon), after e2e runs", "bytes", None),
     ("mds_convert", "Mosaic MDS conversion of the corpus (once)", "s", None),
 ]
 PEER_KEYS = ("peer_torch", "peer_stateful", "peer_streaming", "mds_convert")
@@ -517,7 +522,7 @@ def text_table(result):
     return "\n".join(out)
 
 
-def machine():
+def machine(load):
     cpu = platform.processor()
     try:
         with open("/proc/cpuinfo") as f:
@@ -532,7 +537,7 @@ def machine():
     return {"cpu": cpu, "cores": os.cpu_count(), "memory_bytes": mem, "kernel": platform.release(),
             "python": platform.python_version(), "numpy": np.__version__,
             "go": subprocess.run(["go", "env", "GOVERSION"], capture_output=True, text=True).stdout.strip(),
-            "loadavg_at_start": os.getloadavg()}
+            "loadavg_at_start": load, "loadavg_at_end": os.getloadavg()}
 
 
 def write_atomic(path, text):
@@ -572,7 +577,7 @@ def main():
     save_repeats = 2 if args.quick else 5
     clients = [int(c) for c in args.clients.split(",")]
     os.makedirs(args.out, exist_ok=True)
-    started = time.time()
+    started, load = time.time(), os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="dataloaderd-bench-") as tmp:
         workdir = args.workdir or (os.path.join(tmp, "corpus") if args.quick
                                    else os.path.join(REPO, "bench", ".corpus"))
@@ -593,6 +598,7 @@ def main():
         if args.sparse_times != 20:
             samples["ttfb_20x"] = samples.pop(f"ttfb_{args.sparse_times}x")
             samples["rss_20x"] = samples.pop(f"rss_{args.sparse_times}x")
+            samples["anon_20x"] = samples.pop(f"anon_{args.sparse_times}x")
         peer_info = {"skipped": "--no-peers"}
         if not args.no_peers:
             rates, peer_info = peers(args.peers_python, prefix, os.path.join(workdir, "mds"), args.seconds,
@@ -605,7 +611,7 @@ def main():
         "command": " ".join([os.path.relpath(sys.executable, REPO) if sys.executable.startswith(REPO)
                              else sys.executable] + sys.argv),
         "seconds": round(time.time() - started, 1),
-        "machine": machine(),
+        "machine": machine(load),
         "workload": {"seq_len": SEQ_LEN, "lines_per_batch": LINES, "tokens_per_batch": BATCH_TOKENS,
                      "logical_shards": SHARDS, "repeats": args.repeats, "run_seconds": args.seconds,
                      "go_benchtime": args.go_benchtime, "clients": clients, "touch": "np.copyto into a staging buffer",
