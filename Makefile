@@ -17,7 +17,7 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 PROTO_DIR := api/proto/dataloader/v1
 PY_PROTO_DIR := clients/python/src/dataloaderd/_proto
 
-.PHONY: all setup build test test-go test-python vet bench demo generate generate-check clean
+.PHONY: all setup build test test-go test-python vet bench bench-quick bench-go demo generate generate-check clean
 
 all: build
 
@@ -72,9 +72,27 @@ generate-check: setup
 	diff -ru $(PY_PROTO_DIR) $$tmp/$(PY_PROTO_DIR) -x '__init__.py' -x '__pycache__' && \
 	echo "generated code is up to date"
 
-bench: build $(VENV)/.stamp
+# The benchmark has an environment of its own for the loaders it compares
+# against (torch, torchdata, mosaicml-streaming: several GB, so never part of
+# make test). bench/requirements.txt pins every package in it.
+BENCH_VENV := $(CURDIR)/bench/.venv
+$(BENCH_VENV)/.stamp: bench/requirements.txt
+	$(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/pip install -q -r bench/requirements.txt
+	touch $@
+
+# bench: one program, one table (docs/benchmarks.md); BENCH_ARGS passes flags,
+# e.g. make bench BENCH_ARGS="--repeats 5".
+bench: build $(VENV)/.stamp $(BENCH_VENV)/.stamp
+	$(PY) scripts/bench.py --daemon $(BIN)/dataloaderd --peers-python $(BENCH_VENV)/bin/python $(BENCH_ARGS)
+
+# bench-quick: the smoke run (tiny corpus, one repeat; peers only if bench/.venv exists).
+bench-quick: build $(VENV)/.stamp
+	$(PY) scripts/bench.py --quick --daemon $(BIN)/dataloaderd --peers-python $(BENCH_VENV)/bin/python $(BENCH_ARGS)
+
+# bench-go: the Go microbenchmarks on their small built-in corpora.
+bench-go:
 	$(GO) test -run '^$$' -bench . -benchmem ./internal/...
-	$(PY) scripts/bench_client.py --daemon $(BIN)/dataloaderd
 
 demo: build $(VENV)/.stamp
 	$(PY) scripts/demo.py --daemon $(BIN)/dataloaderd
@@ -82,4 +100,4 @@ demo: build $(VENV)/.stamp
 include mk/tokenize.mk
 
 clean:
-	rm -rf $(BIN) $(VENV) $(TOOLS)
+	rm -rf $(BIN) $(VENV) $(TOOLS) $(BENCH_VENV) bench/.corpus

@@ -36,7 +36,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "clients", "python", "src"))
 sys.path.insert(0, HERE)
-from bench_client import write_corpus  # noqa: E402
+from bench import write_corpus  # noqa: E402
 from daemon import running  # noqa: E402
 from dataloaderd import Loader  # noqa: E402
 from dataloaderd import _cuda  # noqa: E402
@@ -212,10 +212,9 @@ def main():
     print(f"GPU {args.device}: {torch.cuda.get_device_name(args.device)}, torch {torch.__version__}")
 
     ipc_selftest(torch, args.device)
-    rng = np.random.default_rng(0)
     with tempfile.TemporaryDirectory() as tmp:
         prefix = os.path.join(tmp, "corpus")
-        write_corpus(prefix, args.corpus_mb << 19, rng)
+        write_corpus(prefix, args.corpus_mb << 19, 0)
         sock = os.path.join(tmp, "d.sock")
         config = {"seq_len": SEQ_LEN, "batch_size": BATCH, "seed": 1, "logical_shards": 64, "eos_id": 0,
                   "datasets": [{"name": "web", "path": prefix, "format": "megatron"}]}

@@ -1,0 +1,123 @@
+package stream
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"testing"
+)
+
+// The benchmarks in this file run on a corpus made outside the test: the
+// Megatron prefix in DATALOADERD_BENCH_PREFIX (scripts/bench.py writes one of
+// 1 GB or more and runs them with -cpu 1). They are skipped without it.
+// Geometry is the end-to-end benchmark's: seq_len 4096, 8 lines per batch,
+// DATALOADERD_BENCH_SHARDS logical shards (default 1024), one rank.
+
+func envBenchCorpus(b *testing.B) *Corpus {
+	b.Helper()
+	prefix := os.Getenv("DATALOADERD_BENCH_PREFIX")
+	if prefix == "" {
+		b.Skip("DATALOADERD_BENCH_PREFIX not set")
+	}
+	shards := uint64(1024)
+	if s := os.Getenv("DATALOADERD_BENCH_SHARDS"); s != "" {
+		var err error
+		if shards, err = strconv.ParseUint(s, 10, 32); err != nil {
+			b.Fatal(err)
+		}
+	}
+	cfg := Config{SeqLen: 4096, BatchSize: 8, Seed: 1, LogicalShards: uint32(shards), EOS: 0, BOS: -1,
+		Datasets: []Dataset{{Name: "bench", Path: prefix, Format: "megatron", Weight: 1}}}
+	c, err := OpenCorpus(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { c.Close() })
+	return c
+}
+
+func reportTokens(b *testing.B, perOp int) {
+	b.SetBytes(int64(perOp * 4))
+	b.ReportMetric(float64(b.N)*float64(perOp)/b.Elapsed().Seconds(), "tokens/s")
+}
+
+// BenchmarkCorpusCopyCeiling copies one batch worth of int32 tokens per op
+// from a 256 MiB buffer (larger than any cache), walking through it as the
+// loader walks through a corpus: the memory-bandwidth ceiling.
+func BenchmarkCorpusCopyCeiling(b *testing.B) {
+	const perOp = 8 * 4097
+	src := make([]int32, 64<<20)
+	for i := range src {
+		src[i] = int32(i)
+	}
+	dst := make([]int32, perOp)
+	off := 0
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if off+perOp > len(src) {
+			off = 0
+		}
+		copy(dst, src[off:off+perOp])
+		off += perOp
+	}
+	reportTokens(b, perOp)
+}
+
+// BenchmarkCorpusRank is the pipeline alone (source, permutation, packing,
+// mixing) writing batches into one buffer.
+func BenchmarkCorpusRank(b *testing.B) {
+	c := envBenchCorpus(b)
+	rank, err := NewRank(c, 0, 1, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	buf := batchBuf(c.Config())
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := rank.NextBatch(buf); err != nil {
+			b.Fatal(err)
+		}
+	}
+	reportTokens(b, len(buf))
+}
+
+// benchSlots is an in-process ring of 8 slots, as the daemon's default.
+type benchSlots [][]byte
+
+func (s benchSlots) Slots() int        { return len(s) }
+func (s benchSlots) Slot(i int) []byte { return s[i] }
+
+// BenchmarkCorpusPipeline is the daemon's producer as a session runs it:
+// Pipeline.Run filling a ring of 8 slots, one consumer taking and releasing
+// every batch (without reading it: the clients' part is measured end to end).
+func BenchmarkCorpusPipeline(b *testing.B) {
+	c := envBenchCorpus(b)
+	rank, err := NewRank(c, 0, 1, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	perOp := int(c.Config().BatchSize) * c.Config().LineTokens()
+	ring := make(benchSlots, 8)
+	for i := range ring {
+		ring[i] = make([]byte, perOp*4)
+	}
+	p := NewPipeline(rank, ring, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		bt, err := p.Next(ctx, 0)
+		if err != nil || bt.End {
+			b.Fatalf("next: %v (end %v)", err, bt.End)
+		}
+		if err := p.Release(0, bt.Slot, bt.Step); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	reportTokens(b, perOp)
+	p.Close()
+	cancel()
+	<-done
+}
