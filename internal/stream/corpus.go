@@ -2,7 +2,6 @@ package stream
 
 import (
 	"fmt"
-	"sort"
 
 	"github.com/dataloaderd/dataloaderd/internal/source"
 	"github.com/dataloaderd/dataloaderd/internal/state"
@@ -103,7 +102,7 @@ func (d *dataset) cut(cfg Config) error {
 	}
 	for k := uint64(1); k < s; k++ {
 		target := mulDiv(total, k, s)
-		b := uint64(sort.Search(int(n), func(u int) bool { return d.src.Offset(uint64(u)) >= target }))
+		b := searchOffset(d.src, bounds[k-1], n, target)
 		// Every shard gets at least one unit, even where one long document
 		// spans several token targets.
 		bounds[k] = min(max(b, bounds[k-1]+1), n-(s-k))
@@ -126,6 +125,34 @@ func (d *dataset) cut(cfg Config) error {
 		d.shards = append(d.shards, sh)
 	}
 	return nil
+}
+
+// searchOffset returns the first unit in [lo, hi] whose offset reaches
+// target (hi when none before it does; Offset(Units()) is the token count).
+// Offsets grow about linearly with the unit, so it alternates interpolation
+// and bisection steps: a few probes where bisection alone would take
+// log2(units), each probe a page of a large index touched before the first
+// batch; the bisection steps bound the worst case at twice that.
+func searchOffset(src interface{ Offset(uint64) uint64 }, lo, hi, target uint64) uint64 {
+	interpolate := true
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		if interpolate {
+			olo, ohi := src.Offset(lo), src.Offset(hi)
+			if ohi > olo && target > olo {
+				frac := float64(target-olo) / float64(ohi-olo)
+				mid = lo + uint64(frac*float64(hi-lo))
+				mid = min(max(mid, lo), hi-1)
+			}
+		}
+		interpolate = !interpolate
+		if src.Offset(mid) >= target {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	return lo
 }
 
 // mulDiv returns a*b/c without overflow for the sizes at hand (a up to 2^64/2^32).
