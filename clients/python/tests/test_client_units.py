@@ -28,7 +28,7 @@ def test_defaults():
     ({"epochs": True}, r"'epochs' has the wrong type: True"),
     ({"seed": -1}, r"'seed' must not be negative"),
     ({"datasets": [{"name": "a", "path": "/a", "format": "megatron", "wieght": 2}]},
-     r"datasets\[0\]: unknown key 'wieght'; known keys: dtype, format, name, path, weight"),
+     r"datasets\[0\]: unknown key 'wieght'; known keys: dtype, field, format, name, on_bad_record, path, tokenizer, weight"),
     ({"datasets": [{"name": "a", "path": "/a", "format": "megatron", "weight": "2"}]},
      r"datasets\[0\]: 'weight' has the wrong type: '2'"),
     ({"datasets": ["a"]}, r"datasets\[0\] must be a mapping"),

@@ -84,11 +84,22 @@ type Dataset struct {
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// A file prefix (Megatron: PREFIX.bin + PREFIX.idx), a directory, or a glob.
 	Path string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
-	// "megatron" or "tokens".
+	// "megatron", "tokens", "arrow" (pre-tokenized), "parquet" or "jsonl"
+	// (text, tokenized on the fly).
 	Format string  `protobuf:"bytes,3,opt,name=format,proto3" json:"format,omitempty"`
 	Weight float64 `protobuf:"fixed64,4,opt,name=weight,proto3" json:"weight,omitempty"`
 	// Token type of flat token files without an llm.c header: "uint16" (default) or "uint32".
-	Dtype         string `protobuf:"bytes,5,opt,name=dtype,proto3" json:"dtype,omitempty"`
+	Dtype string `protobuf:"bytes,5,opt,name=dtype,proto3" json:"dtype,omitempty"`
+	// "arrow": the token-list column (default "tokens"); "parquet", "jsonl":
+	// the text column or field (default "text").
+	Field string `protobuf:"bytes,6,opt,name=field,proto3" json:"field,omitempty"`
+	// "parquet", "jsonl": the tokenizer, a built-in encoding name (r50k_base,
+	// gpt2, p50k_base, cl100k_base, o200k_base) or the path of a Hugging Face
+	// tokenizer.json.
+	Tokenizer string `protobuf:"bytes,7,opt,name=tokenizer,proto3" json:"tokenizer,omitempty"`
+	// "parquet", "jsonl": "error" (default) or "skip" for records that are not
+	// documents (bad JSON, missing field, text that is not UTF-8).
+	OnBadRecord   string `protobuf:"bytes,8,opt,name=on_bad_record,json=onBadRecord,proto3" json:"on_bad_record,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -154,6 +165,27 @@ func (x *Dataset) GetWeight() float64 {
 func (x *Dataset) GetDtype() string {
 	if x != nil {
 		return x.Dtype
+	}
+	return ""
+}
+
+func (x *Dataset) GetField() string {
+	if x != nil {
+		return x.Field
+	}
+	return ""
+}
+
+func (x *Dataset) GetTokenizer() string {
+	if x != nil {
+		return x.Tokenizer
+	}
+	return ""
+}
+
+func (x *Dataset) GetOnBadRecord() string {
+	if x != nil {
+		return x.OnBadRecord
 	}
 	return ""
 }
@@ -1198,13 +1230,16 @@ var File_dataloader_v1_dataloader_proto protoreflect.FileDescriptor
 
 const file_dataloader_v1_dataloader_proto_rawDesc = "" +
 	"\n" +
-	"\x1edataloader/v1/dataloader.proto\x12\rdataloader.v1\"w\n" +
+	"\x1edataloader/v1/dataloader.proto\x12\rdataloader.v1\"\xcf\x01\n" +
 	"\aDataset\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x16\n" +
 	"\x06format\x18\x03 \x01(\tR\x06format\x12\x16\n" +
 	"\x06weight\x18\x04 \x01(\x01R\x06weight\x12\x14\n" +
-	"\x05dtype\x18\x05 \x01(\tR\x05dtype\"\xb6\x02\n" +
+	"\x05dtype\x18\x05 \x01(\tR\x05dtype\x12\x14\n" +
+	"\x05field\x18\x06 \x01(\tR\x05field\x12\x1c\n" +
+	"\ttokenizer\x18\a \x01(\tR\ttokenizer\x12\"\n" +
+	"\ron_bad_record\x18\b \x01(\tR\vonBadRecord\"\xb6\x02\n" +
 	"\tJobConfig\x12\x17\n" +
 	"\aseq_len\x18\x01 \x01(\rR\x06seqLen\x12\x1d\n" +
 	"\n" +

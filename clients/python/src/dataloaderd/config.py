@@ -32,6 +32,9 @@ DATASET_KEYS: dict = {
     "format": (str, ...),
     "weight": ((int, float), 1.0),
     "dtype": (str, ""),
+    "field": (str, ""),
+    "tokenizer": (str, ""),
+    "on_bad_record": (str, ""),
 }
 
 
@@ -108,8 +111,12 @@ def to_proto(data: Mapping[str, Any], base_dir: str) -> "pb.JobConfig":
         path = os.path.expanduser(ds["path"])
         if not os.path.isabs(path):
             path = os.path.join(base_dir, path)
+        tokenizer = ds["tokenizer"]
+        if tokenizer and (os.sep in tokenizer or tokenizer.endswith((".json", ".tiktoken"))):
+            tokenizer = os.path.join(base_dir, os.path.expanduser(tokenizer))
         msg.datasets.append(pb.Dataset(name=ds["name"], path=path, format=ds["format"],
-                                       weight=float(ds["weight"]), dtype=ds["dtype"]))
+                                       weight=float(ds["weight"]), dtype=ds["dtype"], field=ds["field"],
+                                       tokenizer=tokenizer, on_bad_record=ds["on_bad_record"]))
     return msg
 
 

@@ -19,18 +19,24 @@ TRANSPORT_INLINE: Transport
 TRANSPORT_CUDA: Transport
 
 class Dataset(_message.Message):
-    __slots__ = ("name", "path", "format", "weight", "dtype")
+    __slots__ = ("name", "path", "format", "weight", "dtype", "field", "tokenizer", "on_bad_record")
     NAME_FIELD_NUMBER: _ClassVar[int]
     PATH_FIELD_NUMBER: _ClassVar[int]
     FORMAT_FIELD_NUMBER: _ClassVar[int]
     WEIGHT_FIELD_NUMBER: _ClassVar[int]
     DTYPE_FIELD_NUMBER: _ClassVar[int]
+    FIELD_FIELD_NUMBER: _ClassVar[int]
+    TOKENIZER_FIELD_NUMBER: _ClassVar[int]
+    ON_BAD_RECORD_FIELD_NUMBER: _ClassVar[int]
     name: str
     path: str
     format: str
     weight: float
     dtype: str
-    def __init__(self, name: _Optional[str] = ..., path: _Optional[str] = ..., format: _Optional[str] = ..., weight: _Optional[float] = ..., dtype: _Optional[str] = ...) -> None: ...
+    field: str
+    tokenizer: str
+    on_bad_record: str
+    def __init__(self, name: _Optional[str] = ..., path: _Optional[str] = ..., format: _Optional[str] = ..., weight: _Optional[float] = ..., dtype: _Optional[str] = ..., field: _Optional[str] = ..., tokenizer: _Optional[str] = ..., on_bad_record: _Optional[str] = ...) -> None: ...
 
 class JobConfig(_message.Message):
     __slots__ = ("seq_len", "batch_size", "seed", "logical_shards", "eos_id", "bos_id", "pad_id", "epochs", "shuffle_window", "datasets")
