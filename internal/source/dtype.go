@@ -10,7 +10,8 @@ import (
 )
 
 // dtype is the on-disk type of one token. The values 1..8 are Megatron's
-// MMIDIDX dtype codes; dtUint32 exists only in flat token files.
+// MMIDIDX dtype codes; dtUint32 exists only in flat token files and Arrow
+// columns, dtUint64 only in Arrow columns.
 type dtype uint8
 
 const (
@@ -23,6 +24,7 @@ const (
 	dtFloat32 dtype = 7
 	dtUint16  dtype = 8
 	dtUint32  dtype = 9
+	dtUint64  dtype = 10
 )
 
 // megatronDtypeCodes lists the dtype codes an MMIDIDX version 1 index may hold,
@@ -53,7 +55,7 @@ func (d dtype) size() uint64 {
 
 // String is the dtype's numpy name.
 func (d dtype) String() string {
-	names := [...]string{"", "uint8", "int8", "int16", "int32", "int64", "float64", "float32", "uint16", "uint32"}
+	names := [...]string{"", "uint8", "int8", "int16", "int32", "int64", "float64", "float32", "uint16", "uint32", "uint64"}
 	if int(d) < len(names) {
 		return names[d]
 	}
@@ -117,6 +119,14 @@ func decodeTokens(d dtype, src []byte, dst []int32) int {
 		for i := range dst {
 			v := int64(binary.LittleEndian.Uint64(src[8*i:]))
 			if v < 0 || v > math.MaxInt32 {
+				return i
+			}
+			dst[i] = int32(v)
+		}
+	case dtUint64:
+		for i := range dst {
+			v := binary.LittleEndian.Uint64(src[8*i:])
+			if v > math.MaxInt32 {
 				return i
 			}
 			dst[i] = int32(v)
@@ -208,6 +218,8 @@ func formatToken(d dtype, src []byte, i int) string {
 		return strconv.FormatInt(int64(int32(binary.LittleEndian.Uint32(src[4*i:]))), 10)
 	case dtInt64:
 		return strconv.FormatInt(int64(binary.LittleEndian.Uint64(src[8*i:])), 10)
+	case dtUint64:
+		return strconv.FormatUint(binary.LittleEndian.Uint64(src[8*i:]), 10)
 	case dtFloat32:
 		return strconv.FormatFloat(float64(math.Float32frombits(binary.LittleEndian.Uint32(src[4*i:]))), 'g', -1, 32)
 	case dtFloat64:

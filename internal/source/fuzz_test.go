@@ -4,6 +4,8 @@ import (
 	"errors"
 	"path/filepath"
 	"testing"
+
+	"github.com/apache/arrow-go/v18/arrow"
 )
 
 // readEverything reads every unit of src whole. Errors from bad data are
@@ -69,6 +71,30 @@ func FuzzOpenTokens(f *testing.F) {
 		}
 		src, err := Open(spec)
 		if err != nil {
+			return
+		}
+		defer src.Close()
+		readEverything(t, src)
+	})
+}
+
+func FuzzOpenArrow(f *testing.F) {
+	list := arrowColumnSpec{"tokens", arrow.ListOf(arrow.PrimitiveTypes.Int32), []string{"[[1, 2], [], [3]]", "[[4]]"}}
+	large := arrowColumnSpec{"tokens", arrow.LargeListOf(arrow.PrimitiveTypes.Uint16), []string{"[[1, 2], [3]]"}}
+	perBatch := arrowColumnSpec{"tokens", arrow.PrimitiveTypes.Int64, []string{"[1, 2]", "[3]", "[]"}}
+	for _, stream := range []bool{false, true} {
+		f.Add(encodeArrow(f, stream, list))
+		f.Add(encodeArrow(f, stream, large))
+		f.Add(encodeArrow(f, stream, perBatch))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		path := filepath.Join(t.TempDir(), "f.arrow")
+		writeFile(t, path, data)
+		src, err := Open(Spec{Name: "fuzz", Path: path, Format: FormatArrow})
+		if err != nil {
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("Open error %v does not wrap ErrInvalid", err)
+			}
 			return
 		}
 		defer src.Close()

@@ -12,6 +12,7 @@ import (
 const (
 	FormatMegatron = "megatron"
 	FormatTokens   = "tokens"
+	FormatArrow    = "arrow"
 )
 
 // DefaultBlockTokens is the nominal unit size of flat token files when
@@ -34,9 +35,11 @@ func Open(spec Spec) (Source, error) {
 	case FormatTokens:
 		parts, err = openTokenParts(spec)
 		delimited = true
+	case FormatArrow:
+		parts, err = openArrowParts(spec)
 	default:
-		return nil, fmt.Errorf("%w: dataset %q: format %q: want %q or %q",
-			ErrInvalid, spec.Name, spec.Format, FormatMegatron, FormatTokens)
+		return nil, fmt.Errorf("%w: dataset %q: format %q: want %q, %q or %q",
+			ErrInvalid, spec.Name, spec.Format, FormatMegatron, FormatTokens, FormatArrow)
 	}
 	if err != nil {
 		return nil, err
@@ -89,6 +92,25 @@ func openTokenParts(spec Spec) ([]fileUnits, error) {
 	return parts, nil
 }
 
+// openArrowParts opens every Arrow IPC file spec.Path names.
+func openArrowParts(spec Spec) ([]fileUnits, error) {
+	paths, err := arrowPaths(spec)
+	if err != nil {
+		return nil, err
+	}
+	column := arrowColumn(spec)
+	parts := make([]fileUnits, 0, len(paths))
+	for _, path := range paths {
+		part, err := openArrowFile(spec.Name, path, column)
+		if err != nil {
+			closeParts(parts)
+			return nil, err
+		}
+		parts = append(parts, part)
+	}
+	return parts, nil
+}
+
 // megatronPrefixes resolves spec.Path to sorted, distinct Megatron prefixes:
 // a glob's matches ending in .idx or .bin, a directory's X.idx files, or one
 // prefix (given bare or as PREFIX.bin or PREFIX.idx).
@@ -130,6 +152,13 @@ func megatronPrefixes(spec Spec) ([]string, error) {
 // tokenPaths resolves spec.Path to sorted flat token files: a glob's regular
 // files, a directory's *.bin files, or the file itself.
 func tokenPaths(spec Spec) ([]string, error) {
+	return filePaths(spec, ".bin", "tokens (.bin)")
+}
+
+// filePaths resolves spec.Path to sorted files: a glob's regular files, a
+// directory's files whose names end in ext, or the file itself; what names
+// the kind of file in the error when there are none.
+func filePaths(spec Spec, ext, what string) ([]string, error) {
 	var paths []string
 	switch info, statErr := os.Stat(spec.Path); {
 	case hasGlobMeta(spec.Path):
@@ -139,7 +168,7 @@ func tokenPaths(spec Spec) ([]string, error) {
 		}
 		paths = matches
 	case statErr == nil && info.IsDir():
-		names, err := dirFiles(spec, ".bin")
+		names, err := dirFiles(spec, ext)
 		if err != nil {
 			return nil, err
 		}
@@ -148,7 +177,7 @@ func tokenPaths(spec Spec) ([]string, error) {
 		paths = []string{spec.Path}
 	}
 	if len(paths) == 0 {
-		return nil, noFilesError(spec, "tokens (.bin)")
+		return nil, noFilesError(spec, what)
 	}
 	sort.Strings(paths)
 	return paths, nil

@@ -84,7 +84,7 @@ func TestOpenErrors(t *testing.T) {
 		spec      Spec
 		fragments []string
 	}{
-		{"unknown format", Spec{Path: dir, Format: "arrow"}, []string{`format "arrow"`, `"megatron"`, `"tokens"`}},
+		{"unknown format", Spec{Path: dir, Format: "parquet"}, []string{`format "parquet"`, `"arrow"`, `"megatron"`, `"tokens"`}},
 		{"missing megatron path", Spec{Path: missing, Format: FormatMegatron},
 			[]string{`path "` + missing + `": no megatron`, "files found"}},
 		{"missing tokens path", Spec{Path: missing, Format: FormatTokens},

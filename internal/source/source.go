@@ -1,5 +1,5 @@
 // Package source reads the token corpora a dataset names: Megatron indexed
-// datasets and flat token files. Every format presents a dataset as a sequence
+// datasets, flat token files and Arrow IPC files of token lists. Every format presents a dataset as a sequence
 // of units (documents, or for flat files blocks of whole documents) in file
 // order, readable at any token offset, so that the stream package can cut
 // shards, permute units and pack lines without building an index.
@@ -56,7 +56,7 @@ type Spec struct {
 	// Path is a file prefix (Megatron: PREFIX.bin and PREFIX.idx), a file, a
 	// directory, or a glob.
 	Path string
-	// Format is "megatron" or "tokens".
+	// Format is "megatron", "tokens" or "arrow".
 	Format string
 	// Dtype is the token type of flat token files without an llm.c header:
 	// "uint16" (default) or "uint32".
@@ -65,4 +65,8 @@ type Spec struct {
 	EOS int64
 	// BlockTokens is the nominal size of a flat-file unit; 0 picks the default.
 	BlockTokens uint64
+	// Column is the token column of Arrow IPC files: list or large_list of
+	// integers (one row per document), or an integer column (one record
+	// batch per document). Empty means DefaultArrowColumn, "tokens".
+	Column string
 }

@@ -1,0 +1,464 @@
+package source
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"unsafe"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/ipc"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+)
+
+// DefaultArrowColumn is the token column of Arrow IPC files when Spec.Column
+// is empty.
+const DefaultArrowColumn = "tokens"
+
+// arrowBatchHook, when set, sees every record batch Open describes. Tests use
+// it to check that opening touches batch metadata only, once per batch.
+var arrowBatchHook func(path string, batch int)
+
+// arrowFile is one Arrow IPC file (file format with its footer, or stream
+// format) of pre-tokenized documents, memory-mapped. Two layouts are read:
+//
+//   - list layout: the column is list or large_list of integers, one row per
+//     document; each row is a unit.
+//   - batch layout (IBM's fms-fsdp loader): the column is a plain integer
+//     column, one token per row and one record batch per document; each
+//     record batch is a unit.
+//
+// Opening decodes each record batch's metadata once (O(batches), never
+// O(rows) or O(tokens)) and keeps, per batch, where its offsets and values
+// lie in the mapping. For the list layout it reads the first and last offset
+// of each batch; every other offset is read when its row is.
+type arrowFile struct {
+	dataset, path, column string
+	mapping               []byte
+	dtype                 dtype
+	perBatch              bool   // batch layout
+	offsetWidth           uint64 // 4 for list, 8 for large_list
+	batches               []arrowBatch
+	rowStart              []uint64 // list layout: batch i's first row; one more entry than batches
+	tokenBase             []uint64 // batch i's first token in the file; one more entry than batches
+}
+
+// arrowBatch is where one record batch's column lies in the mapping.
+type arrowBatch struct {
+	offsetsAt uint64 // list layout: byte position of the batch's offsets[0]
+	valuesAt  uint64 // byte position of the batch's values[0]
+	values    uint64 // values available from valuesAt
+	first     uint64 // list layout: offsets[0]
+}
+
+// openArrowFile maps one Arrow IPC file and describes its record batches.
+func openArrowFile(dataset, path, column string) (_ *arrowFile, err error) {
+	f := &arrowFile{dataset: dataset, path: path, column: column}
+	if f.mapping, err = mapFile(dataset, path); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			f.close()
+		}
+	}()
+	// arrow-go panics on some malformed metadata; that is bad input here.
+	defer func() {
+		if r := recover(); r != nil {
+			err = f.error("malformed Arrow IPC data: %v", r)
+		}
+	}()
+	f.rowStart = []uint64{0}
+	f.tokenBase = []uint64{0}
+	if bytes.HasPrefix(f.mapping, ipc.Magic) {
+		err = f.readFileFormat()
+	} else {
+		err = f.readStreamFormat()
+	}
+	return f, err
+}
+
+// readFileFormat reads the footer and then each record batch's metadata.
+func (f *arrowFile) readFileFormat() error {
+	if err := checkArrowFooter(f.mapping); err != nil {
+		return f.error("not a readable Arrow IPC file: %v", err)
+	}
+	r, err := ipc.NewMappedFileReader(f.mapping, ipc.WithEnsureNativeEndian(false))
+	if err != nil {
+		return f.error("not a readable Arrow IPC file: %v", err)
+	}
+	defer r.Close()
+	if err := f.useSchema(r.Schema()); err != nil {
+		return err
+	}
+	for i := range r.NumRecords() {
+		rec, err := r.RecordBatchAt(i)
+		if err != nil {
+			return f.error("record batch %d: %v", i, err)
+		}
+		err = f.addBatch(rec)
+		rec.Release()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// readStreamFormat walks the stream's messages in place.
+func (f *arrowFile) readStreamFormat() error {
+	r, err := ipc.NewReaderFromMessageReader(&mappedMessages{f: f}, ipc.WithEnsureNativeEndian(false))
+	if err != nil {
+		return f.error("not a readable Arrow IPC file or stream: %v", err)
+	}
+	defer r.Release()
+	if err := f.useSchema(r.Schema()); err != nil {
+		return err
+	}
+	for r.Next() {
+		if err := f.addBatch(r.RecordBatch()); err != nil {
+			return err
+		}
+	}
+	if err := r.Err(); err != nil {
+		return f.error("record batch %d: %v", len(f.batches), err)
+	}
+	return nil
+}
+
+// useSchema finds the token column and its layout.
+// The mapping is read-only and read in place, so only files in the
+// machine's byte order are read (arrow-go would swap them in place).
+func (f *arrowFile) useSchema(schema *arrow.Schema) error {
+	if !schema.IsNativeEndian() {
+		return f.error("schema is %v-endian, not this machine's byte order; rewrite the file natively", schema.Endianness())
+	}
+	idx := schema.FieldIndices(f.column)
+	if len(idx) == 0 {
+		names := make([]string, 0, schema.NumFields())
+		for _, field := range schema.Fields() {
+			names = append(names, field.Name)
+		}
+		return f.error("no column %q; columns present: %q (set column)", f.column, names)
+	}
+	typ := schema.Field(idx[0]).Type
+	if dt, ok := arrowIntDtype(typ); ok {
+		f.dtype, f.perBatch = dt, true
+		return nil
+	}
+	var elem arrow.DataType
+	switch t := typ.(type) {
+	case *arrow.ListType:
+		elem, f.offsetWidth = t.Elem(), 4
+	case *arrow.LargeListType:
+		elem, f.offsetWidth = t.Elem(), 8
+	}
+	if elem != nil {
+		if dt, ok := arrowIntDtype(elem); ok {
+			f.dtype = dt
+			return nil
+		}
+	}
+	return f.error("column %q has type %s; want list or large_list of int8..int64/uint8..uint64 (one row per document), "+
+		"or an integer column (one record batch per document)", f.column, typ)
+}
+
+// arrowIntDtype maps an Arrow integer type to a dtype.
+func arrowIntDtype(t arrow.DataType) (dtype, bool) {
+	switch t.ID() {
+	case arrow.INT8:
+		return dtInt8, true
+	case arrow.UINT8:
+		return dtUint8, true
+	case arrow.INT16:
+		return dtInt16, true
+	case arrow.UINT16:
+		return dtUint16, true
+	case arrow.INT32:
+		return dtInt32, true
+	case arrow.UINT32:
+		return dtUint32, true
+	case arrow.INT64:
+		return dtInt64, true
+	case arrow.UINT64:
+		return dtUint64, true
+	}
+	return 0, false
+}
+
+// addBatch records where the batch's column lies in the mapping. Null counts
+// come from the metadata; only a batch that has nulls is looked at further.
+func (f *arrowFile) addBatch(rec arrow.RecordBatch) error {
+	b := len(f.batches)
+	if arrowBatchHook != nil {
+		arrowBatchHook(f.path, b)
+	}
+	col := rec.Column(rec.Schema().FieldIndices(f.column)[0])
+	data := col.Data()
+	rows := uint64(data.Len())
+	if col.NullN() > 0 {
+		return f.error("column %q, record batch %d: %d null rows; want none", f.column, b, col.NullN())
+	}
+	var batch arrowBatch
+	if f.perBatch {
+		at, n, err := f.locate(data, b)
+		if err != nil {
+			return err
+		}
+		if n < rows {
+			return f.error("column %q, record batch %d: values buffer holds %d of its %d tokens", f.column, b, n, rows)
+		}
+		batch.valuesAt, batch.values = at, rows
+		f.batches = append(f.batches, batch)
+		f.tokenBase = append(f.tokenBase, f.tokenBase[b]+rows)
+		return nil
+	}
+	child := data.Children()[0]
+	if child.NullN() > 0 {
+		return f.error("column %q, record batch %d: %d null tokens; want none", f.column, b, child.NullN())
+	}
+	var err error
+	if batch.valuesAt, batch.values, err = f.locate(child, b); err != nil {
+		return err
+	}
+	offsets := data.Buffers()[1]
+	need := (uint64(data.Offset()) + rows + 1) * f.offsetWidth
+	if rows > 0 && (offsets == nil || uint64(offsets.Len()) < need) {
+		return f.error("column %q, record batch %d: offsets buffer shorter than its %d rows need", f.column, b, rows)
+	}
+	if rows > 0 {
+		at, ok := f.position(offsets.Bytes())
+		if !ok {
+			return f.error("column %q, record batch %d: offsets are not stored in place (compressed IPC buffers are not supported)", f.column, b)
+		}
+		batch.offsetsAt = at + uint64(data.Offset())*f.offsetWidth
+	}
+	f.batches = append(f.batches, batch)
+	tokens := uint64(0)
+	if rows > 0 {
+		first, err := f.listOffset(b, 0)
+		if err != nil {
+			return err
+		}
+		last, err := f.listOffset(b, rows)
+		if err != nil {
+			return err
+		}
+		if last < first || last > batch.values {
+			return f.error("column %q, record batch %d: offsets run from %d to %d, outside the %d values",
+				f.column, b, first, last, batch.values)
+		}
+		f.batches[b].first, tokens = first, last-first
+	}
+	f.rowStart = append(f.rowStart, f.rowStart[b]+rows)
+	f.tokenBase = append(f.tokenBase, f.tokenBase[b]+tokens)
+	return nil
+}
+
+// locate finds an integer array's values in the mapping: their byte position
+// and how many values the buffer holds from there.
+func (f *arrowFile) locate(data arrow.ArrayData, b int) (at, n uint64, err error) {
+	values := data.Buffers()[1]
+	if values == nil || values.Len() == 0 {
+		return 0, 0, nil
+	}
+	at, ok := f.position(values.Bytes())
+	if !ok {
+		return 0, 0, f.error("column %q, record batch %d: tokens are not stored in place (compressed IPC buffers are not supported)", f.column, b)
+	}
+	size := f.dtype.size()
+	skip := uint64(data.Offset())
+	if have := uint64(values.Len()) / size; skip > have {
+		return 0, 0, f.error("column %q, record batch %d: array offset %d past its %d values", f.column, b, skip, have)
+	}
+	return at + skip*size, uint64(values.Len())/size - skip, nil
+}
+
+// position returns where buf starts in the mapping, if it lies inside it.
+func (f *arrowFile) position(buf []byte) (uint64, bool) {
+	if len(buf) == 0 || len(f.mapping) == 0 {
+		return 0, false
+	}
+	base := uintptr(unsafe.Pointer(unsafe.SliceData(f.mapping)))
+	p := uintptr(unsafe.Pointer(unsafe.SliceData(buf)))
+	if p < base || p-base+uintptr(len(buf)) > uintptr(len(f.mapping)) {
+		return 0, false
+	}
+	return uint64(p - base), true
+}
+
+// listOffset reads offsets[i] of list-layout batch b, i <= the batch's rows.
+func (f *arrowFile) listOffset(b int, i uint64) (uint64, error) {
+	at := f.batches[b].offsetsAt + i*f.offsetWidth
+	var v int64
+	if f.offsetWidth == 4 {
+		v = int64(int32(binary.LittleEndian.Uint32(f.mapping[at:])))
+	} else {
+		v = int64(binary.LittleEndian.Uint64(f.mapping[at:]))
+	}
+	if v < 0 {
+		return 0, f.error("column %q, record batch %d: offset %d is %d, negative", f.column, b, i, v)
+	}
+	return uint64(v), nil
+}
+
+func (f *arrowFile) error(format string, args ...any) error {
+	return invalidFile(f.dataset, f.path, format, args...)
+}
+
+func (f *arrowFile) units() uint64 {
+	if f.perBatch {
+		return uint64(len(f.batches))
+	}
+	return f.rowStart[len(f.batches)]
+}
+
+func (f *arrowFile) tokens() uint64 { return f.tokenBase[len(f.batches)] }
+
+// row finds the batch holding list-layout row u < units() and u's row in it.
+func (f *arrowFile) row(u uint64) (int, uint64) {
+	b := sort.Search(len(f.batches), func(i int) bool { return f.rowStart[i+1] > u })
+	return b, u - f.rowStart[b]
+}
+
+// offset is exact for well-formed files; corrupt offsets are clipped to the
+// batch and found on reading.
+func (f *arrowFile) offset(u uint64) uint64 {
+	if u >= f.units() {
+		return f.tokens()
+	}
+	if f.perBatch {
+		return f.tokenBase[u]
+	}
+	b, r := f.row(u)
+	o, err := f.listOffset(b, r)
+	if err != nil {
+		return f.tokenBase[b]
+	}
+	return f.tokenBase[b] + min(o-min(o, f.batches[b].first), f.tokenBase[b+1]-f.tokenBase[b])
+}
+
+// document returns unit u's first value's index in its batch's values, its
+// length, and its batch and row for errors.
+func (f *arrowFile) document(u uint64) (b int, r, start, n uint64, err error) {
+	if f.perBatch {
+		return int(u), 0, 0, f.tokenBase[u+1] - f.tokenBase[u], nil
+	}
+	b, r = f.row(u)
+	start, err = f.listOffset(b, r)
+	if err != nil {
+		return 0, 0, 0, 0, err
+	}
+	end, err := f.listOffset(b, r+1)
+	if err != nil {
+		return 0, 0, 0, 0, err
+	}
+	batch := f.batches[b]
+	if start < batch.first || end < start || end > batch.first+(f.tokenBase[b+1]-f.tokenBase[b]) {
+		return 0, 0, 0, 0, f.error("column %q, row %d (record batch %d, row %d): offsets [%d, %d) are not within the batch's [%d, %d)",
+			f.column, u, b, r, start, end, batch.first, batch.first+f.tokenBase[b+1]-f.tokenBase[b])
+	}
+	return b, r, start, end - start, nil
+}
+
+func (f *arrowFile) unitLen(u uint64) (uint64, error) {
+	_, _, _, n, err := f.document(u)
+	return n, err
+}
+
+func (f *arrowFile) read(u, off uint64, dst []int32) error {
+	b, r, start, n, err := f.document(u)
+	if err != nil {
+		return err
+	}
+	if off > n || uint64(len(dst)) > n-off {
+		return rangeError(f.path, u, off, len(dst), n)
+	}
+	size := f.dtype.size()
+	from := f.batches[b].valuesAt + (start+off)*size
+	src := f.mapping[from : from+uint64(len(dst))*size]
+	if bad := decodeTokens(f.dtype, src, dst); bad >= 0 {
+		where := fmt.Sprintf("row %d (record batch %d, row %d)", u, b, r)
+		if f.perBatch {
+			where = fmt.Sprintf("record batch %d (document %d), row %d", b, u, off+uint64(bad))
+		}
+		return f.error("column %q, %s, token %d: %v value %s is not a token id in [0, 2^31)",
+			f.column, where, off+uint64(bad), f.dtype, formatToken(f.dtype, src, bad))
+	}
+	return nil
+}
+
+func (f *arrowFile) files() []File {
+	return []File{{Path: f.path, Size: int64(len(f.mapping))}}
+}
+
+func (f *arrowFile) close() error {
+	err := unmapFile(f.mapping)
+	f.mapping = nil
+	return err
+}
+
+// mappedMessages yields an Arrow IPC stream's messages as slices of the
+// mapping, so reading a stream copies no token data.
+type mappedMessages struct {
+	f   *arrowFile
+	pos int
+}
+
+// Message returns the next message, or io.EOF at the end-of-stream marker or
+// the end of the file.
+func (m *mappedMessages) Message() (*ipc.Message, error) {
+	data := m.f.mapping
+	if m.pos+4 > len(data) {
+		return nil, io.EOF
+	}
+	length := int64(int32(binary.LittleEndian.Uint32(data[m.pos:])))
+	m.pos += 4
+	if uint32(length) == 0xFFFFFFFF { // continuation marker, then the length
+		if m.pos+4 > len(data) {
+			return nil, fmt.Errorf("message at byte %d: truncated length", m.pos-4)
+		}
+		length = int64(int32(binary.LittleEndian.Uint32(data[m.pos:])))
+		m.pos += 4
+	}
+	if length == 0 {
+		return nil, io.EOF
+	}
+	if length < 0 || length > int64(len(data)-m.pos) {
+		return nil, fmt.Errorf("message at byte %d: metadata length %d, %d bytes left", m.pos, length, len(data)-m.pos)
+	}
+	if err := checkArrowMessage(data[m.pos : m.pos+int(length)]); err != nil {
+		return nil, fmt.Errorf("message at byte %d: %w", m.pos, err)
+	}
+	meta := memory.NewBufferBytes(data[m.pos : m.pos+int(length)])
+	m.pos += int(length)
+	probe := ipc.NewMessage(meta, memory.NewBufferBytes(nil))
+	bodyLen := probe.BodyLen()
+	probe.Release()
+	if bodyLen < 0 || bodyLen > int64(len(data)-m.pos) {
+		return nil, fmt.Errorf("message at byte %d: body length %d, %d bytes left", m.pos, bodyLen, len(data)-m.pos)
+	}
+	body := memory.NewBufferBytes(data[m.pos : m.pos+int(bodyLen)])
+	m.pos += int(bodyLen)
+	return ipc.NewMessage(meta, body), nil
+}
+
+func (m *mappedMessages) Retain()  {}
+func (m *mappedMessages) Release() {}
+
+// arrowPaths resolves spec.Path to sorted Arrow IPC files: a glob's regular
+// files, a directory's *.arrow files, or the file itself.
+func arrowPaths(spec Spec) ([]string, error) {
+	return filePaths(spec, ".arrow", "arrow (.arrow)")
+}
+
+// arrowColumn is spec's token column.
+func arrowColumn(spec Spec) string {
+	if c := strings.TrimSpace(spec.Column); c != "" {
+		return c
+	}
+	return DefaultArrowColumn
+}

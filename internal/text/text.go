@@ -1,0 +1,230 @@
+// Package text reads raw-text corpora (Parquet files with a text column,
+// JSONL files plain or compressed with gzip or zstd) as units of whole
+// documents, for tokenizing on the fly.
+//
+// A text dataset is a sequence of units in file order, each a block of whole
+// documents: a Parquet row group, a byte block of a plain JSONL file snapped
+// to line starts, or a whole compressed JSONL file. Token counts are unknown
+// before tokenizing, so each unit has an approximate byte offset instead,
+// for cutting shards balanced by bytes. Opening reads file sizes and Parquet
+// footers only: O(files), never O(documents).
+//
+// Tokenized turns a Dataset into a source.Source whose units are the
+// dataset's units tokenized, cached and prefetched on a shared worker pool.
+package text
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+
+	"github.com/dataloaderd/dataloaderd/internal/source"
+)
+
+// Formats Open accepts in Spec.Format.
+const (
+	FormatParquet = "parquet"
+	FormatJSONL   = "jsonl"
+)
+
+// Values of Spec.OnBadRecord.
+const (
+	OnBadRecordError = "error"
+	OnBadRecordSkip  = "skip"
+)
+
+// DefaultField is the text column or field when Spec.Field is empty.
+const DefaultField = "text"
+
+// DefaultBlockBytes is the nominal unit size of plain JSONL files when
+// Spec.BlockBytes is 0.
+const DefaultBlockBytes = 4 << 20
+
+// Spec is what a dataset entry of the job config says about a text corpus.
+type Spec struct {
+	// Name is the dataset's name in the config, used in errors.
+	Name string
+	// Path is a file, a directory (its *.parquet files, or its .jsonl and
+	// .ndjson files, optionally ending .gz or .zst) or a glob.
+	Path string
+	// Format is "parquet" or "jsonl".
+	Format string
+	// Field is the Parquet column or JSONL field holding the text; empty
+	// means "text".
+	Field string
+	// OnBadRecord is "error" (the default: a bad record fails the read that
+	// meets it) or "skip" (bad records are counted and left out).
+	OnBadRecord string
+	// BlockBytes is the nominal unit size of plain JSONL files; 0 picks
+	// DefaultBlockBytes. Like source.Spec.BlockTokens, it shapes the units,
+	// so it must be the same on every run of a job.
+	BlockBytes uint64
+	// OnSkip, if set, is called once per skipped bad record (the first time
+	// its unit is read), with the error it would otherwise have been; for
+	// logging. It may be called from several goroutines at once.
+	OnSkip func(error)
+}
+
+// Dataset is a text corpus as units of whole documents, concatenated over
+// its files in path order. Implementations are safe for concurrent use.
+type Dataset interface {
+	// Units is the number of units.
+	Units() uint64
+	// Bytes is the approximate size of all units' text.
+	Bytes() uint64
+	// Offset is the approximate position of unit u's first byte, for u in
+	// [0, Units()]; monotone, cheap, and Offset(Units()) == Bytes().
+	Offset(u uint64) uint64
+	// Docs calls visit with each document's UTF-8 text in unit u, in file
+	// order. The text is valid only during the call. A skipped bad record is
+	// not visited; an error from visit stops Docs and is returned.
+	Docs(u uint64, visit func(text []byte) error) error
+	// Skipped is the number of distinct bad records skipped so far (each
+	// counted once, the first time its unit is read). Always 0 unless
+	// Spec.OnBadRecord is "skip".
+	Skipped() uint64
+	// Files lists the dataset's files and their sizes.
+	Files() []source.File
+	// Close releases the files.
+	Close() error
+}
+
+// BadRecordError is a record that is not a document: malformed JSON, a
+// missing, null or non-string field, text that is not UTF-8. It wraps
+// source.ErrInvalid.
+type BadRecordError struct {
+	Dataset string
+	Path    string
+	// Where locates the record: "line 12 (byte 3456)", "byte 3456" or "row
+	// group 2, row 17".
+	Where  string
+	Field  string
+	Reason string
+}
+
+func (e *BadRecordError) Error() string {
+	return fmt.Sprintf("%v: dataset %q: file %q: %s: field %q: %s", source.ErrInvalid, e.Dataset, e.Path, e.Where, e.Field, e.Reason)
+}
+
+// Unwrap makes errors.Is(err, source.ErrInvalid) hold.
+func (e *BadRecordError) Unwrap() error { return source.ErrInvalid }
+
+// part is the units of one file, numbered from 0.
+type part interface {
+	units() uint64
+	bytes() uint64
+	offset(u uint64) uint64 // clipped to [0, bytes()]
+	// docs visits unit u's documents; bad is called with each bad record
+	// and returns nil to skip it.
+	docs(u uint64, visit func([]byte) error, bad func(*BadRecordError) error) error
+	file() source.File
+	close() error
+}
+
+// dataset concatenates parts and applies the bad-record policy.
+type dataset struct {
+	name      string
+	parts     []part
+	unitStart []uint64 // one more entry than parts
+	byteBase  []uint64 // one more entry than parts
+	skip      bool
+	onSkip    func(error)
+
+	skipped     atomic.Uint64
+	skippedSeen sync.Map // unit -> struct{}: units whose skips are counted
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+func newDataset(spec Spec, parts []part) *dataset {
+	d := &dataset{
+		name:      spec.Name,
+		parts:     parts,
+		unitStart: make([]uint64, len(parts)+1),
+		byteBase:  make([]uint64, len(parts)+1),
+		skip:      spec.OnBadRecord == OnBadRecordSkip,
+		onSkip:    spec.OnSkip,
+	}
+	for i, p := range parts {
+		d.unitStart[i+1] = d.unitStart[i] + p.units()
+		d.byteBase[i+1] = d.byteBase[i] + p.bytes()
+	}
+	return d
+}
+
+func (d *dataset) Units() uint64 { return d.unitStart[len(d.parts)] }
+func (d *dataset) Bytes() uint64 { return d.byteBase[len(d.parts)] }
+
+func (d *dataset) locate(u uint64) (int, uint64) {
+	i := sort.Search(len(d.parts), func(i int) bool { return d.unitStart[i+1] > u })
+	return i, u - d.unitStart[i]
+}
+
+func (d *dataset) Offset(u uint64) uint64 {
+	if u >= d.Units() {
+		return d.Bytes()
+	}
+	i, local := d.locate(u)
+	return d.byteBase[i] + min(d.parts[i].offset(local), d.parts[i].bytes())
+}
+
+// Docs visits unit u's documents. Under "skip", the unit's bad records are
+// counted (and passed to OnSkip) only the first time the unit is read in
+// full, so the count is of records, not of reads.
+func (d *dataset) Docs(u uint64, visit func([]byte) error) error {
+	if u >= d.Units() {
+		return fmt.Errorf("text: dataset %q: unit %d out of range [0, %d)", d.name, u, d.Units())
+	}
+	i, local := d.locate(u)
+	var bad []*BadRecordError
+	err := d.parts[i].docs(local, visit, func(e *BadRecordError) error {
+		if !d.skip {
+			return e
+		}
+		bad = append(bad, e)
+		return nil
+	})
+	if err != nil || len(bad) == 0 {
+		return err
+	}
+	if _, seen := d.skippedSeen.LoadOrStore(u, struct{}{}); !seen {
+		d.skipped.Add(uint64(len(bad)))
+		if d.onSkip != nil {
+			for _, e := range bad {
+				d.onSkip(e)
+			}
+		}
+	}
+	return nil
+}
+
+func (d *dataset) Skipped() uint64 { return d.skipped.Load() }
+
+func (d *dataset) Files() []source.File {
+	files := make([]source.File, len(d.parts))
+	for i, p := range d.parts {
+		files[i] = p.file()
+	}
+	return files
+}
+
+func (d *dataset) Close() error {
+	d.closeOnce.Do(func() { d.closeErr = closeParts(d.parts) })
+	return d.closeErr
+}
+
+func closeParts(parts []part) error {
+	var errs []error
+	for _, p := range parts {
+		errs = append(errs, p.close())
+	}
+	return errors.Join(errs...)
+}
+
+// invalidFile is the error for bad content in one file of a dataset.
+func invalidFile(dataset, path, format string, args ...any) error {
+	return fmt.Errorf("%w: dataset %q: file %q: %s", source.ErrInvalid, dataset, path, fmt.Sprintf(format, args...))
+}
