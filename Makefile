@@ -46,8 +46,9 @@ vet:
 test-go: vet
 	$(GO) test -race -count=1 ./...
 
-test-python: build $(VENV)/.stamp
-	DATALOADERD_BIN=$(BIN)/dataloaderd $(PY) -m pytest -q clients/python/tests
+test-python: build $(VENV)/.stamp $(VENV)/.tokenize-stamp $(TOKENIZE_VOCAB)/.stamp
+	DATALOADERD_BIN=$(BIN)/dataloaderd DATALOADERD_TOKENIZER_VOCAB=$(TOKENIZE_VOCAB) \
+		$(PY) -m pytest -q clients/python/tests
 
 test: setup generate-check test-tokenize test-go test-python
 

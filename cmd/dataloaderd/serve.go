@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime"
 	"strings"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/dataloaderd/dataloaderd/internal/server"
+	"github.com/dataloaderd/dataloaderd/internal/stream"
 )
 
 // daemonConfig is the daemon's configuration: a JSON file (--config) read
@@ -35,6 +37,10 @@ type daemonConfig struct {
 	AttachWithin string   `json:"attach_within"`
 	LogLevel     string   `json:"log_level"`
 	StopTimeout  string   `json:"stop_timeout"`
+	// Text datasets tokenized on the fly.
+	TokenizeWorkers int      `json:"tokenize_workers"`
+	TokenCacheMB    int      `json:"token_cache_mb"`
+	TokenizerDirs   []string `json:"tokenizer_dirs"`
 }
 
 type multiFlag []string
@@ -44,7 +50,8 @@ func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
 func parseServe(args []string, stderr io.Writer) (daemonConfig, error) {
 	cfg := daemonConfig{Socket: defaultSocket(), ShmDir: "/dev/shm", Slots: server.DefaultSlots,
-		AttachWithin: server.DefaultAttachWithin.String(), LogLevel: "info", StopTimeout: "10s"}
+		AttachWithin: server.DefaultAttachWithin.String(), LogLevel: "info", StopTimeout: "10s",
+		TokenizeWorkers: runtime.NumCPU(), TokenCacheMB: 1024}
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	configFile := fs.String("config", "", "JSON file of daemon settings, read before the flags")
@@ -57,6 +64,10 @@ func parseServe(args []string, stderr io.Writer) (daemonConfig, error) {
 	attach := fs.Duration("attach-within", 0, "reclaim a session whose consumer has not opened its batch stream after this long (default 1m)")
 	logLevel := fs.String("log-level", "", "debug, info, warn or error (default info)")
 	stopTimeout := fs.Duration("stop-timeout", 0, "longest wait for streams to end on SIGTERM (default 10s)")
+	workers := fs.Int("tokenize-workers", 0, "workers tokenizing text datasets ahead of demand (default: one per core)")
+	cacheMB := fs.Int("token-cache-mb", 0, "MiB of tokenized text units kept in memory (default 1024)")
+	var tokDirs multiFlag
+	fs.Var(&tokDirs, "tokenizer-dir", "directory holding <encoding>.tiktoken rank files for built-in tokenizer names (repeatable; then $DATALOADERD_TOKENIZERS)")
 	if err := fs.Parse(args); err != nil {
 		return cfg, errUsage
 	}
@@ -89,6 +100,12 @@ func parseServe(args []string, stderr io.Writer) (daemonConfig, error) {
 			cfg.LogLevel = *logLevel
 		case "stop-timeout":
 			cfg.StopTimeout = stopTimeout.String()
+		case "tokenize-workers":
+			cfg.TokenizeWorkers = *workers
+		case "token-cache-mb":
+			cfg.TokenCacheMB = *cacheMB
+		case "tokenizer-dir":
+			cfg.TokenizerDirs = tokDirs
 		}
 	})
 	if fs.NArg() > 0 {
@@ -125,17 +142,26 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if cfg.Slots < 2 || cfg.Slots > server.MaxSlots {
 		return fmt.Errorf("slots must be in [2, %d], got %d", server.MaxSlots, cfg.Slots)
 	}
+	if cfg.TokenizeWorkers < 1 || cfg.TokenizeWorkers > 4096 {
+		return fmt.Errorf("tokenize_workers must be in [1, 4096], got %d", cfg.TokenizeWorkers)
+	}
+	if cfg.TokenCacheMB < 16 {
+		return fmt.Errorf("token_cache_mb must be at least 16, got %d", cfg.TokenCacheMB)
+	}
 	log, err := newLogger(cfg.LogLevel)
 	if err != nil {
 		return err
 	}
 	defer log.Sync() //nolint:errcheck
 
+	res := stream.NewResources(cfg.TokenizeWorkers, int64(cfg.TokenCacheMB)<<20, cfg.TokenizerDirs)
+	defer res.Close()
+
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	srv, err := server.New(server.Config{
 		Logger: log.Named("server"), Registry: reg, AllowRoots: cfg.AllowRoots,
-		ShmDir: cfg.ShmDir, Slots: cfg.Slots, AttachWithin: attachWithin,
+		ShmDir: cfg.ShmDir, Slots: cfg.Slots, AttachWithin: attachWithin, Resources: res,
 	})
 	if err != nil {
 		return err

@@ -199,6 +199,7 @@ func configFrom(c *pb.JobConfig) (stream.Config, error) {
 	for _, d := range c.GetDatasets() {
 		out.Datasets = append(out.Datasets, stream.Dataset{
 			Name: d.GetName(), Path: d.GetPath(), Format: d.GetFormat(), Weight: d.GetWeight(), Dtype: d.GetDtype(),
+			Field: d.GetField(), Tokenizer: d.GetTokenizer(), OnBadRecord: d.GetOnBadRecord(),
 		})
 	}
 	return out, nil

@@ -14,6 +14,7 @@ import (
 // systems limit mmaps). A corpus is read-only once open; it is closed when
 // its last session ends.
 type corpora struct {
+	res  *stream.Resources
 	mu   sync.Mutex
 	open map[string]*sharedCorpus
 }
@@ -25,7 +26,9 @@ type sharedCorpus struct {
 	err    error
 }
 
-func newCorpora() *corpora { return &corpora{open: map[string]*sharedCorpus{}} }
+func newCorpora(res *stream.Resources) *corpora {
+	return &corpora{res: res, open: map[string]*sharedCorpus{}}
+}
 
 // acquire returns the corpus of cfg, opening it if no session holds it.
 func (c *corpora) acquire(wire *pb.JobConfig, cfg stream.Config) (*stream.Corpus, func(), error) {
@@ -41,7 +44,7 @@ func (c *corpora) acquire(wire *pb.JobConfig, cfg stream.Config) (*stream.Corpus
 		c.open[key] = sc
 		sc.refs++
 		c.mu.Unlock()
-		sc.corpus, sc.err = stream.OpenCorpus(cfg)
+		sc.corpus, sc.err = stream.OpenCorpusWith(cfg, c.res)
 		close(sc.ready)
 	} else {
 		sc.refs++

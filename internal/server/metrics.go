@@ -1,7 +1,12 @@
 package server
 
 import (
+	"sync"
+
 	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/dataloaderd/dataloaderd/internal/stream"
 )
 
 // metrics are the server's Prometheus metrics, registered on the registry
@@ -18,6 +23,7 @@ type metrics struct {
 	errors     *prometheus.CounterVec
 	ringBytes  prometheus.Gauge
 	devBytes   prometheus.Gauge
+	skipped    *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -56,7 +62,45 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.devBytes = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "dataloaderd_device_ring_bytes", Help: "Bytes of GPU memory held by the device rings of open cuda sessions.",
 	})
+	m.skipped = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "dataloaderd_text_records_skipped_total", Help: "Bad records of text datasets skipped (on_bad_record: skip), by dataset.",
+	}, []string{"dataset"})
 	reg.MustRegister(m.sessions, m.batches, m.tokens, m.lines, m.clientWait, m.readySlots,
-		m.stateSave, m.stateBytes, m.errors, m.ringBytes, m.devBytes)
+		m.stateSave, m.stateBytes, m.errors, m.ringBytes, m.devBytes, m.skipped)
 	return m
 }
+
+// registerResources exports the tokenized-unit cache of the text datasets.
+func (m *metrics) registerResources(reg prometheus.Registerer, res *stream.Resources) {
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "dataloaderd_token_cache_bytes", Help: "Bytes of tokenized text units held in the cache.",
+		}, func() float64 { return float64(res.CacheStats().Bytes) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "dataloaderd_token_cache_hits_total", Help: "Reads of tokenized text units found in the cache.",
+		}, func() float64 { return float64(res.CacheStats().Hits) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "dataloaderd_token_cache_misses_total", Help: "Reads of text units that had to be tokenized (again).",
+		}, func() float64 { return float64(res.CacheStats().Misses) }),
+	)
+}
+
+// skipLogger counts skipped bad records and logs them: the first
+// loggedSkips of each dataset, then every thousandth.
+func skipLogger(log *zap.Logger, m *metrics) func(string, error) {
+	var mu sync.Mutex
+	seen := map[string]int{}
+	return func(dataset string, err error) {
+		m.skipped.WithLabelValues(dataset).Inc()
+		mu.Lock()
+		seen[dataset]++
+		n := seen[dataset]
+		mu.Unlock()
+		if n <= loggedSkips || n%1000 == 0 {
+			log.Warn("bad record skipped", zap.String("dataset", dataset), zap.Int("skipped", n), zap.Error(err))
+		}
+	}
+}
+
+// loggedSkips is how many skipped records of a dataset are each logged.
+const loggedSkips = 20

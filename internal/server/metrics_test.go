@@ -8,6 +8,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/dataloaderd/dataloaderd/internal/stream"
 )
 
 // TestMetricsLintedAndDocumented lints every server metric and checks that
@@ -15,6 +17,10 @@ import (
 func TestMetricsLintedAndDocumented(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m := newMetrics(reg)
+	res := stream.NewResources(1, 1<<20, nil)
+	defer res.Close()
+	m.registerResources(reg, res)
+	m.skipped.WithLabelValues("x").Inc()
 	// Vectors show up only once they have a child.
 	m.tokens.WithLabelValues("x").Inc()
 	m.lines.WithLabelValues("x").Inc()
@@ -32,7 +38,7 @@ func TestMetricsLintedAndDocumented(t *testing.T) {
 		t.Fatal(err)
 	}
 	fams := mustGather(t, reg)
-	if len(fams) != 11 {
+	if len(fams) != 15 {
 		t.Errorf("%d metric families registered; update this test and docs/metrics.md", len(fams))
 	}
 	for _, f := range fams {

@@ -7,6 +7,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -46,6 +48,9 @@ type Config struct {
 	// OpenCUDA opens the CUDA driver, on the first session asking for the
 	// cuda transport; nil means cuda.OpenDriver("") (libcuda.so.1).
 	OpenCUDA func() (cuda.Driver, error)
+	// Resources are the tokenizers, workers and cache that text datasets
+	// share; nil makes a default set (a worker per core, a 1 GiB cache).
+	Resources *stream.Resources
 }
 
 // Server implements the dataloader.v1.Loader service.
@@ -90,10 +95,16 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Resources == nil {
+		cfg.Resources = stream.NewResources(0, 1<<30, nil)
+	}
 	open := cfg.OpenCUDA
+	m := newMetrics(cfg.Registry)
+	m.registerResources(cfg.Registry, cfg.Resources)
+	cfg.Resources.OnSkip = skipLogger(cfg.Logger, m)
 	return &Server{
-		cfg: cfg, log: cfg.Logger, roots: r, metrics: newMetrics(cfg.Registry),
-		health: health.NewServer(), corpora: newCorpora(), sessions: map[sessionKey]*session{}, byID: map[string]*session{},
+		cfg: cfg, log: cfg.Logger, roots: r, metrics: m,
+		health: health.NewServer(), corpora: newCorpora(cfg.Resources), sessions: map[sessionKey]*session{}, byID: map[string]*session{},
 		devices: sync.OnceValues(func() (*cuda.Devices, error) {
 			drv, err := open()
 			if err != nil {
@@ -251,6 +262,11 @@ func (s *Server) openSession(req *pb.OpenSessionRequest) (*pb.OpenSessionRespons
 	for _, d := range cfg.Datasets {
 		if err := s.roots.check(fmt.Sprintf("dataset %q path", d.Name), d.Path); err != nil {
 			return nil, err
+		}
+		if strings.ContainsRune(d.Tokenizer, filepath.Separator) {
+			if err := s.roots.check(fmt.Sprintf("dataset %q tokenizer", d.Name), d.Tokenizer); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if req.GetResumeFrom() != "" {

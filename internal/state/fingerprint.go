@@ -30,6 +30,11 @@ type DatasetPrint struct {
 	Bytes  int64  `json:"bytes"`
 	Units  uint64 `json:"units"`
 	Digest string `json:"digest"`
+	// Field, Tokenizer and OnBadRecord shape what text and Arrow datasets
+	// serve; empty for the other formats.
+	Field       string `json:"field,omitempty"`
+	Tokenizer   string `json:"tokenizer,omitempty"`
+	OnBadRecord string `json:"on_bad_record,omitempty"`
 }
 
 // FileDigest is the digest of a dataset's file list: base names and sizes in order.
@@ -68,6 +73,12 @@ func (f Fingerprint) Diff(cur Fingerprint) []string {
 			d = append(d, fmt.Sprintf("dataset %d is %q in the saved state, %q now", i, s.Name, c.Name))
 		case s.Format != c.Format:
 			d = append(d, fmt.Sprintf("dataset %q: format is %s in the saved state, %s now", s.Name, s.Format, c.Format))
+		case s.Tokenizer != c.Tokenizer:
+			d = append(d, fmt.Sprintf("dataset %q: tokenizer is %q in the saved state, %q now", s.Name, s.Tokenizer, c.Tokenizer))
+		case s.Field != c.Field:
+			d = append(d, fmt.Sprintf("dataset %q: field is %q in the saved state, %q now", s.Name, s.Field, c.Field))
+		case s.OnBadRecord != c.OnBadRecord:
+			d = append(d, fmt.Sprintf("dataset %q: on_bad_record is %q in the saved state, %q now", s.Name, s.OnBadRecord, c.OnBadRecord))
 		case s.Digest != c.Digest || s.Units != c.Units:
 			d = append(d, fmt.Sprintf("dataset %q: files differ (saved: %d files, %d bytes, %d units, digest %s; now: %d files, %d bytes, %d units, digest %s)",
 				s.Name, s.Files, s.Bytes, s.Units, s.Digest, c.Files, c.Bytes, c.Units, c.Digest))

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
+	"strings"
 )
 
 // ErrInvalidConfig marks a job config the daemon refuses; the message names
@@ -24,7 +26,18 @@ type Dataset struct {
 	Format string
 	Weight float64
 	Dtype  string
+	// Field is the token column (arrow) or the text column or field
+	// (parquet, jsonl); empty picks the format's default.
+	Field string
+	// Tokenizer is required by the text formats: a built-in encoding name or
+	// the path of a tokenizer.json or <encoding>.tiktoken file.
+	Tokenizer string
+	// OnBadRecord is "", "error" or "skip" (text formats).
+	OnBadRecord string
 }
+
+// Formats a dataset may have.
+var Formats = []string{"megatron", "tokens", "arrow", "parquet", "jsonl"}
 
 // Config is a job config: what makes the token stream of every rank.
 type Config struct {
@@ -93,8 +106,18 @@ func (c Config) Validate() error {
 			return invalid("datasets[%d]: name %q is used twice", i, d.Name)
 		case d.Path == "":
 			return invalid("dataset %q: path is empty", d.Name)
-		case d.Format != "megatron" && d.Format != "tokens":
-			return invalid("dataset %q: unknown format %q (want megatron or tokens)", d.Name, d.Format)
+		case !slices.Contains(Formats, d.Format):
+			return invalid("dataset %q: unknown format %q (want %s)", d.Name, d.Format, strings.Join(Formats, ", "))
+		case isText(d.Format) && d.Tokenizer == "":
+			return invalid("dataset %q: format %s is tokenized on the fly and needs a tokenizer (a built-in encoding such as cl100k_base, or a tokenizer.json path)", d.Name, d.Format)
+		case !isText(d.Format) && d.Tokenizer != "":
+			return invalid("dataset %q: format %s is already tokenized; tokenizer %q applies to parquet and jsonl only", d.Name, d.Format, d.Tokenizer)
+		case !isText(d.Format) && d.OnBadRecord != "":
+			return invalid("dataset %q: on_bad_record applies to parquet and jsonl only", d.Name)
+		case d.OnBadRecord != "" && d.OnBadRecord != "error" && d.OnBadRecord != "skip":
+			return invalid("dataset %q: on_bad_record %q: want error or skip", d.Name, d.OnBadRecord)
+		case d.Field != "" && d.Format != "arrow" && !isText(d.Format):
+			return invalid("dataset %q: field applies to arrow, parquet and jsonl only", d.Name)
 		case math.IsNaN(d.Weight) || math.IsInf(d.Weight, 0) || d.Weight < 0:
 			return invalid("dataset %q: weight must be a finite number >= 0, got %v", d.Name, d.Weight)
 		}

@@ -23,7 +23,14 @@ func TestConfigErrors(t *testing.T) {
 		{"at least one dataset", func(c *Config) { c.Datasets = nil }},
 		{"eos_id must be in", func(c *Config) { c.EOS = -3 }},
 		{"pad_id must be in", func(c *Config) { c.Pad = math.MaxInt32 + 1 }},
-		{`dataset "a": unknown format "arrow"`, func(c *Config) { c.Datasets[0].Format = "arrow" }},
+		{`dataset "a": unknown format "csv" (want megatron, tokens, arrow, parquet, jsonl)`, func(c *Config) { c.Datasets[0].Format = "csv" }},
+		{`dataset "a": format jsonl is tokenized on the fly and needs a tokenizer`, func(c *Config) { c.Datasets[0].Format = "jsonl" }},
+		{`dataset "a": format megatron is already tokenized; tokenizer "gpt2"`, func(c *Config) { c.Datasets[0].Tokenizer = "gpt2" }},
+		{`dataset "a": on_bad_record applies to parquet and jsonl only`, func(c *Config) { c.Datasets[0].OnBadRecord = "skip" }},
+		{`dataset "a": on_bad_record "drop": want error or skip`, func(c *Config) {
+			c.Datasets[0].Format, c.Datasets[0].Tokenizer, c.Datasets[0].OnBadRecord = "jsonl", "gpt2", "drop"
+		}},
+		{`dataset "b": field applies to arrow, parquet and jsonl only`, func(c *Config) { c.Datasets[1].Field = "ids" }},
 		{`dataset "b": weight must be a finite number >= 0, got -1`, func(c *Config) { c.Datasets[1].Weight = -1 }},
 		{"weight must be a finite number", func(c *Config) { c.Datasets[1].Weight = math.NaN() }},
 		{"every weight is zero", func(c *Config) { c.Datasets[0].Weight, c.Datasets[1].Weight = 0, 0 }},

@@ -17,6 +17,8 @@ type Corpus struct {
 	cfg      Config
 	datasets []*dataset
 	fp       state.Fingerprint
+	// ownRes is the private Resources of a corpus opened without any.
+	ownRes *Resources
 }
 
 type dataset struct {
@@ -24,25 +26,50 @@ type dataset struct {
 	name   string
 	src    source.Source
 	shards []*shard
+	// lazy: unit lengths are known only by tokenizing (text formats).
+	lazy bool
 }
 
-// OpenCorpus validates cfg, opens its datasets and cuts their shards.
-func OpenCorpus(cfg Config) (*Corpus, error) {
+// OpenCorpus validates cfg, opens its datasets and cuts their shards. Text
+// datasets get resources of their own (one worker per core, a 256 MiB
+// cache); a daemon shares one Resources with OpenCorpusWith.
+func OpenCorpus(cfg Config) (*Corpus, error) { return OpenCorpusWith(cfg, nil) }
+
+// OpenCorpusWith is OpenCorpus with the tokenizers, workers and cache of res
+// for text datasets; res may be nil.
+func OpenCorpusWith(cfg Config, res *Resources) (*Corpus, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	c := &Corpus{cfg: cfg}
+	for _, d := range cfg.Datasets {
+		if isText(d.Format) && res == nil {
+			c.ownRes = NewResources(0, 256<<20, nil)
+			res = c.ownRes
+			break
+		}
+	}
 	c.fp = state.Fingerprint{
 		SeqLen: cfg.SeqLen, LogicalShards: cfg.LogicalShards, Seed: cfg.Seed,
 		EOS: cfg.EOS, BOS: cfg.BOS, ShuffleWindow: uint32(cfg.Window()),
 	}
 	for i, d := range cfg.Datasets {
-		src, err := openDataset(cfg, d)
+		var (
+			src     source.Source
+			tokID   string
+			err     error
+			textual = isText(d.Format)
+		)
+		if textual {
+			src, tokID, err = res.openText(cfg, d)
+		} else {
+			src, err = openDataset(cfg, d)
+		}
 		if err != nil {
 			c.Close()
 			return nil, err
 		}
-		ds := &dataset{index: i, name: d.Name, src: src}
+		ds := &dataset{index: i, name: d.Name, src: src, lazy: textual}
 		c.datasets = append(c.datasets, ds)
 		if err := ds.cut(cfg); err != nil {
 			c.Close()
@@ -56,10 +83,15 @@ func OpenCorpus(cfg Config) (*Corpus, error) {
 			paths[j], sizes[j] = f.Path, f.Size
 			bytes += f.Size
 		}
-		c.fp.Datasets = append(c.fp.Datasets, state.DatasetPrint{
+		dp := state.DatasetPrint{
 			Name: d.Name, Format: d.Format, Files: len(files), Bytes: bytes,
 			Units: src.Units(), Digest: state.FileDigest(paths, sizes),
-		})
+			Field: d.Field, Tokenizer: tokID,
+		}
+		if textual {
+			dp.OnBadRecord = d.OnBadRecord
+		}
+		c.fp.Datasets = append(c.fp.Datasets, dp)
 	}
 	return c, nil
 }
@@ -73,7 +105,7 @@ const unitsPerShard = 4
 // the block size is then a function of the file sizes and logical_shards,
 // both in the fingerprint, so every run and rank agrees on the units.
 func openDataset(cfg Config, d Dataset) (source.Source, error) {
-	spec := source.Spec{Name: d.Name, Path: d.Path, Format: d.Format, Dtype: d.Dtype, EOS: cfg.EOS}
+	spec := source.Spec{Name: d.Name, Path: d.Path, Format: d.Format, Dtype: d.Dtype, EOS: cfg.EOS, Column: d.Field}
 	src, err := openSource(spec)
 	if err != nil || !src.Delimited() {
 		return src, err
@@ -97,8 +129,12 @@ func (d *dataset) cut(cfg Config) error {
 	bounds := make([]uint64, s+1)
 	bounds[s] = n
 	if n < s {
-		return fmt.Errorf("%w: dataset %q has %d units (documents or blocks), fewer than logical_shards (%d); lower logical_shards",
-			ErrInvalidConfig, d.name, n, s)
+		what := "documents or blocks"
+		if d.lazy {
+			what = "blocks of a plain JSONL file, compressed JSONL files, or Parquet row groups"
+		}
+		return fmt.Errorf("%w: dataset %q has %d units (%s), fewer than logical_shards (%d); lower logical_shards",
+			ErrInvalidConfig, d.name, n, what, s)
 	}
 	for k := uint64(1); k < s; k++ {
 		target := mulDiv(total, k, s)
@@ -115,12 +151,17 @@ func (d *dataset) cut(cfg Config) error {
 		}
 		// A shard whose units are all empty (flat-file blocks inside one long
 		// document) has nothing to serve; it must never be asked for a line.
-		empty, err := sh.empty()
-		if err != nil {
-			return err
-		}
-		if empty {
-			sh.tokens = 0
+		// Text units are not looked at: their lengths are only known by
+		// tokenizing them, which opening must not do (a shard of them that
+		// turns out empty fails when it is read, see walk).
+		if !d.lazy {
+			empty, err := sh.empty()
+			if err != nil {
+				return err
+			}
+			if empty {
+				sh.tokens = 0
+			}
 		}
 		d.shards = append(d.shards, sh)
 	}
@@ -183,5 +224,22 @@ func (c *Corpus) Close() error {
 			first = err
 		}
 	}
+	if c.ownRes != nil {
+		c.ownRes.Close()
+	}
 	return first
+}
+
+// Skipped is the number of bad records the corpus's text datasets skipped so
+// far, by dataset name (datasets that skip none are left out).
+func (c *Corpus) Skipped() map[string]uint64 {
+	out := map[string]uint64{}
+	for _, d := range c.datasets {
+		if s, ok := d.src.(interface{ Skipped() uint64 }); ok {
+			if n := s.Skipped(); n > 0 {
+				out[d.name] = n
+			}
+		}
+	}
+	return out
 }

@@ -159,6 +159,15 @@ func (r *Rank) nextLine(dst []int32) (*rankDataset, error) {
 			return nil, nil
 		}
 		s := d.active[0]
+		if !s.winOpen {
+			// The shards the heap serves next are about to open windows
+			// too: let sources that prepare units (text) start on them.
+			for i := 1; i < min(len(d.active), 4); i++ {
+				if n := d.active[i]; !n.winOpen {
+					n.prefetchAhead(&r.fr, n.st.Window, 1)
+				}
+			}
+		}
 		ok, err := r.shardLine(s, dst)
 		if err != nil {
 			return nil, err

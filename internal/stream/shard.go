@@ -117,10 +117,23 @@ func (s *shard) next(c state.Cursor) state.Cursor {
 // room. The returned index is the new cursor's unit in fc.
 func (s *shard) walk(fr *framing, c state.Cursor, want uint64, dst []int32, fc *frameCache, fi int) (state.Cursor, uint64, int, error) {
 	var done uint64
+	empties := uint64(0)
 	for !fr.ended(c) {
 		f, err := s.cachedFrame(fr, c, fc, fi)
 		if err != nil {
 			return c, done, fi, err
+		}
+		if f.len() == 0 {
+			// A shard with a non-empty unit meets at most 2(n-1) empty
+			// ones in a row (the end of one epoch's order, the start of
+			// the next). More: it has nothing to serve (a text shard whose
+			// records were all skipped). Fail rather than loop.
+			if empties++; empties > 2*s.n {
+				return c, done, fi, fmt.Errorf("%w: dataset %q logical shard %d: every one of its %d units is empty (were all its records skipped?)",
+					source.ErrInvalid, s.ds.name, s.index, s.n)
+			}
+		} else {
+			empties = 0
 		}
 		rem := f.len() - c.Offset
 		if want-done < rem || (want == done && rem > 0) {
@@ -263,8 +276,30 @@ type window struct {
 	lines  uint64
 }
 
+// unitPrefetcher is a source that can prepare units ahead of their reads
+// (text datasets tokenize them on a worker pool). It never blocks.
+type unitPrefetcher interface {
+	Prefetch(units []uint64) int
+}
+
+// prefetchAhead asks the source to prepare the units at and after cursor c
+// (at most n of them, in c's epoch): the units a shard reads next.
+func (s *shard) prefetchAhead(fr *framing, c state.Cursor, n uint64) {
+	p, ok := s.ds.src.(unitPrefetcher)
+	if !ok || fr.ended(c) {
+		return
+	}
+	var units [4]uint64
+	k := uint64(0)
+	for ; k < min(n, uint64(len(units))) && c.Pos+k < s.n; k++ {
+		units[k] = s.unit(c.Epoch, c.Pos+k)
+	}
+	p.Prefetch(units[:k])
+}
+
 // openWindow computes the window that starts at c, reusing w's memory.
 func (s *shard) openWindow(fr *framing, c state.Cursor, w *window) error {
+	s.prefetchAhead(fr, c, 2)
 	w.starts = append(w.starts[:0], c)
 	w.first = append(w.first[:0], 0)
 	w.fc.frames = w.fc.frames[:0]
@@ -283,6 +318,7 @@ func (s *shard) openWindow(fr *framing, c state.Cursor, w *window) error {
 		w.starts = append(w.starts, c)
 		w.first = append(w.first, fi)
 	}
+	s.prefetchAhead(fr, c, 2) // the next window's units
 	return nil
 }
 

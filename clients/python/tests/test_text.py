@@ -1,0 +1,108 @@
+"""Text datasets tokenized on the fly by the daemon, end to end: JSONL plain
+and gzip with a real tokenizer (r50k_base, rank file from a registry package),
+two ranks save, three resume to the end of the epoch; every document's tokens,
+as the reference tiktoken makes them, are served exactly once."""
+
+import collections
+import gzip
+import json
+import os
+import random
+
+import numpy as np
+import pytest
+
+from dataloaderd import ConfigError, Loader, StateError
+
+VOCAB = os.environ.get("DATALOADERD_TOKENIZER_VOCAB", "")
+EOS = 50256  # <|endoftext|> in r50k_base
+
+needs_vocab = pytest.mark.skipif(
+    not os.path.exists(os.path.join(VOCAB, "r50k_base.tiktoken")) and os.environ.get("CI") != "true",
+    reason="set DATALOADERD_TOKENIZER_VOCAB (make test does) to the rank files")
+
+
+def reference():
+    import tiktoken
+    import tiktoken_ext.openai_public as openai_public
+    from tiktoken.load import load_tiktoken_bpe
+
+    def local(url, expected_hash=None):
+        return load_tiktoken_bpe(os.path.join(VOCAB, url.rsplit("/", 1)[1]), expected_hash)
+
+    openai_public.load_tiktoken_bpe = local
+    d = openai_public.ENCODING_CONSTRUCTORS["r50k_base"]()
+    return tiktoken.Encoding(d["name"], pat_str=d["pat_str"], mergeable_ranks=d["mergeable_ranks"],
+                             special_tokens=d["special_tokens"])
+
+
+def documents(seed, n):
+    rng = random.Random(seed)
+    words = ["the", "loader", "ранг", "데이터", "token", "ε", "42", "   ", "\n", "é", "🙂", "x" * 30, "don't", "1234567"]
+    return [" ".join(rng.choice(words) for _ in range(rng.randint(1, 300))) for _ in range(n)]
+
+
+def write(path, docs, gz=False):
+    lines = "".join(json.dumps({"text": d}) + "\n" for d in docs).encode()
+    with (gzip.open(path, "wb") if gz else open(path, "wb")) as f:
+        f.write(lines)
+
+
+def run(loader, steps=None):
+    out = collections.Counter()
+    for n, batch in enumerate(loader, 1):
+        out.update(batch["tokens"].ravel().tolist())
+        if steps is not None and n == steps:
+            break
+    return out
+
+
+@needs_vocab
+def test_jsonl_on_the_fly_exactly_once_through_rescale(daemon_factory, tmp_path):
+    d = daemon_factory("--tokenizer-dir", VOCAB)
+    a, b = documents(1, 150), documents(2, 80)
+    write(tmp_path / "a.jsonl", a)
+    os.mkdir(tmp_path / "b")
+    for i in range(8):  # a compressed file is one unit: 8 of them for 6 shards
+        write(tmp_path / "b" / f"part{i}.jsonl.gz", b[10 * i:10 * i + 10], gz=True)
+    config = {"seq_len": 127, "batch_size": 2, "seed": 5, "logical_shards": 6, "eos_id": EOS, "pad_id": 0,
+              "epochs": 1,
+              "datasets": [{"name": "a", "path": str(tmp_path / "a.jsonl"), "format": "jsonl", "tokenizer": "r50k_base", "weight": 2},
+                           {"name": "b", "path": str(tmp_path / "b"), "format": "jsonl", "tokenizer": "r50k_base"}]}
+    enc = reference()
+    want = collections.Counter()
+    for doc in a + b:
+        ids = enc.encode_ordinary(doc)
+        want.update(ids + ([EOS] if not ids or ids[-1] != EOS else []))
+
+    served = collections.Counter()
+    ckpt = str(tmp_path / "ckpt")
+    for r in range(2):
+        with Loader(config, dp_rank=r, dp_size=2, socket=d.socket, job="a") as ld:
+            served += run(ld, steps=5 + r)
+            ld.save(ckpt)
+    for r in range(3):
+        with Loader(config, dp_rank=r, dp_size=3, socket=d.socket, job="b", resume_from=ckpt) as ld:
+            served += run(ld)
+    served.pop(0, None)  # padding of the shards' last lines
+    assert served == want, (f"{sum((served - want).values())} tokens too many, "
+                            f"{sum((want - served).values())} missing")
+
+
+@needs_vocab
+def test_text_dataset_errors(daemon_factory, tmp_path):
+    d = daemon_factory("--tokenizer-dir", VOCAB)
+    write(tmp_path / "a.jsonl", documents(3, 20))
+    base = {"seq_len": 31, "batch_size": 1, "logical_shards": 1, "eos_id": EOS, "epochs": 1}
+    ds = {"name": "a", "path": str(tmp_path / "a.jsonl"), "format": "jsonl"}
+    with pytest.raises(ConfigError, match="needs a tokenizer"):
+        next(iter(Loader({**base, "datasets": [ds]}, socket=d.socket, dp_rank=0, dp_size=1)))
+    with pytest.raises(ConfigError, match="unknown encoding|known"):
+        next(iter(Loader({**base, "datasets": [{**ds, "tokenizer": "r51k_base"}]}, socket=d.socket, dp_rank=0, dp_size=1)))
+    # A state saved with one tokenizer is refused under another.
+    with Loader({**base, "datasets": [{**ds, "tokenizer": "r50k_base"}]}, socket=d.socket, dp_rank=0, dp_size=1, job="s") as ld:
+        next(iter(ld))
+        ld.save(str(tmp_path / "ck"))
+    with pytest.raises(StateError, match="tokenizer is \"r50k_base\" in the saved state, \"p50k_base\" now"):
+        next(iter(Loader({**base, "datasets": [{**ds, "tokenizer": "p50k_base"}]}, socket=d.socket, dp_rank=0,
+                         dp_size=1, job="t", resume_from=str(tmp_path / "ck"))))

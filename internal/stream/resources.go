@@ -1,0 +1,149 @@
+package stream
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/dataloaderd/dataloaderd/internal/source"
+	"github.com/dataloaderd/dataloaderd/internal/text"
+	"github.com/dataloaderd/dataloaderd/internal/tokenize"
+)
+
+// Resources are what the text datasets of a daemon share: tokenizers, each
+// loaded once; a pool of workers that tokenizes units ahead of demand; and a
+// bounded cache of tokenized units. Safe for concurrent use.
+type Resources struct {
+	// TokenizerDirs are searched for the rank files of built-in encodings,
+	// before $DATALOADERD_TOKENIZERS.
+	TokenizerDirs []string
+	// OnSkip, when set, is told of every bad record a dataset skips.
+	OnSkip func(dataset string, err error)
+
+	pool  *text.Pool
+	cache *text.Cache
+
+	mu   sync.Mutex
+	toks map[string]loadedTokenizer
+}
+
+type loadedTokenizer struct {
+	tok text.Encoder
+	id  string
+}
+
+// NewResources starts a pool of workers (0: one per core) and a cache of
+// cacheBytes of tokenized units.
+func NewResources(workers int, cacheBytes int64, tokenizerDirs []string) *Resources {
+	if workers <= 0 {
+		workers = runtime.NumCPU()
+	}
+	return &Resources{
+		TokenizerDirs: tokenizerDirs,
+		pool:          text.NewPool(workers),
+		cache:         text.NewCache(cacheBytes),
+		toks:          map[string]loadedTokenizer{},
+	}
+}
+
+// CacheStats reports the tokenized-unit cache, for metrics.
+func (r *Resources) CacheStats() text.CacheStats { return r.cache.Stats() }
+
+// Close stops the workers.
+func (r *Resources) Close() { r.pool.Close() }
+
+// tokenizer loads (once) the tokenizer a dataset names: a built-in encoding
+// name, or the path of a Hugging Face tokenizer.json or of a built-in
+// encoding's rank file (<name>.tiktoken). It returns the tokenizer and its
+// identity for the fingerprint: the encoding name (whose rank file's digest
+// is checked on load) or the SHA-256 of the tokenizer.json.
+func (r *Resources) tokenizer(dataset, spec string) (text.Encoder, string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if t, ok := r.toks[spec]; ok {
+		return t.tok, t.id, nil
+	}
+	var (
+		tok *tokenize.Tokenizer
+		id  string
+		err error
+	)
+	base := filepath.Base(spec)
+	switch {
+	case strings.HasSuffix(spec, ".json"):
+		var b []byte
+		if b, err = os.ReadFile(spec); err == nil {
+			sum := sha256.Sum256(b)
+			id = "tokenizer.json sha256:" + hex.EncodeToString(sum[:16])
+			tok, err = tokenize.ParseHF(spec, b)
+		}
+	case strings.HasSuffix(spec, ".tiktoken"):
+		name := strings.TrimSuffix(base, ".tiktoken")
+		tok, err = tokenize.LoadEncoding(name, filepath.Dir(spec))
+		id = name
+	default:
+		tok, err = tokenize.LoadEncoding(spec, r.TokenizerDirs...)
+		id = spec
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("%w: dataset %q: tokenizer %q: %w", source.ErrInvalid, dataset, spec, err)
+	}
+	r.toks[spec] = loadedTokenizer{tok: tok, id: id}
+	return tok, id, nil
+}
+
+// addTokenizer makes name resolve to enc (tests).
+func (r *Resources) addTokenizer(name string, enc text.Encoder) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.toks[name] = loadedTokenizer{tok: enc, id: "test:" + name}
+}
+
+// textBlockBytes is the unit size of plain JSONL files: every shard a rank
+// reads keeps its current unit tokenized in the cache (about 1 MiB of tokens
+// per MiB of text), so the cache must hold one per open shard of every rank
+// sharing the corpus: 8 ranks of 64 shards need about 512 MiB.
+const textBlockBytes = 1 << 20
+
+// textFormats are the formats tokenized on the fly.
+var textFormats = []string{text.FormatParquet, text.FormatJSONL}
+
+// isText reports whether a format is tokenized on the fly.
+func isText(format string) bool { return slices.Contains(textFormats, format) }
+
+// openText opens a text dataset tokenized on the fly. Plain JSONL files are
+// opened again with smaller blocks when the default gives too few units for
+// the shards; the block size is then a function of the file sizes and
+// logical_shards, both in the fingerprint, so every run agrees on the units.
+func (r *Resources) openText(cfg Config, d Dataset) (source.Source, string, error) {
+	tok, id, err := r.tokenizer(d.Name, d.Tokenizer)
+	if err != nil {
+		return nil, "", err
+	}
+	spec := text.Spec{Name: d.Name, Path: d.Path, Format: d.Format, Field: d.Field, OnBadRecord: d.OnBadRecord,
+		BlockBytes: textBlockBytes}
+	if r.OnSkip != nil {
+		name := d.Name
+		spec.OnSkip = func(err error) { r.OnSkip(name, err) }
+	}
+	ds, err := text.Open(spec)
+	if err != nil {
+		return nil, "", err
+	}
+	want := uint64(cfg.LogicalShards) * unitsPerShard
+	if d.Format == text.FormatJSONL && ds.Units() < want {
+		spec.BlockBytes = max(4096, ds.Bytes()/want)
+		ds.Close()
+		if ds, err = text.Open(spec); err != nil {
+			return nil, "", err
+		}
+	}
+	frame := text.Framing{EOS: int32(cfg.EOS), BOS: int32(max(cfg.BOS, 0)), HasBOS: cfg.BOS >= 0}
+	return text.Tokenized(ds, tok, frame, r.cache, r.pool), id, nil
+}
