@@ -15,6 +15,7 @@ const usage = `dataloaderd: a per-node data loader daemon for LLM training.
 Usage:
   dataloaderd serve [flags]        run the daemon (see 'dataloaderd serve -h')
   dataloaderd healthcheck [flags]  exit 0 when the daemon answers SERVING, 1 otherwise
+  dataloaderd prepare [flags]      tokenize JSONL/Parquet text into Megatron .bin/.idx (see 'dataloaderd prepare -h')
   dataloaderd version              print the version
 `
 
@@ -35,6 +36,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = serve(ctx, args[1:], stderr)
 	case "healthcheck":
 		err = healthcheck(ctx, args[1:], stdout, stderr)
+	case "prepare":
+		err = prepareCmd(ctx, args[1:], stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "dataloaderd", version)
 	case "-h", "--help", "help":

@@ -114,3 +114,18 @@ func writeFile(t *testing.T, s string) string {
 	os.WriteFile(p, []byte(s), 0o644)
 	return p
 }
+
+func TestPrepareUsageAndErrors(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"prepare", "--format", "jsonl"}, &out, &errb); code != 2 ||
+		!strings.Contains(errb.String(), "missing --input, --tokenizer, --output") {
+		t.Fatalf("prepare without flags: exit %d, stderr %q", code, errb.String())
+	}
+	errb.Reset()
+	dir := t.TempDir()
+	code := run(context.Background(), []string{"prepare", "--input", dir, "--format", "jsonl", "--tokenizer", "no_such_encoding",
+		"--output", filepath.Join(dir, "out")}, &out, &errb)
+	if code != 1 || !strings.Contains(errb.String(), `tokenizer "no_such_encoding"`) || !strings.Contains(errb.String(), "cl100k_base") {
+		t.Fatalf("unknown tokenizer: exit %d, stderr %q", code, errb.String())
+	}
+}

@@ -1,14 +1,9 @@
 package stream
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
-	"os"
-	"path/filepath"
 	"runtime"
 	"slices"
-	"strings"
 	"sync"
 
 	"github.com/dataloaderd/dataloaderd/internal/source"
@@ -58,39 +53,15 @@ func (r *Resources) CacheStats() text.CacheStats { return r.cache.Stats() }
 // Close stops the workers.
 func (r *Resources) Close() { r.pool.Close() }
 
-// tokenizer loads (once) the tokenizer a dataset names: a built-in encoding
-// name, or the path of a Hugging Face tokenizer.json or of a built-in
-// encoding's rank file (<name>.tiktoken). It returns the tokenizer and its
-// identity for the fingerprint: the encoding name (whose rank file's digest
-// is checked on load) or the SHA-256 of the tokenizer.json.
+// tokenizer loads (once) the tokenizer a dataset names (see tokenize.Load)
+// and returns it with its identity for the fingerprint.
 func (r *Resources) tokenizer(dataset, spec string) (text.Encoder, string, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if t, ok := r.toks[spec]; ok {
 		return t.tok, t.id, nil
 	}
-	var (
-		tok *tokenize.Tokenizer
-		id  string
-		err error
-	)
-	base := filepath.Base(spec)
-	switch {
-	case strings.HasSuffix(spec, ".json"):
-		var b []byte
-		if b, err = os.ReadFile(spec); err == nil {
-			sum := sha256.Sum256(b)
-			id = "tokenizer.json sha256:" + hex.EncodeToString(sum[:16])
-			tok, err = tokenize.ParseHF(spec, b)
-		}
-	case strings.HasSuffix(spec, ".tiktoken"):
-		name := strings.TrimSuffix(base, ".tiktoken")
-		tok, err = tokenize.LoadEncoding(name, filepath.Dir(spec))
-		id = name
-	default:
-		tok, err = tokenize.LoadEncoding(spec, r.TokenizerDirs...)
-		id = spec
-	}
+	tok, id, err := tokenize.Load(spec, r.TokenizerDirs...)
 	if err != nil {
 		return nil, "", fmt.Errorf("%w: dataset %q: tokenizer %q: %w", source.ErrInvalid, dataset, spec, err)
 	}

@@ -106,3 +106,37 @@ def test_text_dataset_errors(daemon_factory, tmp_path):
     with pytest.raises(StateError, match="tokenizer is \"r50k_base\" in the saved state, \"p50k_base\" now"):
         next(iter(Loader({**base, "datasets": [{**ds, "tokenizer": "p50k_base"}]}, socket=d.socket, dp_rank=0,
                          dp_size=1, job="t", resume_from=str(tmp_path / "ck"))))
+
+
+@needs_vocab
+def test_prepare_matches_tiktoken_and_resumes(tmp_path):
+    # `dataloaderd prepare` writes Megatron datasets whose documents are the
+    # reference tokenizer's ids; a second run skips the finished files.
+    import subprocess
+
+    from conftest import BIN
+    src = tmp_path / "in"
+    src.mkdir()
+    docs = {f"part{i}": documents(10 + i, 120) for i in range(3)}
+    for name, ds in docs.items():
+        write(src / f"{name}.jsonl.gz" if name == "part1" else src / f"{name}.jsonl", ds, gz=name == "part1")
+    out = tmp_path / "out"
+    cmd = [BIN, "prepare", "--input", str(src), "--format", "jsonl", "--tokenizer", "r50k_base",
+           "--tokenizer-dir", VOCAB, "--output", str(out), "--workers", "2", "--quiet"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "files: 3 written" in p.stdout and "documents: 360" in p.stdout, p.stdout
+    enc = reference()
+    for name, ds in docs.items():
+        idx = (out / f"{name}.idx").read_bytes()
+        n = int.from_bytes(idx[18:26], "little")
+        assert idx[17] == 8 and n == len(ds), (name, idx[17], n)  # uint16, one sequence per document
+        lengths = np.frombuffer(idx, dtype="<i4", count=n, offset=34)
+        tokens = np.fromfile(out / f"{name}.bin", dtype="<u2")
+        at = 0
+        for doc, length in zip(ds, lengths):
+            assert tokens[at:at + length].tolist() == enc.encode_ordinary(doc), name
+            at += length
+    (out / "part2.idx").unlink()
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and "files: 1 written, 2 already done" in p.stdout, p.stdout + p.stderr
