@@ -43,6 +43,14 @@ func mapFile(dataset, path string) ([]byte, error) {
 	return data, nil
 }
 
+// MapFile memory-maps a whole regular file of a dataset read-only, for the
+// readers of other packages (text corpora); an empty file gives a nil
+// mapping. Errors wrap ErrInvalid and name the dataset and the file.
+func MapFile(dataset, path string) ([]byte, error) { return mapFile(dataset, path) }
+
+// UnmapFile releases a mapping made by MapFile.
+func UnmapFile(data []byte) error { return unmapFile(data) }
+
 // unmapFile releases a mapping made by mapFile.
 func unmapFile(data []byte) error {
 	if len(data) == 0 {

@@ -103,18 +103,13 @@ func TestExactlyOnce(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer corpus.Close()
-			fp := corpus.Fingerprint()
-			served := map[int32]int{}
-			var from *state.Restored
-			buf := batchBuf(cfg)
-			line := cfg.LineTokens()
-			for round := 0; ; round++ {
-				w := uint32(1 + rng.Intn(int(min(cfg.LogicalShards, 5))))
-				final := round == 4
-				// Every other resume changes the weights (the last round
-				// keeps them positive so that it can run to the end).
-				rc := corpus
-				if round > 0 && rng.Intn(2) == 0 {
+			served := crashAndRescale(t, rng, cfg, corpus.Fingerprint(), 5, int(min(cfg.LogicalShards, 5)), 25,
+				func(round int, final bool) *Corpus {
+					// Every other resume changes the weights (the last round
+					// keeps them positive so that it can run to the end).
+					if round == 0 || rng.Intn(2) != 0 {
+						return corpus
+					}
 					rcfg := cfg
 					rcfg.Datasets = append([]Dataset(nil), cfg.Datasets...)
 					for i := range rcfg.Datasets {
@@ -123,57 +118,79 @@ func TestExactlyOnce(t *testing.T) {
 							rcfg.Datasets[i].Weight++
 						}
 					}
-					if rc, err = OpenCorpus(rcfg); err != nil {
-						t.Fatal(err)
-					}
-					defer rc.Close()
-				}
-				var states []state.Rank
-				committed := map[int32]int{}
-				for r := uint32(0); r < w; r++ {
-					rank, err := NewRank(rc, r, w, from)
+					rc, err := OpenCorpus(rcfg)
 					if err != nil {
 						t.Fatal(err)
 					}
-					steps := rng.Intn(25)
-					for i := 0; final || i < steps; i++ {
-						p, err := rank.NextBatch(buf)
-						if err != nil {
-							t.Fatal(err)
-						}
-						if p.Lines == 0 {
-							break
-						}
-						count(committed, buf[:p.Lines*line])
-					}
-					states = append(states, rank.State())
-					// Batches produced after the save die with the process.
-					for i := rng.Intn(3); i > 0; i-- {
-						if _, err := rank.NextBatch(buf); err != nil {
-							t.Fatal(err)
-						}
-					}
+					t.Cleanup(func() { rc.Close() })
+					return rc
+				})
+			checkServed(t, served, all, int(cfg.Epochs))
+		})
+	}
+}
+
+// crashAndRescale runs rounds of a world of 1 to maxW ranks over the corpus
+// corpusFor gives each round: every rank takes up to maxSteps batches (the
+// last round: to the end), saves, and takes a few more that die with it;
+// the next round resumes from the saves. It returns what was served up to
+// each save, by token value.
+func crashAndRescale(t *testing.T, rng *rand.Rand, cfg Config, fp state.Fingerprint, rounds, maxW, maxSteps int,
+	corpusFor func(round int, final bool) *Corpus) map[int32]int {
+	t.Helper()
+	served := map[int32]int{}
+	var from *state.Restored
+	buf := batchBuf(cfg)
+	line := cfg.LineTokens()
+	for round := 0; round < rounds; round++ {
+		w := uint32(1 + rng.Intn(maxW))
+		final := round == rounds-1
+		corpus := corpusFor(round, final)
+		var states []state.Rank
+		for r := uint32(0); r < w; r++ {
+			rank, err := NewRank(corpus, r, w, from)
+			if err != nil {
+				t.Fatal(err)
+			}
+			steps := rng.Intn(maxSteps)
+			for i := 0; final || i < steps; i++ {
+				p, err := rank.NextBatch(buf)
+				if err != nil {
+					t.Fatal(err)
 				}
-				for tok, n := range committed {
-					served[tok] += n
-				}
-				if final {
+				if p.Lines == 0 {
 					break
 				}
-				from = saveWorld(t, fp, states)
+				count(served, buf[:p.Lines*line])
 			}
-			want := int(cfg.Epochs)
-			for tok := range all {
-				if served[tok] != want {
-					t.Fatalf("token %d served %d times, want %d (config %+v)", tok, served[tok], want, cfg)
+			states = append(states, rank.State())
+			// Batches produced after the save die with the process.
+			for i := rng.Intn(3); i > 0; i-- {
+				if _, err := rank.NextBatch(buf); err != nil {
+					t.Fatal(err)
 				}
 			}
-			for tok := range served {
-				if !all[tok] {
-					t.Fatalf("token %d served but not in the corpus", tok)
-				}
-			}
-		})
+		}
+		if !final {
+			from = saveWorld(t, fp, states)
+		}
+	}
+	return served
+}
+
+// checkServed fails unless every corpus token was served want times and
+// nothing else was served.
+func checkServed(t *testing.T, served map[int32]int, all map[int32]bool, want int) {
+	t.Helper()
+	for tok := range all {
+		if served[tok] != want {
+			t.Fatalf("token %d served %d times, want %d", tok, served[tok], want)
+		}
+	}
+	for tok := range served {
+		if !all[tok] {
+			t.Fatalf("token %d served but not in the corpus", tok)
+		}
 	}
 }
 

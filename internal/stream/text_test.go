@@ -10,7 +10,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dataloaderd/dataloaderd/internal/state"
 	"github.com/dataloaderd/dataloaderd/internal/testcorpus"
 )
 
@@ -101,53 +100,9 @@ func TestExactlyOnceText(t *testing.T) {
 			if got := corpus.Fingerprint().Datasets[0].Tokenizer; got != "test:ints" {
 				t.Fatalf("fingerprint tokenizer %q", got)
 			}
-			fp := corpus.Fingerprint()
-			served := map[int32]int{}
-			var from *state.Restored
-			buf := batchBuf(cfg)
-			line := cfg.LineTokens()
-			for round := 0; ; round++ {
-				w := uint32(1 + rng.Intn(2))
-				final := round == 3
-				var states []state.Rank
-				for r := uint32(0); r < w; r++ {
-					rank, err := NewRank(corpus, r, w, from)
-					if err != nil {
-						t.Fatal(err)
-					}
-					steps := rng.Intn(20)
-					for i := 0; final || i < steps; i++ {
-						p, err := rank.NextBatch(buf)
-						if err != nil {
-							t.Fatal(err)
-						}
-						if p.Lines == 0 {
-							break
-						}
-						count(served, buf[:p.Lines*line])
-					}
-					states = append(states, rank.State())
-					for i := rng.Intn(3); i > 0; i-- { // produced after the save: lost
-						if _, err := rank.NextBatch(buf); err != nil {
-							t.Fatal(err)
-						}
-					}
-				}
-				if final {
-					break
-				}
-				from = saveWorld(t, fp, states)
-			}
-			for tok := range all {
-				if served[tok] != int(cfg.Epochs) {
-					t.Fatalf("token %d served %d times, want %d", tok, served[tok], cfg.Epochs)
-				}
-			}
-			for tok := range served {
-				if !all[tok] {
-					t.Fatalf("token %d served but not in the corpus", tok)
-				}
-			}
+			served := crashAndRescale(t, rng, cfg, corpus.Fingerprint(), 4, 2, 20,
+				func(int, bool) *Corpus { return corpus })
+			checkServed(t, served, all, int(cfg.Epochs))
 			if sk := corpus.Skipped(); sk["a"] != 1 || len(sk) != 1 {
 				t.Fatalf("skipped records: %v, want a:1", sk)
 			}

@@ -65,7 +65,7 @@ func openJSONLFile(dataset, path, field string, blocks uint64) (part, error) {
 	case bytes.HasPrefix(head[:n], zstdMagic):
 		return &zjsonlFile{dataset: dataset, path: path, field: field, size: info.Size(), zstd: true}, nil
 	}
-	data, err := mapFile(dataset, path)
+	data, err := source.MapFile(dataset, path)
 	if err != nil {
 		return nil, err
 	}
@@ -128,7 +128,7 @@ func (f *jsonlFile) docs(b uint64, visit func([]byte) error, bad func(*BadRecord
 func (f *jsonlFile) file() source.File { return source.File{Path: f.path, Size: int64(len(f.data))} }
 
 func (f *jsonlFile) close() error {
-	err := unmapFile(f.data)
+	err := source.UnmapFile(f.data)
 	f.data = nil
 	return err
 }

@@ -2,13 +2,10 @@ package text
 
 import (
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/dataloaderd/dataloaderd/internal/source"
 )
@@ -107,40 +104,4 @@ func resolve(spec Spec, exts []string, what string) ([]string, error) {
 	}
 	sort.Strings(paths)
 	return paths, nil
-}
-
-// mapFile memory-maps a whole regular file read-only; an empty file gives a
-// nil mapping.
-func mapFile(dataset, path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("%w: dataset %q: %w", source.ErrInvalid, dataset, err)
-	}
-	defer f.Close()
-	info, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("%w: dataset %q: %w", source.ErrInvalid, dataset, err)
-	}
-	if !info.Mode().IsRegular() {
-		return nil, invalidFile(dataset, path, "not a regular file (mode %v)", info.Mode())
-	}
-	size := info.Size()
-	if size == 0 {
-		return nil, nil
-	}
-	if size > math.MaxInt {
-		return nil, invalidFile(dataset, path, "size %d bytes is too large to map", size)
-	}
-	data, err := unix.Mmap(int(f.Fd()), 0, int(size), unix.PROT_READ, unix.MAP_SHARED)
-	if err != nil {
-		return nil, invalidFile(dataset, path, "mmap: %v", err)
-	}
-	return data, nil
-}
-
-func unmapFile(data []byte) error {
-	if len(data) == 0 {
-		return nil
-	}
-	return unix.Munmap(data)
 }

@@ -35,7 +35,7 @@ type parquetFile struct {
 // column.
 func openParquetFile(dataset, path, field string) (_ part, err error) {
 	p := &parquetFile{dataset: dataset, path: path, field: field}
-	if p.data, err = mapFile(dataset, path); err != nil {
+	if p.data, err = source.MapFile(dataset, path); err != nil {
 		return nil, err
 	}
 	defer func() {
@@ -148,7 +148,7 @@ func (p *parquetFile) docs(g uint64, visit func([]byte) error, bad func(*BadReco
 func (p *parquetFile) file() source.File { return source.File{Path: p.path, Size: int64(len(p.data))} }
 
 func (p *parquetFile) close() error {
-	err := unmapFile(p.data)
+	err := source.UnmapFile(p.data)
 	p.data = nil
 	return err
 }
