@@ -191,15 +191,7 @@ func (s *handSplitter) nextCL100k(text []byte, i int) int {
 		}
 	}
 	if c&cNumber != 0 {
-		e := i + n
-		for d := 1; d < s.maxDigits && e < len(text); d++ {
-			c2, n2 := s.at(text, e)
-			if c2&cNumber == 0 {
-				break
-			}
-			e += n2
-		}
-		return e
+		return s.digits(text, i+n)
 	}
 	if e := s.punct(text, i, c, n); e > 0 {
 		for e < len(text) && (text[e] == '\r' || text[e] == '\n') {
@@ -221,4 +213,17 @@ func (s *handSplitter) punct(text []byte, i int, c uint8, n int) int {
 		}
 	}
 	return 0
+}
+
+// digits ends a run of numbers that began with one ending at e: at most
+// maxDigits of them in all.
+func (s *handSplitter) digits(text []byte, e int) int {
+	for d := 1; d < s.maxDigits && e < len(text); d++ {
+		c2, n2 := s.at(text, e)
+		if c2&cNumber == 0 {
+			break
+		}
+		e += n2
+	}
+	return e
 }

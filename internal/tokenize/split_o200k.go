@@ -28,15 +28,7 @@ func (s *handSplitter) nextO200k(text []byte, i int) int {
 		return s.o200kSuffix(text, e)
 	}
 	if c&cNumber != 0 {
-		e := i + n
-		for d := 1; d < s.maxDigits && e < len(text); d++ {
-			c2, n2 := s.at(text, e)
-			if c2&cNumber == 0 {
-				break
-			}
-			e += n2
-		}
-		return e
+		return s.digits(text, i+n)
 	}
 	if e := s.punct(text, i, c, n); e > 0 {
 		for e < len(text) && (text[e] == '\r' || text[e] == '\n' || text[e] == '/') {
