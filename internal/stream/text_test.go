@@ -58,7 +58,7 @@ func writeJSONL(t testing.TB, path string, docs [][]int32, gz, bad bool) {
 
 // TestExactlyOnceText is TestExactlyOnce for text datasets tokenized on the
 // fly (plain JSONL split in blocks, gzip JSONL read whole, a skipped bad
-// record) next to a Megatron one: through saves, crashes and rescales every
+// record) next to a Megatron and an Arrow one: through saves, crashes and rescales every
 // token is served exactly once per epoch, and a rank resumed from a state
 // continues exactly as the uninterrupted one.
 func TestExactlyOnceText(t *testing.T) {
@@ -68,13 +68,14 @@ func TestExactlyOnceText(t *testing.T) {
 			dir := t.TempDir()
 			a, next := testcorpus.UniqueDocs(rng, 60+rng.Intn(60), 40, 1)
 			b, next := testcorpus.UniqueDocs(rng, 40+rng.Intn(40), 30, next)
-			c, _ := testcorpus.UniqueDocs(rng, 20+rng.Intn(20), 30, next)
+			c, next := testcorpus.UniqueDocs(rng, 20+rng.Intn(20), 30, next)
+			e, _ := testcorpus.UniqueDocs(rng, 30+rng.Intn(30), 30, next)
 			writeJSONL(t, filepath.Join(dir, "a.jsonl"), a, false, true)
 			os.Mkdir(filepath.Join(dir, "b"), 0o755)
 			writeJSONL(t, filepath.Join(dir, "b", "1.jsonl.gz"), b[:len(b)/2], true, false)
 			writeJSONL(t, filepath.Join(dir, "b", "2.jsonl.gz"), b[len(b)/2:], true, false)
 			all := map[int32]bool{}
-			for _, docs := range [][][]int32{a, b, c} {
+			for _, docs := range [][][]int32{a, b, c, e} {
 				for _, d := range docs {
 					for _, tok := range d {
 						all[tok] = true
@@ -85,6 +86,7 @@ func TestExactlyOnceText(t *testing.T) {
 				{Name: "a", Path: filepath.Join(dir, "a.jsonl"), Format: "jsonl", Weight: 2, Tokenizer: "ints", OnBadRecord: "skip"},
 				{Name: "b", Path: filepath.Join(dir, "b"), Format: "jsonl", Weight: 1, Tokenizer: "ints"},
 				{Name: "c", Path: testcorpus.Megatron(t, dir, "c", c), Format: "megatron", Weight: 1},
+				{Name: "e", Path: testcorpus.Arrow(t, dir, "e", e, 7), Format: "arrow", Weight: 1},
 			}
 			cfg := randomConfig(rng, ds)
 			cfg.LogicalShards = 2
