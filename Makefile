@@ -17,6 +17,11 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 PROTO_DIR := api/proto/dataloader/v1
 PY_PROTO_DIR := clients/python/src/dataloaderd/_proto
 
+.DEFAULT_GOAL := all
+
+# The tokenizer conformance targets and their variables (used by test-python).
+include mk/tokenize.mk
+
 .PHONY: all setup build test test-go test-python vet bench bench-quick bench-go demo generate generate-check clean
 
 all: build
@@ -98,7 +103,6 @@ bench-go:
 demo: build $(VENV)/.stamp
 	$(PY) scripts/demo.py --daemon $(BIN)/dataloaderd
 
-include mk/tokenize.mk
 
 clean:
 	rm -rf $(BIN) $(VENV) $(TOOLS) $(BENCH_VENV) bench/.corpus

@@ -1,6 +1,7 @@
 package text
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -47,6 +48,12 @@ type Tokens struct {
 	cache *Cache
 	pool  *Pool
 	id    uint64
+
+	// life is held for reading while a unit is read from ds, and for
+	// writing by Close, so that a worker still tokenizing a unit of a closed
+	// dataset never touches its unmapped files.
+	life   sync.RWMutex
+	closed bool
 }
 
 var _ source.Source = (*Tokens)(nil)
@@ -126,11 +133,23 @@ func (t *Tokens) Prefetch(units []uint64) int {
 	return queued
 }
 
-// Close drops the dataset's cached units and closes the dataset.
+// Close waits for the units being tokenized, drops the dataset's cached
+// units and closes the dataset. Reads after Close fail; prefetches are
+// ignored.
 func (t *Tokens) Close() error {
+	t.life.Lock()
+	if t.closed {
+		t.life.Unlock()
+		return nil
+	}
+	t.closed = true
+	t.life.Unlock()
 	t.cache.drop(t.id)
 	return t.ds.Close()
 }
+
+// errClosed is the error of a read after Close.
+var errClosed = errors.New("text: dataset closed")
 
 // unit returns unit u's tokens, from the cache or by tokenizing it.
 func (t *Tokens) unit(u uint64) ([]int32, error) {
@@ -142,6 +161,11 @@ func (t *Tokens) unit(u uint64) ([]int32, error) {
 
 // tokenize frames and tokenizes unit u's documents.
 func (t *Tokens) tokenize(u uint64) ([]int32, error) {
+	t.life.RLock()
+	defer t.life.RUnlock()
+	if t.closed {
+		return nil, errClosed
+	}
 	var out []int32
 	err := t.ds.Docs(u, func(text []byte) error {
 		if t.frame.HasBOS {

@@ -3,8 +3,10 @@ package text
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -246,5 +248,39 @@ func TestPoolPrefetchAfterClose(t *testing.T) {
 	pool.Close()
 	if n := src.Prefetch([]uint64{0, 1, 2}); n != 0 {
 		t.Errorf("Prefetch after the pool closed queued %d units", n)
+	}
+}
+
+// TestCloseWaitsForPrefetch: closing a tokenized dataset while the pool still
+// tokenizes its units waits for them (the files stay mapped until then), and
+// reads after Close fail instead of touching unmapped memory.
+func TestCloseWaitsForPrefetch(t *testing.T) {
+	for round := 0; round < 20; round++ {
+		path := filepath.Join(t.TempDir(), "a.jsonl")
+		var b strings.Builder
+		for i := 0; i < 2000; i++ {
+			fmt.Fprintf(&b, "{\"text\": \"document %d with some words in it\"}\n", i)
+		}
+		if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		ds, err := Open(Spec{Name: "a", Path: path, Format: FormatJSONL, BlockBytes: 4096})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pool := NewPool(4)
+		tok := Tokenized(ds, &byteEncoder{}, Framing{EOS: 0}, NewCache(1<<20), pool)
+		units := make([]uint64, tok.Units())
+		for i := range units {
+			units[i] = uint64(i)
+		}
+		tok.Prefetch(units)
+		if err := tok.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tok.UnitLen(0); err == nil {
+			t.Fatal("a read after Close succeeded")
+		}
+		pool.Close()
 	}
 }

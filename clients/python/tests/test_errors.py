@@ -32,7 +32,8 @@ def first(loader):
 @pytest.mark.parametrize("edit,kw,match", [
     (lambda c: c.update(seq_len=0), {}, "seq_len must be at least 1"),
     (lambda c: c["datasets"][0].update(path="/nonexistent/corpus"), {}, "/nonexistent/corpus"),
-    (lambda c: c["datasets"][0].update(format="parquet"), {}, 'unknown format "parquet"'),
+    (lambda c: c["datasets"][0].update(format="csv"), {}, 'unknown format "csv" \\(want megatron, tokens, arrow, parquet, jsonl\\)'),
+    (lambda c: c["datasets"][0].update(format="parquet"), {}, "format parquet is tokenized on the fly and needs a tokenizer"),
     (lambda c: [d.update(weight=0) for d in c["datasets"]], {}, "every weight is zero"),
     (lambda c: c["datasets"][1].update(weight=-2.0), {}, "weight must be a finite number >= 0"),
     (lambda c: c.update(logical_shards=2), {"dp_size": 4, "dp_rank": 3}, r"logical_shards \(2\) must be at least dp_size \(4\)"),
