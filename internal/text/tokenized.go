@@ -156,6 +156,14 @@ func (t *Tokens) unit(u uint64) ([]int32, error) {
 	if u >= t.Units() {
 		return nil, fmt.Errorf("text: unit %d out of range [0, %d)", u, t.Units())
 	}
+	t.life.RLock()
+	closed := t.closed
+	t.life.RUnlock()
+	if closed {
+		// A unit a worker finished as Close ran may still sit in the cache
+		// (its tokens are plain memory; the LRU evicts it): not served.
+		return nil, errClosed
+	}
 	return t.cache.get(cacheKey{t.id, u}, func() ([]int32, error) { return t.tokenize(u) })
 }
 
