@@ -331,3 +331,42 @@ func TestOpenErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestParquetConcurrentReads: goroutines reading the row groups of one
+// Parquet file at once (the daemon's tokenizing workers do) each get the
+// sequential read's documents (run under -race).
+func TestParquetConcurrentReads(t *testing.T) {
+	col := parquetColumn{name: "text", typ: arrow.BinaryTypes.String}
+	for g := 0; g < 6; g++ {
+		col.rows = append(col.rows, mustJSON(sampleTexts(40+g, uint64(10+g))))
+	}
+	path := filepath.Join(t.TempDir(), "c.parquet")
+	writeParquet(t, path, col)
+	ds := mustOpen(t, Spec{Name: "p", Path: path, Format: FormatParquet})
+	want := unitDocs(t, ds)
+	var wg sync.WaitGroup
+	errs := make(chan string, 64)
+	for w := 0; w < 8; w++ {
+		wg.Go(func() {
+			for round := 0; round < 3; round++ {
+				for u := uint64(0); u < ds.Units(); u++ {
+					g := (u + uint64(w)) % ds.Units()
+					var got []string
+					if err := ds.Docs(g, func(b []byte) error { got = append(got, string(b)); return nil }); err != nil {
+						errs <- err.Error()
+						return
+					}
+					if !slices.Equal(got, want[g]) {
+						errs <- fmt.Sprintf("row group %d read concurrently differs", g)
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Fatal(e)
+	}
+}
