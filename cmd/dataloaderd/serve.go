@@ -41,6 +41,8 @@ type daemonConfig struct {
 	TokenizeWorkers int      `json:"tokenize_workers"`
 	TokenCacheMB    int      `json:"token_cache_mb"`
 	TokenizerDirs   []string `json:"tokenizer_dirs"`
+	// BatchScheduling runs the daemon's threads as SCHED_BATCH.
+	BatchScheduling bool `json:"batch_scheduling"`
 }
 
 type multiFlag []string
@@ -51,7 +53,7 @@ func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 func parseServe(args []string, stderr io.Writer) (daemonConfig, error) {
 	cfg := daemonConfig{Socket: defaultSocket(), ShmDir: "/dev/shm", Slots: server.DefaultSlots,
 		AttachWithin: server.DefaultAttachWithin.String(), LogLevel: "info", StopTimeout: "10s",
-		TokenizeWorkers: runtime.NumCPU(), TokenCacheMB: 1024}
+		TokenizeWorkers: runtime.NumCPU(), TokenCacheMB: 1024, BatchScheduling: true}
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	configFile := fs.String("config", "", "JSON file of daemon settings, read before the flags")
@@ -66,6 +68,7 @@ func parseServe(args []string, stderr io.Writer) (daemonConfig, error) {
 	stopTimeout := fs.Duration("stop-timeout", 0, "longest wait for streams to end on SIGTERM (default 10s)")
 	workers := fs.Int("tokenize-workers", 0, "workers tokenizing text datasets ahead of demand (default: one per core)")
 	cacheMB := fs.Int("token-cache-mb", 0, "MiB of tokenized text units kept in memory (default 1024)")
+	batchSched := fs.Bool("batch-scheduling", true, "run the daemon's threads as SCHED_BATCH, so that waking them never preempts a trainer")
 	var tokDirs multiFlag
 	fs.Var(&tokDirs, "tokenizer-dir", "directory holding <encoding>.tiktoken rank files for built-in tokenizer names (repeatable; then $DATALOADERD_TOKENIZERS)")
 	if err := fs.Parse(args); err != nil {
@@ -106,6 +109,8 @@ func parseServe(args []string, stderr io.Writer) (daemonConfig, error) {
 			cfg.TokenCacheMB = *cacheMB
 		case "tokenizer-dir":
 			cfg.TokenizerDirs = tokDirs
+		case "batch-scheduling":
+			cfg.BatchScheduling = *batchSched
 		}
 	})
 	if fs.NArg() > 0 {
@@ -154,6 +159,11 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	defer log.Sync() //nolint:errcheck
 
+	if cfg.BatchScheduling {
+		if err := batchScheduling(); err != nil {
+			log.Warn("running with normal scheduling", zap.Error(err))
+		}
+	}
 	res := stream.NewResources(cfg.TokenizeWorkers, int64(cfg.TokenCacheMB)<<20, cfg.TokenizerDirs)
 	defer res.Close()
 
