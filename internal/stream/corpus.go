@@ -170,23 +170,54 @@ func (d *dataset) cut(cfg Config) error {
 
 // searchOffset returns the first unit in [lo, hi] whose offset reaches
 // target (hi when none before it does; Offset(Units()) is the token count).
-// Offsets grow about linearly with the unit, so it alternates interpolation
-// and bisection steps: a few probes where bisection alone would take
-// log2(units), each probe a page of a large index touched before the first
-// batch; the bisection steps bound the worst case at twice that.
+// Offsets grow about linearly with the unit, so it guesses by interpolation,
+// then gallops from the guess (steps 1, 2, 4, ...) until it brackets the
+// answer, and bisects the bracket: a few probes, all near the guess, where
+// a bisection of the whole range would take log2(units) probes spread over
+// the index, each a page of a large index touched before the first batch.
 func searchOffset(src interface{ Offset(uint64) uint64 }, lo, hi, target uint64) uint64 {
-	interpolate := true
+	if lo >= hi {
+		return lo
+	}
+	g := lo + (hi-lo)/2
+	if olo, ohi := src.Offset(lo), src.Offset(hi); ohi > olo && target > olo {
+		frac := float64(target-olo) / float64(ohi-olo)
+		g = lo + uint64(frac*float64(hi-lo))
+	}
+	g = min(max(g, lo), hi-1)
+	if src.Offset(g) >= target {
+		// The answer is in [lo, g]: gallop down.
+		top := g
+		for step := uint64(1); ; step *= 2 {
+			if top-lo <= step {
+				hi = top
+				break
+			}
+			probe := top - step
+			if src.Offset(probe) < target {
+				lo, hi = probe+1, top
+				break
+			}
+			top = probe
+		}
+	} else {
+		// The answer is in (g, hi]: gallop up.
+		bottom := g
+		for step := uint64(1); ; step *= 2 {
+			if hi-bottom <= step {
+				lo = bottom + 1
+				break
+			}
+			probe := bottom + step
+			if src.Offset(probe) >= target {
+				lo, hi = bottom+1, probe
+				break
+			}
+			bottom = probe
+		}
+	}
 	for lo < hi {
 		mid := lo + (hi-lo)/2
-		if interpolate {
-			olo, ohi := src.Offset(lo), src.Offset(hi)
-			if ohi > olo && target > olo {
-				frac := float64(target-olo) / float64(ohi-olo)
-				mid = lo + uint64(frac*float64(hi-lo))
-				mid = min(max(mid, lo), hi-1)
-			}
-		}
-		interpolate = !interpolate
 		if src.Offset(mid) >= target {
 			hi = mid
 		} else {
