@@ -318,13 +318,18 @@ def client_main(spec):
                 np.copyto(staging[:tok.shape[0]], tok)
                 time.sleep(spec["step_seconds"])
             result = {"p50_us": float(np.percentile(waits, 50)), "p99_us": float(np.percentile(waits, 99))}
-    result["first_batch_s"] = first_batch_s
-    print(json.dumps(result), flush=True)
+        result["first_batch_s"] = first_batch_s
+        print(json.dumps(result), flush=True)
+        if spec.get("hold"):  # keep the session open until told (the daemon is sampled meanwhile)
+            sys.stdin.readline()
 
 
-def run_clients(specs):
+def run_clients(specs, before_close=None):
     """Starts one process per spec, releases them together once all are
-    ready, and returns their results."""
+    ready, and returns their results. With before_close, the clients keep
+    their sessions open after reporting until it has run."""
+    if before_close:
+        specs = [dict(s, hold=True) for s in specs]
     procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--client", json.dumps(s)],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for s in specs]
     try:
@@ -335,6 +340,21 @@ def run_clients(specs):
         for p in procs:
             p.stdin.write("go\n")
             p.stdin.flush()
+        if before_close:
+            results = []
+            for p in procs:
+                line = p.stdout.readline()
+                if not line.strip():
+                    raise RuntimeError(f"a client exited {p.wait()} before reporting")
+                results.append(json.loads(line))
+            before_close()
+            for p in procs:
+                p.stdin.write("close\n")
+                p.stdin.flush()
+                p.stdin.close()
+                if p.wait(timeout=600) != 0:
+                    raise RuntimeError(f"a client exited {p.returncode}")
+            return results
         results = []
         for p in procs:
             out, _ = p.communicate(timeout=600)
@@ -707,11 +727,20 @@ def on_the_fly(binary, tmp, jsonl, vocab, workers, seconds, max_tokens, repeats)
         with daemon(binary, tmp, f"text-{r}", extra) as d:
             spec = {"config": text_config(jsonl), "rank": 0, "size": 1, "socket": d.socket, "transport": "shm",
                     "job": f"text{r}", "mode": "rate", "seconds": seconds, "max_tokens": max_tokens}
-            res = run_clients([spec])[0]
+
+
+            def sample():
+                anon.append(d.status_kib("RssAnon") * 1024)
+                hwm.append(d.status_kib("VmHWM") * 1024)
+
+            res = run_clients([spec], before_close=sample)[0]
             rates.append(res["tokens"] / res["seconds"])
             ttfb.append(res["first_batch_s"])
-            anon.append(d.status_kib("RssAnon") * 1024)
-            hwm.append(d.status_kib("VmHWM") * 1024)
+            time.sleep(0.2)  # the session closes with tokenizing workers still busy: the daemon must survive it
+            if d.proc.poll() is not None:
+                with open(d.logf.name) as f:
+                    tail = f.read()[-3000:]
+                raise RuntimeError(f"the daemon exited {d.proc.returncode} after an on-the-fly session:\n{tail}")
     log(f"on the fly: {statistics.median(rates):,.0f} tokens/s, first batch {statistics.median(ttfb):.3f} s")
     return {"e2e_text_shm_1": rates, "ttfb_text": ttfb, "anon_text": anon, "rss_text": hwm}
 
@@ -737,6 +766,7 @@ def text_rows(args, tmp, workdir):
     workers = os.cpu_count() or 1
     total = int(args.text_mb * 1e6)
     jsonl, sample_dir, corpus = prepare_text_corpus(workdir, total, min(total // 8, 32_000_000), seed=1)
+    jsonl = os.path.abspath(jsonl)
     test_binary = build_tokenize_test(tmp)
     samples, tok_info = tokenizer_per_core(tmp, test_binary, args.conformance, sample_dir, vocab, args.repeats,
                                            1 if args.quick else 2, args.quick)
@@ -744,13 +774,14 @@ def text_rows(args, tmp, workdir):
                                                  2 if args.quick else 4, workers)
     samples["prepare_text"], prep = prepare_runs(args.daemon, tmp, jsonl, vocab, args.repeats)
     max_tokens = int(0.7 * prep["tokens"])
-    samples.update(on_the_fly(args.daemon, tmp, jsonl, vocab, workers, args.seconds, max_tokens, args.repeats))
+    samples.update(on_the_fly(args.daemon, tmp, jsonl, vocab, workers, args.text_seconds, max_tokens, args.repeats))
     info = {"tokenizer_per_core": tok_info,
             "tokenizer_all_cores": {"text": "the sample of the JSONL corpus", "processes": workers,
                                     "encoding": TEXT_TOKENIZER, "passes_per_sample": 2 if args.quick else 4},
             "text_corpus": corpus, "prepare": prep,
             "on_the_fly": {"tokenizer": TEXT_TOKENIZER, "tokenize_workers": workers, "logical_shards": TEXT_SHARDS,
-                           "eos_id": TEXT_EOS, "max_tokens_per_run": max_tokens, "transport": "shm", "clients": 1,
+                           "eos_id": TEXT_EOS, "run_seconds": args.text_seconds, "max_tokens_per_run": max_tokens,
+                           "transport": "shm", "clients": 1,
                            "vocab": os.path.relpath(os.path.abspath(vocab), REPO)}}
     return samples, info
 
@@ -818,8 +849,8 @@ ROWS = [
     ("e2e_text_shm_1", "on the fly, JSONL cl100k_base, client shm, 1 process", "tokens/s", "tok_allcore"),
     ("prepare_text", "dataloaderd prepare, JSONL cl100k_base, all cores", "tokens/s", "tok_allcore"),
     ("ttfb_text", "time to first batch, JSONL on the fly", "s", None),
-    ("rss_text", "daemon peak RSS (VmHWM), on the fly", "bytes", None),
-    ("anon_text", "daemon anonymous RSS (RssAnon), after an on-the-fly run", "bytes", None),
+    ("rss_text", "daemon peak RSS (VmHWM), on the fly, session open", "bytes", None),
+    ("anon_text", "daemon anonymous RSS (RssAnon), on the fly, session open", "bytes", None),
 ]
 TEXT_KEYS = tuple(k for k, *_ in ROWS if k.startswith(("tok_", "e2e_text", "prepare_text")) or k.endswith("_text"))
 BASIS = {"go_copy": "Go copy", "numpy_copy": "numpy copy", "e2e_shm_1": "dataloaderd shm x1", "ttfb_1x": "1x",
@@ -1019,6 +1050,8 @@ def main():
     ap.add_argument("--conformance", default=os.path.join(REPO, ".tools", "tokenize", "conformance"),
                     help="the conformance set whose real text the per-core tokenizer rows encode")
     ap.add_argument("--text-mb", type=float, default=300.0, help="size of the JSONL text corpus (MB)")
+    ap.add_argument("--text-seconds", type=float, default=8.0,
+                    help="length of each on-the-fly run (it also ends at 0.7 of an epoch)")
     ap.add_argument("--no-tokenize", action="store_true", help="skip the tokenizer and text rows")
     ap.add_argument("--client", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -1029,6 +1062,7 @@ def main():
         args.corpus_gb, args.repeats, args.seconds, args.go_benchtime = 0.02, 1, 0.5, "100ms"
         args.sparse_times = 20
         args.text_mb = min(args.text_mb, 4.0)
+        args.text_seconds = args.seconds
     wait_batches = 50 if args.quick else 300
     save_repeats = 2 if args.quick else 5
     clients = [int(c) for c in args.clients.split(",")]
