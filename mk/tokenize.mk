@@ -45,3 +45,7 @@ test-tokenize: $(TOKENIZE_CONF)/.stamp
 # bench-tokenize measures Encode per core next to tiktoken's encode_ordinary, in one run.
 bench-tokenize: $(TOKENIZE_CONF)/.stamp
 	$(PY) scripts/tokenizer_bench.py --conformance $(TOKENIZE_CONF)
+
+# The benchmark's tokenizer and text rows (scripts/bench.py) need tiktoken in .venv, the rank
+# files and the conformance set's text (the same text bench-tokenize encodes).
+bench bench-quick: $(TOKENIZE_CONF)/.stamp

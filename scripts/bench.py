@@ -23,6 +23,14 @@ document lengths) with seq_len 4096 and 8 lines per batch per rank:
                numpy.memmap, torchdata's StatefulDataLoader and Mosaic
                Streaming, run by scripts/bench_peers.py in the benchmark's own
                environment (--peers-python, default bench/.venv/bin/python)
+  tokenizer    tokens/s per core of internal/tokenize (BenchmarkEncode) next to
+               tiktoken's encode_ordinary (one thread) on the same text, for
+               r50k_base, cl100k_base and o200k_base; and cl100k_base on all
+               cores on the text of the JSONL corpus (the text rows' ceiling)
+  text         a JSONL corpus made from the text on this machine (source code,
+               man pages, package docs, message catalogs): tokens/s delivered
+               to one shm client by a daemon tokenizing it on the fly, and of
+               `dataloaderd prepare` on it, with all cores
 
 Every figure is the median of --repeats runs, with min and max. Go rows are
 compared with the Go copy, Python rows with the numpy copy (the same np.copyto
@@ -33,15 +41,20 @@ Also `--client` (internal): one client process of the end-to-end runs.
 import argparse
 import contextlib
 import datetime
+import gettext
+import glob
+import gzip
 import json
 import os
 import platform
+import random
 import re
 import shutil
 import socket as socketlib
 import statistics
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 import urllib.request
@@ -177,13 +190,13 @@ def free_port():
 class Daemon:
     """`dataloaderd serve` on a socket of its own, with metrics on a free port."""
 
-    def __init__(self, binary, tmp, name):
+    def __init__(self, binary, tmp, name, extra=()):
         self.socket = os.path.join(tmp, f"{name}.sock")
         self.port = free_port()
         self.logf = open(os.path.join(tmp, f"{name}.log"), "w")
         self.binary = binary
         self.proc = subprocess.Popen([binary, "serve", "--socket", self.socket, "--log-level", "warn",
-                                      "--metrics-addr", f"127.0.0.1:{self.port}"],
+                                      "--metrics-addr", f"127.0.0.1:{self.port}", *extra],
                                      stdout=self.logf, stderr=subprocess.STDOUT)
         for _ in range(300):
             if subprocess.run([binary, "healthcheck", "--socket", self.socket, "--timeout", "1s"],
@@ -220,8 +233,8 @@ class Daemon:
 
 
 @contextlib.contextmanager
-def daemon(binary, tmp, name):
-    d = Daemon(binary, tmp, name)
+def daemon(binary, tmp, name, extra=()):
+    d = Daemon(binary, tmp, name, extra)
     try:
         yield d
     finally:
@@ -274,19 +287,23 @@ def numpy_copy(seconds):
 
 def client_main(spec):
     """One client process: open, take a first batch, say ready, wait for go,
-    then either run for `seconds` (rate) or time next() (wait)."""
+    then either run for `seconds` (rate; or until `max_tokens`, if given) or
+    time next() (wait). Also reports the time from Loader() to the first batch."""
     from dataloaderd import Loader
     staging = np.empty((LINES, LINE_TOKENS), dtype=np.int32)
+    opened = time.perf_counter()
     with Loader(spec["config"], dp_rank=spec["rank"], dp_size=spec["size"], socket=spec["socket"],
                 transport=spec["transport"], job=spec["job"]) as loader:
         it = iter(loader)
         first = next(it)
+        first_batch_s = time.perf_counter() - opened
         np.copyto(staging, first["tokens"])
         print("ready", flush=True)
         sys.stdin.readline()
         if spec["mode"] == "rate":
+            max_tokens = spec.get("max_tokens") or float("inf")
             tokens, t0 = 0, time.perf_counter()
-            while time.perf_counter() - t0 < spec["seconds"]:
+            while time.perf_counter() - t0 < spec["seconds"] and tokens < max_tokens:
                 tok = next(it)["tokens"]
                 np.copyto(staging[:tok.shape[0]], tok)
                 tokens += tok.size
@@ -301,12 +318,18 @@ def client_main(spec):
                 np.copyto(staging[:tok.shape[0]], tok)
                 time.sleep(spec["step_seconds"])
             result = {"p50_us": float(np.percentile(waits, 50)), "p99_us": float(np.percentile(waits, 99))}
-    print(json.dumps(result), flush=True)
+        result["first_batch_s"] = first_batch_s
+        print(json.dumps(result), flush=True)
+        if spec.get("hold"):  # keep the session open until told (the daemon is sampled meanwhile)
+            sys.stdin.readline()
 
 
-def run_clients(specs):
+def run_clients(specs, before_close=None):
     """Starts one process per spec, releases them together once all are
-    ready, and returns their results."""
+    ready, and returns their results. With before_close, the clients keep
+    their sessions open after reporting until it has run."""
+    if before_close:
+        specs = [dict(s, hold=True) for s in specs]
     procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--client", json.dumps(s)],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for s in specs]
     try:
@@ -317,6 +340,21 @@ def run_clients(specs):
         for p in procs:
             p.stdin.write("go\n")
             p.stdin.flush()
+        if before_close:
+            results = []
+            for p in procs:
+                line = p.stdout.readline()
+                if not line.strip():
+                    raise RuntimeError(f"a client exited {p.wait()} before reporting")
+                results.append(json.loads(line))
+            before_close()
+            for p in procs:
+                p.stdin.write("close\n")
+                p.stdin.flush()
+                p.stdin.close()
+                if p.wait(timeout=600) != 0:
+                    raise RuntimeError(f"a client exited {p.returncode}")
+            return results
         results = []
         for p in procs:
             out, _ = p.communicate(timeout=600)
@@ -403,6 +441,351 @@ def startup(binary, tmp, prefix, label, repeats, save_repeats):
     return out
 
 
+# ---------------------------------------------------------------- tokenizer and text
+
+TOK_ENCODINGS = ("r50k_base", "cl100k_base", "o200k_base")
+TEXT_TOKENIZER = "cl100k_base"
+TEXT_EOS = 100257  # <|endoftext|> in cl100k_base
+TEXT_SHARDS = 64  # the client's default; with a 300 MB corpus the daemon keeps 1 MiB JSONL blocks
+TEXT_DOC_MAX = 64 << 10  # longer files are cut at a newline into documents of at most this
+# The mix of the generated JSONL corpus, by bytes: source code, manual pages,
+# package documentation (copyright notices, changelogs, READMEs) and the
+# translated message catalogs of every installed language.
+TEXT_KINDS = (("go", 0.35), ("python", 0.20), ("man", 0.20), ("doc", 0.10), ("catalogs", 0.15))
+# BenchmarkEncode encodes the documents of these kinds; for the sample of the
+# JSONL corpus the kind is only a label.
+SAMPLE_KIND = {"go": "go", "python": "python", "man": "man", "doc": "man", "catalogs": "catalogs"}
+
+
+def split_doc(text, limit=TEXT_DOC_MAX):
+    """Cuts text at newlines into pieces of at most about limit characters."""
+    start = 0
+    while len(text) - start > limit:
+        cut = text.rfind("\n", start + limit // 2, start + limit)
+        cut = start + limit if cut < 0 else cut + 1
+        yield text[start:cut]
+        start = cut
+    if text[start:].strip():
+        yield text[start:]
+
+
+def read_file(path):
+    if path.endswith(".gz"):
+        with gzip.open(path, "rb") as f:
+            return f.read(8 << 20)
+    with open(path, "rb") as f:
+        return f.read(8 << 20)
+
+
+def read_catalog(path):
+    """The translated strings of a gettext .mo catalog, one a line."""
+    with open(path, "rb") as f:
+        cat = gettext.GNUTranslations(f)._catalog
+    return "\n".join(v for k, v in sorted(cat.items(), key=lambda kv: str(kv[0]))
+                     if isinstance(v, str) and v).encode("utf-8", "surrogatepass")
+
+
+def text_sources():
+    """{kind: (paths, reader)} of the text on this machine."""
+    goroot = subprocess.run(["go", "env", "GOROOT"], capture_output=True, text=True).stdout.strip()
+    stdlib = sysconfig.get_paths()["stdlib"]
+    py = [p for p in glob.glob(os.path.join(stdlib, "**", "*.py"), recursive=True)
+          if "site-packages" not in p and "dist-packages" not in p]
+    docs = [p for p in glob.glob("/usr/share/doc/**/*", recursive=True)
+            if os.path.isfile(p) and os.path.getsize(p) < (4 << 20)]
+    return {
+        "go": (glob.glob(os.path.join(goroot, "src", "**", "*.go"), recursive=True), read_file),
+        "python": (py, read_file),
+        "man": (glob.glob("/usr/share/man/**/*.gz", recursive=True), read_file),
+        "doc": (docs, read_file),
+        "catalogs": (glob.glob("/usr/share/locale/*/LC_MESSAGES/*.mo"), read_catalog),
+    }
+
+
+def kind_docs(paths, reader):
+    """The documents of one kind: every readable UTF-8 text file, cut to TEXT_DOC_MAX."""
+    for p in paths:
+        try:
+            b = reader(p)
+            if not b or b"\x00" in b:
+                continue
+            t = b.decode("utf-8")
+        except Exception:  # unreadable, not UTF-8, not a catalog
+            continue
+        yield from split_doc(t)
+
+
+def prepare_text_corpus(workdir, total_bytes, sample_bytes, seed):
+    """A JSONL corpus ({"text": ...} a line) of about total_bytes made from the
+    text on this machine, and a sample of its documents (about sample_bytes,
+    drawn evenly) as files for BenchmarkEncode; reused when the parameters match."""
+    os.makedirs(workdir, exist_ok=True)
+    path = os.path.join(workdir, "text.jsonl")
+    sample_dir = os.path.join(workdir, "text-sample")
+    stamp_path = os.path.join(workdir, "text.json")
+    want = {"bytes": total_bytes, "sample_bytes": sample_bytes, "seed": seed, "kinds": TEXT_KINDS,
+            "doc_max": TEXT_DOC_MAX, "format": 1}
+    try:
+        with open(stamp_path) as f:
+            have = json.load(f)
+        if json.loads(json.dumps(want)) == have["params"] and os.path.exists(path) and \
+                os.path.exists(os.path.join(sample_dir, "sample.json")):
+            log(f"reusing text corpus {path}")
+            return path, sample_dir, have
+    except (OSError, ValueError, KeyError):
+        pass
+    log(f"writing a {total_bytes / 1e6:.0f} MB JSONL text corpus in {workdir}")
+    t0 = time.perf_counter()
+    sources = text_sources()
+    weights = dict(TEXT_KINDS)
+    rng = random.Random(seed)
+    order = {}
+    for kind, _ in TEXT_KINDS:
+        paths = sorted(sources[kind][0])
+        rng.shuffle(paths)
+        order[kind] = paths
+    srng = random.Random(seed + 1)
+    frac = sample_bytes / total_bytes
+    written = {k: 0 for k in weights}
+    docs = {k: 0 for k in weights}
+    sample = []
+    passes, total = 0, 0
+    if os.path.exists(sample_dir):
+        shutil.rmtree(sample_dir)
+    os.makedirs(os.path.join(sample_dir, "docs"))
+    with open(path + ".tmp", "wb") as out:
+        gens = {}
+        while total < total_bytes:
+            if not gens:
+                passes += 1
+                if passes > 50:
+                    break
+                gens = {k: kind_docs(order[k], sources[k][1]) for k in weights if order[k]}
+                if not gens:
+                    break
+            kind = min(gens, key=lambda k: written[k] / weights[k])
+            try:
+                doc = next(gens[kind])
+            except StopIteration:
+                del gens[kind]
+                continue
+            line = (json.dumps({"text": doc}, ensure_ascii=False) + "\n").encode("utf-8")
+            out.write(line)
+            written[kind] += len(line)
+            docs[kind] += 1
+            total += len(line)
+            if srng.random() < frac:
+                name = f"{len(sample):05d}-{kind}.txt"
+                with open(os.path.join(sample_dir, "docs", name), "wb") as f:
+                    f.write(doc.encode("utf-8"))
+                sample.append({"file": name, "kind": SAMPLE_KIND[kind], "valid": True})
+    os.replace(path + ".tmp", path)
+    with open(os.path.join(sample_dir, "sample.json"), "w") as f:
+        json.dump(sample, f)
+    info = {"params": want, "path": os.path.relpath(path, REPO), "bytes": total, "documents": sum(docs.values()),
+            "bytes_by_kind": written, "documents_by_kind": docs, "passes_over_sources": passes,
+            "sample_documents": len(sample),
+            "sample_bytes": sum(os.path.getsize(os.path.join(sample_dir, "docs", d["file"])) for d in sample),
+            "write_seconds": time.perf_counter() - t0}
+    with open(stamp_path, "w") as f:
+        json.dump(info, f, indent=1)
+    return path, sample_dir, info
+
+
+def write_text_set(folder, vocab, docs, encodings):
+    """A text set BenchmarkEncode reads (manifest.json and docs/ as the
+    conformance set has them, without reference ids): docs are (kind, bytes)."""
+    os.makedirs(os.path.join(folder, "docs"))
+    manifest = {"vocab": os.path.abspath(vocab), "docs": [],
+                "tokenizers_run": [{"name": e, "kind": "tiktoken"} for e in encodings]}
+    for i, (kind, data) in enumerate(docs):
+        name = f"{i:05d}-{kind}.txt"
+        with open(os.path.join(folder, "docs", name), "wb") as f:
+            f.write(data)
+        manifest["docs"].append({"file": name, "kind": kind, "valid": True})
+    with open(os.path.join(folder, "manifest.json"), "w") as f:
+        json.dump(manifest, f)
+    return folder
+
+
+def sample_docs(sample_dir):
+    with open(os.path.join(sample_dir, "sample.json")) as f:
+        sample = json.load(f)
+    out = []
+    for d in sample:
+        with open(os.path.join(sample_dir, "docs", d["file"]), "rb") as f:
+            out.append((d["kind"], f.read()))
+    return out
+
+
+def build_tokenize_test(tmp):
+    """`go test -c` of ./internal/tokenize once, for BenchmarkEncode."""
+    binary = os.path.join(tmp, "tokenize.test")
+    out = subprocess.run(["go", "test", "-c", "-o", binary, "./internal/tokenize/"], cwd=REPO,
+                         capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"go test -c ./internal/tokenize/ failed:\n{out.stdout}\n{out.stderr}")
+    return binary
+
+
+def tokenizer_per_core(tmp, test_binary, conformance, sample_dir, vocab, repeats, passes, quick):
+    """tokens/s per core of tiktoken (encode_ordinary, one thread, in this
+    process) and of internal/tokenize (BenchmarkEncode, -cpu 1) on the same
+    text, interleaved repeat by repeat: the real-text documents of the
+    conformance set that `make test-tokenize` builds (what `make
+    bench-tokenize` encodes), else the sample of the JSONL corpus."""
+    import tokenizer_bench
+    if conformance and os.path.exists(os.path.join(conformance, "manifest.json")):
+        _, docs = tokenizer_bench.bench_texts(conformance)
+        what = f"the real-text documents of the conformance set ({os.path.relpath(conformance, REPO)})"
+        kinds = ["go"] * len(docs)
+    else:
+        pairs = sample_docs(sample_dir)
+        docs, kinds = [d for _, d in pairs], [k for k, _ in pairs]
+        what = "the sample of the JSONL text corpus (no conformance set: make test-tokenize builds it)"
+    if quick:  # every 4th document: the smoke run stays short
+        docs, kinds = docs[::4], kinds[::4]
+    folder = write_text_set(os.path.join(tmp, "tokset"), vocab, list(zip(kinds, docs)), TOK_ENCODINGS)
+    texts = [d.decode("utf-8") for d in docs]
+    refs = {}
+    for e in TOK_ENCODINGS:
+        encode, ref_what = tokenizer_bench.reference_encoder({"name": e, "kind": "tiktoken"}, vocab)
+        encode(texts)  # warm up
+        refs[e] = encode
+    out = {f"tok_tiktoken_{e}": [] for e in TOK_ENCODINGS}
+    out.update({f"tok_go_{e}": [] for e in TOK_ENCODINGS})
+    for _ in range(repeats):
+        for e in TOK_ENCODINGS:
+            t0 = time.perf_counter()
+            n = sum(refs[e](texts) for _ in range(passes))
+            out[f"tok_tiktoken_{e}"].append(n / (time.perf_counter() - t0))
+        go = tokenizer_bench.go_encode_rates(folder, TOK_ENCODINGS, passes, binary=test_binary)
+        for e in TOK_ENCODINGS:
+            out[f"tok_go_{e}"].append(go[e][0][1])
+    for e in TOK_ENCODINGS:
+        log(f"tokenizer {e}: Go {statistics.median(out[f'tok_go_{e}']):,.0f}, "
+            f"tiktoken {statistics.median(out[f'tok_tiktoken_{e}']):,.0f} tokens/s per core")
+    info = {"text": what, "documents": len(docs), "bytes": sum(len(d) for d in docs), "passes_per_sample": passes,
+            "reference": ref_what, "go": "BenchmarkEncode (internal/tokenize), -cpu 1, one process"}
+    return out, info
+
+
+def tokenizer_all_cores(tmp, test_binary, sample_dir, vocab, repeats, passes, procs):
+    """The tokenizer's own rate on all cores on the text of the JSONL corpus:
+    procs copies of BenchmarkEncode (one core each) on the sample at the same
+    time; a sample is the sum of their rates."""
+    from tokenizer_bench import go_encode_rates
+    folder = write_text_set(os.path.join(tmp, "textset"), vocab, sample_docs(sample_dir), [TEXT_TOKENIZER])
+    samples = []
+    for _ in range(repeats):
+        rates = go_encode_rates(folder, [TEXT_TOKENIZER], passes, procs=procs, binary=test_binary)
+        samples.append(sum(t for _, t in rates[TEXT_TOKENIZER]))
+    log(f"tokenizer {TEXT_TOKENIZER} on {procs} cores: {statistics.median(samples):,.0f} tokens/s")
+    return samples
+
+
+PREPARE_TOKENS = re.compile(r"documents: (\d+), tokens: (\d+), input bytes: (\d+)")
+PREPARE_RATE = re.compile(r"time: ([\d.]+) s, ([\d.]+) tokens/s")
+
+
+def prepare_runs(binary, tmp, jsonl, vocab, repeats):
+    """`dataloaderd prepare` of the JSONL corpus with all cores (its default
+    --workers), into a fresh folder each time; its own tokens/s."""
+    rates, info = [], {}
+    for r in range(repeats):
+        out_dir = os.path.join(tmp, f"prepared-{r}")
+        cmd = [binary, "prepare", "--input", jsonl, "--format", "jsonl", "--tokenizer", TEXT_TOKENIZER,
+               "--tokenizer-dir", vocab, "--output", out_dir, "--quiet"]
+        out = subprocess.run(cmd, capture_output=True, text=True)
+        if out.returncode != 0:
+            raise RuntimeError(f"dataloaderd prepare exited {out.returncode}:\n{out.stdout}\n{out.stderr}")
+        m, t = PREPARE_TOKENS.search(out.stdout), PREPARE_RATE.search(out.stdout)
+        if not m or not t:
+            raise RuntimeError(f"dataloaderd prepare printed no summary:\n{out.stdout}")
+        rates.append(float(t.group(2)))
+        info = {"documents": int(m.group(1)), "tokens": int(m.group(2)), "input_bytes": int(m.group(3)),
+                "output_bytes": sum(os.path.getsize(os.path.join(out_dir, f)) for f in os.listdir(out_dir)),
+                "command": " ".join(os.path.relpath(c, REPO) if os.path.isabs(c) else c for c in cmd)}
+        shutil.rmtree(out_dir)
+    log(f"prepare: {statistics.median(rates):,.0f} tokens/s ({info['tokens']:,} tokens)")
+    return rates, info
+
+
+def text_config(jsonl):
+    return {"seq_len": SEQ_LEN, "batch_size": LINES, "seed": 1, "logical_shards": TEXT_SHARDS, "eos_id": TEXT_EOS,
+            "datasets": [{"name": "text", "path": jsonl, "format": "jsonl", "tokenizer": TEXT_TOKENIZER}]}
+
+
+def on_the_fly(binary, tmp, jsonl, vocab, workers, seconds, max_tokens, repeats):
+    """One client on shm reading the JSONL corpus that a fresh daemon (per
+    repeat) tokenizes on the fly with `workers` tokenizing workers. A run
+    ends after `seconds` or max_tokens (less than one epoch, so no unit is
+    served twice from the token cache)."""
+    rates, ttfb, anon, hwm = [], [], [], []
+    extra = ["--tokenizer-dir", vocab, "--tokenize-workers", str(workers)]
+    for r in range(repeats):
+        with daemon(binary, tmp, f"text-{r}", extra) as d:
+            spec = {"config": text_config(jsonl), "rank": 0, "size": 1, "socket": d.socket, "transport": "shm",
+                    "job": f"text{r}", "mode": "rate", "seconds": seconds, "max_tokens": max_tokens}
+
+
+            def sample():
+                anon.append(d.status_kib("RssAnon") * 1024)
+                hwm.append(d.status_kib("VmHWM") * 1024)
+
+            res = run_clients([spec], before_close=sample)[0]
+            rates.append(res["tokens"] / res["seconds"])
+            ttfb.append(res["first_batch_s"])
+            time.sleep(0.2)  # the session closes with tokenizing workers still busy: the daemon must survive it
+            if d.proc.poll() is not None:
+                with open(d.logf.name) as f:
+                    tail = f.read()[-3000:]
+                raise RuntimeError(f"the daemon exited {d.proc.returncode} after an on-the-fly session:\n{tail}")
+    log(f"on the fly: {statistics.median(rates):,.0f} tokens/s, first batch {statistics.median(ttfb):.3f} s")
+    return {"e2e_text_shm_1": rates, "ttfb_text": ttfb, "anon_text": anon, "rss_text": hwm}
+
+
+def text_rows(args, tmp, workdir):
+    """The tokenizer and text rows; ({}, {"skipped": why}) when the rank
+    files or tiktoken are missing."""
+    vocab = args.vocab
+    if args.no_tokenize:
+        return {}, {"skipped": "--no-tokenize"}
+    missing = [e for e in TOK_ENCODINGS if not os.path.exists(os.path.join(vocab, e + ".tiktoken"))]
+    if missing:
+        why = f"no rank files for {', '.join(missing)} in {vocab} (make test-tokenize or make bench fetches them)"
+        log("tokenizer rows skipped: " + why)
+        return {}, {"skipped": why}
+    try:
+        import tiktoken  # noqa: F401
+        import tokenizer_conformance  # noqa: F401  (imports tokenizers too)
+    except ImportError as e:
+        why = f"the reference tokenizer is not importable ({e}); make bench installs it into .venv"
+        log("tokenizer rows skipped: " + why)
+        return {}, {"skipped": why}
+    workers = os.cpu_count() or 1
+    total = int(args.text_mb * 1e6)
+    jsonl, sample_dir, corpus = prepare_text_corpus(workdir, total, min(total // 8, 32_000_000), seed=1)
+    jsonl = os.path.abspath(jsonl)
+    test_binary = build_tokenize_test(tmp)
+    samples, tok_info = tokenizer_per_core(tmp, test_binary, args.conformance, sample_dir, vocab, args.repeats,
+                                           1 if args.quick else 2, args.quick)
+    samples["tok_allcore"] = tokenizer_all_cores(tmp, test_binary, sample_dir, vocab, args.repeats,
+                                                 2 if args.quick else 4, workers)
+    samples["prepare_text"], prep = prepare_runs(args.daemon, tmp, jsonl, vocab, args.repeats)
+    max_tokens = int(0.7 * prep["tokens"])
+    samples.update(on_the_fly(args.daemon, tmp, jsonl, vocab, workers, args.text_seconds, max_tokens, args.repeats))
+    info = {"tokenizer_per_core": tok_info,
+            "tokenizer_all_cores": {"text": "the sample of the JSONL corpus", "processes": workers,
+                                    "encoding": TEXT_TOKENIZER, "passes_per_sample": 2 if args.quick else 4},
+            "text_corpus": corpus, "prepare": prep,
+            "on_the_fly": {"tokenizer": TEXT_TOKENIZER, "tokenize_workers": workers, "logical_shards": TEXT_SHARDS,
+                           "eos_id": TEXT_EOS, "run_seconds": args.text_seconds, "max_tokens_per_run": max_tokens,
+                           "transport": "shm", "clients": 1,
+                           "vocab": os.path.relpath(os.path.abspath(vocab), REPO)}}
+    return samples, info
+
+
 # ---------------------------------------------------------------- peers
 
 def peers(peers_python, prefix, mds_dir, seconds, repeats, workers, quick):
@@ -455,7 +838,25 @@ ROWS = [
     ("anon_20x", "daemon anonymous RSS (RssAnon), 20x, 1 client", "bytes", None),
     ("anon_e2e", "daemon anonymous RSS (RssAnon), after e2e runs", "bytes", None),
     ("mds_convert", "Mosaic MDS conversion of the corpus (once)", "s", None),
+    ("tok_tiktoken_r50k_base", "tokenizer r50k_base, tiktoken, 1 thread", "tokens/s", "tok_tiktoken_r50k_base"),
+    ("tok_go_r50k_base", "tokenizer r50k_base, Go internal/tokenize, 1 core", "tokens/s", "tok_tiktoken_r50k_base"),
+    ("tok_tiktoken_cl100k_base", "tokenizer cl100k_base, tiktoken, 1 thread", "tokens/s", "tok_tiktoken_cl100k_base"),
+    ("tok_go_cl100k_base", "tokenizer cl100k_base, Go internal/tokenize, 1 core", "tokens/s",
+     "tok_tiktoken_cl100k_base"),
+    ("tok_tiktoken_o200k_base", "tokenizer o200k_base, tiktoken, 1 thread", "tokens/s", "tok_tiktoken_o200k_base"),
+    ("tok_go_o200k_base", "tokenizer o200k_base, Go internal/tokenize, 1 core", "tokens/s", "tok_tiktoken_o200k_base"),
+    ("tok_allcore", "tokenizer cl100k_base, Go, all cores, JSONL text (ceiling)", "tokens/s", "tok_allcore"),
+    ("e2e_text_shm_1", "on the fly, JSONL cl100k_base, client shm, 1 process", "tokens/s", "tok_allcore"),
+    ("prepare_text", "dataloaderd prepare, JSONL cl100k_base, all cores", "tokens/s", "tok_allcore"),
+    ("ttfb_text", "time to first batch, JSONL on the fly", "s", None),
+    ("rss_text", "daemon peak RSS (VmHWM), on the fly, session open", "bytes", None),
+    ("anon_text", "daemon anonymous RSS (RssAnon), on the fly, session open", "bytes", None),
 ]
+TEXT_KEYS = tuple(k for k, *_ in ROWS if k.startswith(("tok_", "e2e_text", "prepare_text")) or k.endswith("_text"))
+BASIS = {"go_copy": "Go copy", "numpy_copy": "numpy copy", "e2e_shm_1": "dataloaderd shm x1", "ttfb_1x": "1x",
+         "rss_1x": "1x", "tok_allcore": "tokenizer all cores"}
+BASIS.update({f"tok_tiktoken_{e}": "tiktoken" for e in TOK_ENCODINGS})
+IBM_TOKENS_PER_WORKER = 90_000  # IBM's published per-worker rate of its data loader
 PEER_KEYS = ("peer_torch", "peer_stateful", "peer_streaming", "mds_convert")
 
 
@@ -494,9 +895,7 @@ def fmt(v, unit):
 def ratio_text(row):
     if row.get("ratio") is None:
         return ""
-    basis = {"go_copy": "Go copy", "numpy_copy": "numpy copy", "e2e_shm_1": "dataloaderd shm x1",
-             "ttfb_1x": "1x", "rss_1x": "1x"}[row["ratio_to"]]
-    text = f"{row['ratio']:.3f}x {basis}"
+    text = f"{row['ratio']:.3f}x {BASIS[row['ratio_to']]}"
     if "ratio_numpy_copy" in row:
         text += f"; {row['ratio_numpy_copy']:.3f}x numpy copy"
     return text
@@ -504,6 +903,78 @@ def ratio_text(row):
 
 def unit_text(unit):
     return {"tokens/s": "tokens/s", "us": "µs", "s": "s", "bytes": ""}[unit]
+
+
+def targets(rows):
+    """The issue's targets, each with what this run measured and whether it
+    is met (None: not measured in this run)."""
+    r = {row["key"]: row for row in rows}
+
+    def med(key):
+        return r[key]["median"] if key in r else None
+
+    def ratio(key):
+        return r[key].get("ratio") if key in r else None
+
+    out = []
+
+    def add(target, measured, met):
+        out.append({"target": target, "measured": measured, "met": met})
+
+    rank, ring = ratio("go_rank"), ratio("go_pipeline")
+    add("Go pipeline alone >= 0.5x memory copy per core",
+        f"{rank:.3f}x Go copy into a buffer; {ring:.3f}x into the 8-slot ring" if rank and ring else "not measured",
+        rank >= 0.5 if rank else None)
+    e2e = ratio("e2e_shm_1")
+    add("end to end to one client on shm >= 0.3x memory copy",
+        f"{e2e:.3f}x numpy copy" if e2e else "not measured", e2e >= 0.3 if e2e else None)
+    shm = med("e2e_shm_1")
+    peers = [(r[k]["label"], r[k]["ratio"]) for k in ("peer_torch", "peer_stateful", "peer_streaming")
+             if r.get(k, {}).get("ratio") is not None]
+    if shm:
+        text = f"{shm / IBM_TOKENS_PER_WORKER:,.0f}x 90,000 tokens/s"
+        if peers:
+            fastest = max(peers, key=lambda p: p[1])
+            text += f"; the fastest peer ({fastest[0]}) at {fastest[1]:.3f}x dataloaderd shm x1"
+        else:
+            text += "; peers not run"
+        met = shm >= 1000 * IBM_TOKENS_PER_WORKER and (all(x < 1 for _, x in peers) if peers else None)
+        add(">= 1000x IBM's ~90,000 tokens/s per worker and ahead of every peer in the same run", text,
+            met if peers else None)
+    else:
+        add(">= 1000x IBM's ~90,000 tokens/s per worker and ahead of every peer in the same run", "not measured", None)
+    p99, p99i = med("wait_shm_p99"), med("wait_inline_p99")
+    add("p99 client wait < 50 µs when the daemon is ahead",
+        f"shm {p99:,.0f} µs ({p99 / 50:.1f}x the bound); inline {p99i:,.0f} µs ({p99i / 50:.1f}x)"
+        if p99 and p99i else "not measured", p99 < 50 if p99 else None)
+    t20 = ratio("ttfb_20x")
+    add("time to first batch within 20% at 1x and 20x corpus size",
+        f"20x / 1x = {t20:.3f}" if t20 else "not measured", t20 <= 1.2 if t20 else None)
+    sc, sd, sb = med("save_client"), med("save_daemon"), med("state_bytes")
+    add("state save < 10 ms and state < 64 KiB per rank at 1024 logical shards",
+        f"save {sc * 1e3:.1f} ms (client, {sc / 0.010:.2f}x the bound), {sd * 1e3:.1f} ms (daemon); "
+        f"state {sb / 1024:.1f} KiB ({sb / 65536:.3f}x the bound)" if sc and sd and sb else "not measured",
+        (sc < 0.010 and sd < 0.010 and sb < 65536) if sc and sd and sb else None)
+    a1, a20, h1, h20 = med("anon_1x"), med("anon_20x"), med("rss_1x"), med("rss_20x")
+    add("daemon RSS not growing with corpus size (20x corpus: RssAnon within 20% of 1x)",
+        f"RssAnon 20x / 1x = {a20 / a1:.3f}; VmHWM (with mapped corpus pages) 20x / 1x = {h20 / h1:.3f}"
+        if a1 and a20 and h1 and h20 else "not measured", a20 / a1 <= 1.2 if a1 and a20 else None)
+    toks = [(e, ratio(f"tok_go_{e}")) for e in TOK_ENCODINGS if ratio(f"tok_go_{e}")]
+    add("tokenizer >= 1.0x tiktoken per core",
+        ", ".join(f"{e} {x:.2f}x" for e, x in toks) if toks else "not measured",
+        all(x >= 1.0 for _, x in toks) if toks else None)
+    return out
+
+
+def met_text(met):
+    return {True: "met", False: "missed", None: "not measured"}[met]
+
+
+def targets_markdown(result):
+    lines = ["| target | measured (this run) | |", "|---|---|---|"]
+    for t in result["targets"]:
+        lines.append(f"| {t['target']} | {t['measured']} | {met_text(t['met'])} |")
+    return "\n".join(lines)
 
 
 def markdown(result):
@@ -515,10 +986,13 @@ def markdown(result):
 
 
 def text_table(result):
-    out = [f"{'measurement':<46}{'ratio':<42}{'median':>14}{'min':>14}{'max':>14}  unit"]
+    out = [f"{'measurement':<62}{'ratio':<42}{'median':>14}{'min':>14}{'max':>14}  unit"]
     for row in result["rows"]:
-        out.append(f"{row['label']:<46}{ratio_text(row):<42}{fmt(row['median'], row['unit']):>14}"
+        out.append(f"{row['label']:<62}{ratio_text(row):<42}{fmt(row['median'], row['unit']):>14}"
                    f"{fmt(row['min'], row['unit']):>14}{fmt(row['max'], row['unit']):>14}  {unit_text(row['unit'])}")
+    out.append("")
+    for t in result["targets"]:
+        out.append(f"target: {t['target']}: {t['measured']}: {met_text(t['met'])}")
     return "\n".join(out)
 
 
@@ -538,6 +1012,11 @@ def machine(load):
             "python": platform.python_version(), "numpy": np.__version__,
             "go": subprocess.run(["go", "env", "GOVERSION"], capture_output=True, text=True).stdout.strip(),
             "loadavg_at_start": load, "loadavg_at_end": os.getloadavg()}
+
+
+def fmt_load(m):
+    return (f"{' / '.join(f'{x:.2f}' for x in m['loadavg_at_start'])} (1/5/15 min) at the start, "
+            f"{' / '.join(f'{x:.2f}' for x in m['loadavg_at_end'])} at the end")
 
 
 def write_atomic(path, text):
@@ -565,6 +1044,15 @@ def main():
     ap.add_argument("--peers-python", default=os.path.join(REPO, "bench", ".venv", "bin", "python"))
     ap.add_argument("--peer-workers", type=int, default=2)
     ap.add_argument("--no-peers", action="store_true")
+    ap.add_argument("--vocab", default=os.environ.get("DATALOADERD_TOKENIZER_VOCAB") or
+                    os.path.join(REPO, ".tools", "tokenize", "vocab"),
+                    help="the tiktoken rank files (default $DATALOADERD_TOKENIZER_VOCAB, else .tools/tokenize/vocab)")
+    ap.add_argument("--conformance", default=os.path.join(REPO, ".tools", "tokenize", "conformance"),
+                    help="the conformance set whose real text the per-core tokenizer rows encode")
+    ap.add_argument("--text-mb", type=float, default=300.0, help="size of the JSONL text corpus (MB)")
+    ap.add_argument("--text-seconds", type=float, default=8.0,
+                    help="length of each on-the-fly run (it also ends at 0.7 of an epoch)")
+    ap.add_argument("--no-tokenize", action="store_true", help="skip the tokenizer and text rows")
     ap.add_argument("--client", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.client:
@@ -573,6 +1061,8 @@ def main():
     if args.quick:
         args.corpus_gb, args.repeats, args.seconds, args.go_benchtime = 0.02, 1, 0.5, "100ms"
         args.sparse_times = 20
+        args.text_mb = min(args.text_mb, 4.0)
+        args.text_seconds = args.seconds
     wait_batches = 50 if args.quick else 300
     save_repeats = 2 if args.quick else 5
     clients = [int(c) for c in args.clients.split(",")]
@@ -599,6 +1089,8 @@ def main():
             samples["ttfb_20x"] = samples.pop(f"ttfb_{args.sparse_times}x")
             samples["rss_20x"] = samples.pop(f"rss_{args.sparse_times}x")
             samples["anon_20x"] = samples.pop(f"anon_{args.sparse_times}x")
+        text_samples, text_info = text_rows(args, tmp, workdir)
+        samples.update(text_samples)
         peer_info = {"skipped": "--no-peers"}
         if not args.no_peers:
             rates, peer_info = peers(args.peers_python, prefix, os.path.join(workdir, "mds"), args.seconds,
@@ -618,16 +1110,20 @@ def main():
                      "peer_workers": args.peer_workers},
         "corpus": corpus,
         "peers": peer_info,
+        "tokenize": text_info,
         "rows": build_rows(samples),
     }
+    result["targets"] = targets(result["rows"])
     name = "quick" if args.quick else "bench"
     write_atomic(os.path.join(args.out, name + ".json"), json.dumps(result, indent=1) + "\n")
     md = (f"Machine: {result['machine']['cpu']}, {result['machine']['cores']} cores, "
           f"{result['machine']['memory_bytes'] / 2**30:.0f} GiB; {result['mode']} run of {result['date']}, "
           f"corpus {corpus['tokens']:,} tokens ({corpus['bin_bytes'] / 1e9:.2f} GB uint16), "
-          f"median of {args.repeats}.\n\n" + markdown(result) + "\n")
+          f"median of {args.repeats}; load average {fmt_load(result['machine'])}.\n\n" + markdown(result) +
+          "\n\n" + targets_markdown(result) + "\n")
     write_atomic(os.path.join(args.out, name + ".md"), md)
     print(text_table(result))
+    print(f"\nload average {fmt_load(result['machine'])}")
     print(f"\nwrote {os.path.join(args.out, name + '.json')} and .md ({result['seconds']:.0f} s)")
 
 
