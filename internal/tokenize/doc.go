@@ -49,7 +49,9 @@
 //
 // # Known differences
 //
-// With an NFC normalizer (Qwen), golang.org/x/text's NFC inserts U+034F after 30 combining
-// marks in a row and uses Unicode 15.0.0 data; Hugging Face's does neither, so text with such
-// runs, or with combining marks of some recent scripts, may tokenize differently.
+// With an NFC normalizer (Qwen), normalization uses golang.org/x/text's Unicode 15.0.0 data
+// while Hugging Face uses 16.0.0: text with characters new in Unicode 16 (e.g. U+0897, and
+// the marks of the scripts added then) may tokenize differently. x/text's other difference,
+// U+034F after 30 combining marks in a row (the Stream-Safe Text Format), is avoided: such
+// segments are composed by appendNFC.
 package tokenize

@@ -52,7 +52,7 @@ func (e *Encoder) encodeOrdinary(dst []int32, text []byte) []int32 {
 		text = e.s.norm
 	}
 	if t.nfc && !norm.NFC.IsNormal(text) {
-		buf := norm.NFC.Append(e.s.buf[:0], text...)
+		buf := appendNFC(e.s.buf[:0], text)
 		e.s.buf = buf
 		text = buf
 	}
