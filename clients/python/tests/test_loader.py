@@ -237,3 +237,41 @@ def test_process_exiting_without_close_does_not_hang(daemon, config):
     assert p.returncode == 0, p.stderr
     with Loader(config, dp_rank=0, dp_size=1, socket=daemon.socket, job="exit") as again:
         assert next(iter(again))["step"] == 1
+
+
+def test_control_block_stress_many_consumers_small_ring(daemon, config):
+    # Four consumers of one dp_rank in threads with random pauses, a 2-slot
+    # ring (the producer waits on almost every release): every consumer reads
+    # every batch in order and the run ends without a stall.
+    import random
+    import threading
+    config = {**config, "epochs": 1}
+    ref = take(Loader(config, socket=daemon.socket, job="ref", dp_rank=0, dp_size=1, fast=False), 10**6)
+    loaders = [Loader(config, socket=daemon.socket, job="st", dp_rank=0, dp_size=1, consumers=4, slots=2)
+               for _ in range(4)]
+    got, errors = [None] * 4, []
+
+    def consume(i):
+        rng = random.Random(i)
+        try:
+            out = []
+            for batch in loaders[i]:
+                out.append((batch["step"], np.array(batch["tokens"])))
+                if rng.random() < 0.3:
+                    time.sleep(rng.random() * 0.002)
+            got[i] = out
+        except Exception as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=consume, args=(i,)) for i in range(4)]
+    start = time.time()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    for ld in loaders:
+        ld.close()
+    assert not errors, errors
+    assert time.time() - start < 120, "consumers stalled"
+    for i in range(4):
+        assert got[i] is not None and same(got[i], ref), f"consumer {i} read {len(got[i] or [])} of {len(ref)} batches"
