@@ -71,6 +71,9 @@ func prepareCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			maxID = v
 		}
 	}
+	if *eos >= 0 {
+		maxID = max(maxID, int32(*eos))
+	}
 	cfg := prepare.Config{
 		Input: *input, Format: *format, Field: *field, OnBadRecord: *onBad, Encoder: enc, MaxID: maxID,
 		AppendEOS: *eos >= 0, EOS: int32(*eos), Output: *output, Workers: *workers,

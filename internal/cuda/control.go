@@ -230,6 +230,15 @@ func (c *Control) SetProducerWaiting(waiting bool) {
 	}
 }
 
+// ProducerWaiting reports whether the producer waits for a free slot.
+func (c *Control) ProducerWaiting() bool {
+	if !c.use() {
+		return false
+	}
+	defer c.mu.RUnlock()
+	return atomic.LoadUint32(c.u32(offProdWaiting)) != 0
+}
+
 // ReleaseSeq is the release sequence, to pass to WaitRelease.
 func (c *Control) ReleaseSeq() uint32 {
 	if !c.use() {

@@ -32,6 +32,11 @@ func (s *Server) Batches(bs grpc.BidiStreamingServer[pb.BatchesRequest, pb.Batch
 	if err != nil {
 		return s.fail(err)
 	}
+	if att.GetShmControl() && ss.ctl == nil {
+		// Refused before the consumer counts as attached: the session and
+		// its other consumers are not affected.
+		return s.fail(fmt.Errorf("%w: shm_control needs a shared-memory ring; session %s is %s", errBadRequest, ss.id, ss.transport))
+	}
 	if err := ss.attach(att.GetConsumer()); err != nil {
 		return s.fail(err)
 	}
@@ -42,15 +47,11 @@ func (s *Server) Batches(bs grpc.BidiStreamingServer[pb.BatchesRequest, pb.Batch
 	// Releases arrive on their own goroutine; its error ends the stream.
 	recvErr := make(chan error, 1)
 	if att.GetShmControl() {
-		if ss.ctl == nil {
-			err = fmt.Errorf("%w: shm_control needs a shared-memory ring; session %s is %s", errBadRequest, ss.id, ss.transport)
-		} else {
-			go func() {
-				recvErr <- s.noMessages(bs)
-				cancel()
-			}()
-			err = s.watch(ctx, bs, ss, c)
-		}
+		go func() {
+			recvErr <- s.noMessages(bs)
+			cancel()
+		}()
+		err = s.watch(ctx, bs, ss, c)
 	} else {
 		go func() {
 			recvErr <- s.releases(bs, ss, c)
@@ -129,6 +130,7 @@ func (s *Server) watch(ctx context.Context, bs grpc.BidiStreamingServer[pb.Batch
 		last, endErr = ss.pipeline.Wait(ctx)
 	}()
 	var applied uint64
+	backoff := minWatchPoll
 	for {
 		seq := ctl.ReleaseSeq()
 		if r := ctl.Released(c); r > applied {
@@ -148,14 +150,30 @@ func (s *Server) watch(ctx context.Context, bs grpc.BidiStreamingServer[pb.Batch
 			return bs.Send(&pb.Batch{Step: last, End: true})
 		default:
 		}
-		ctl.WaitRelease(seq, watchPoll)
+		// While the producer waits for a slot, look again soon even if no
+		// client wakes us: a client's wake-up can be lost (its release store
+		// and its look at "producer waiting" are not ordered, see
+		// _control.py), so back off from minWatchPoll instead of sleeping a
+		// whole watchPoll.
+		timeout := watchPoll
+		if ctl.ProducerWaiting() {
+			timeout = backoff
+			backoff = min(2*backoff, watchPoll)
+		} else {
+			backoff = minWatchPoll
+		}
+		ctl.WaitRelease(seq, timeout)
 	}
 }
 
 // watchPoll is how often a release watcher looks at the control block when
-// nobody wakes it: releases then only move the saved state's base, since the
-// producer is not waiting for a slot.
-const watchPoll = 20 * time.Millisecond
+// nobody wakes it and the producer does not wait: releases then only move
+// the saved state's base. minWatchPoll is its first look while the producer
+// waits for a slot.
+const (
+	watchPoll    = 20 * time.Millisecond
+	minWatchPoll = 50 * time.Microsecond
+)
 
 // noMessages waits for the end of a control-block consumer's stream, which
 // carries no message after the attach.

@@ -429,3 +429,31 @@ func TestCUDATransportOnFakeDriver(t *testing.T) {
 		t.Fatalf("a failed ring left %+v", c)
 	}
 }
+
+// TestShmControlOnOtherRings: attaching with shm_control to an inline session
+// is refused with InvalidArgument, and the session goes on for a proper
+// attach of the same consumer.
+func TestShmControlOnOtherRings(t *testing.T) {
+	d := startDaemon(t, Config{})
+	ctx := ctxT(t)
+	o, err := d.client.OpenSession(ctx, &pb.OpenSessionRequest{Job: "i", Config: d.config(t), DpSize: 1, Transport: pb.Transport_TRANSPORT_INLINE})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bs, err := d.client.Batches(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bs.Send(&pb.BatchesRequest{Kind: &pb.BatchesRequest_Attach{Attach: &pb.Attach{SessionId: o.GetSessionId(), ShmControl: true}}})
+	if _, err := bs.Recv(); code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "shm_control needs a shared-memory ring") {
+		t.Fatalf("shm_control on an inline session: %v", err)
+	}
+	bs, err = d.client.Batches(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bs.Send(&pb.BatchesRequest{Kind: &pb.BatchesRequest_Attach{Attach: &pb.Attach{SessionId: o.GetSessionId()}}})
+	if b, err := bs.Recv(); err != nil || b.GetStep() != 1 || len(b.GetData()) == 0 {
+		t.Fatalf("the session did not survive the refused attach: %v %v", b, err)
+	}
+}

@@ -149,3 +149,53 @@ func TestTextErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestTextShardOfSkippedRecords: a logical shard whose records were all
+// skipped serves nothing, in a bounded run (which ends, every other token
+// served once) and in an unbounded one (which goes on serving the others).
+func TestTextShardOfSkippedRecords(t *testing.T) {
+	dir := t.TempDir()
+	docs, _ := testcorpus.UniqueDocs(rand.New(rand.NewSource(4)), 40, 20, 1)
+	writeJSONL(t, filepath.Join(dir, "a.jsonl"), docs, false, false)
+	good, _ := os.ReadFile(filepath.Join(dir, "a.jsonl"))
+	bad := strings.Repeat("{\"id\": \"no text\"}\n", len(good)/10)
+	if err := os.WriteFile(filepath.Join(dir, "b.jsonl"), []byte(bad[:len(good)]), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	all := map[int32]bool{}
+	for _, d := range docs {
+		for _, tok := range d {
+			all[tok] = true
+		}
+	}
+	for _, epochs := range []uint32{1, 0} {
+		cfg := Config{SeqLen: 9, BatchSize: 2, LogicalShards: 2, EOS: 0, BOS: -1, Pad: testPad, Epochs: epochs, ShuffleWindow: 1,
+			Datasets: []Dataset{{Name: "a", Path: dir, Format: "jsonl", Weight: 1, Tokenizer: "ints", OnBadRecord: "skip"}}}
+		res := NewResources(1, 1<<20, nil)
+		res.addTokenizer("ints", intsEncoder{})
+		corpus, err := OpenCorpusWith(cfg, res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rank, _ := NewRank(corpus, 0, 1, nil)
+		served := map[int32]int{}
+		buf := batchBuf(cfg)
+		for i := 0; i < 500; i++ {
+			p, err := rank.NextBatch(buf)
+			if err != nil {
+				t.Fatalf("epochs %d: %v", epochs, err)
+			}
+			if p.Lines == 0 {
+				break
+			}
+			count(served, buf[:p.Lines*cfg.LineTokens()])
+		}
+		if epochs == 1 {
+			checkServed(t, served, all, 1)
+		} else if len(served) != len(all) {
+			t.Fatalf("unbounded run served %d distinct tokens, the good shard has %d", len(served), len(all))
+		}
+		corpus.Close()
+		res.Close()
+	}
+}

@@ -94,3 +94,87 @@ def test_error_mapping(code, cls):
         call()
     assert type(info.value) is cls and str(info.value) == "the daemon's words"
     assert info.value.code == code.name and isinstance(info.value.__cause__, grpc.RpcError)
+
+
+def _control_file(tmp_path):
+    import struct
+    from dataloaderd import _control
+    buf = bytearray(4096)
+    buf[0:8] = _control.MAGIC
+    struct.pack_into("<IIQQ", buf, 8, 1, 2, 4096, 4096)  # version, 2 slots, data offset, stride
+    struct.pack_into("<II", buf, 68, 128, 256)  # slot records, consumer records
+    path = tmp_path / "ring"
+    path.write_bytes(bytes(buf))
+    return str(path)
+
+
+@pytest.mark.parametrize("after_reads", [0, 1, 2, 3])
+def test_control_poll_never_ends_before_a_published_step(tmp_path, after_reads):
+    # The daemon publishes the last step and then sets ENDED, back to back.
+    # Whichever of the client's reads that lands between, poll must never
+    # answer "ended" for a step that was published before the state it read.
+    from dataloaderd import _control
+    ctl = _control.Control(_control_file(tmp_path), 4096, 0)
+    u64, u32 = ctl._u64, ctl._u32
+    reads = [0]
+
+    def daemon_acts():
+        u64[128 // 8] = 1  # slot 0 holds step 1
+        u32[128 // 4 + 2] = 5
+        u64[_control._PUBLISHED // 8] = 1
+        u32[_control._STATE // 4] = _control.ENDED
+
+    class View:
+        def __init__(self, real):
+            self.real = real
+
+        def __getitem__(self, i):
+            if reads[0] == after_reads:
+                daemon_acts()
+            reads[0] += 1
+            return self.real[i]
+
+        def __setitem__(self, i, v):
+            self.real[i] = v
+
+    ctl._u64, ctl._u32 = View(u64), View(u32)
+    state, got = ctl.poll(1)
+    ctl._u64, ctl._u32 = u64, u32
+    if reads[0] <= after_reads:
+        daemon_acts()  # poll read less than that: the daemon acts after it
+    assert not (state == _control.ENDED and got is None), "the published last step was reported as ended"
+    assert ctl.poll(1) == (_control.RUNNING, (0, 5))
+    ctl.close()
+
+
+@pytest.mark.parametrize("slots", [2, 3, 8])
+def test_cuda_fence_leaves_the_daemon_a_slot(monkeypatch, slots):
+    # The loader gives each device batch up to a ReleaseFence when it asks for
+    # the next; with GPU work still queued on them, the fence must never hold
+    # so many that the daemon has no slot for the batch the loader waits for.
+    import types
+    from dataloaderd import _cuda
+    from dataloaderd.loader import _fence_hold
+
+    class Event:
+        def record(self, stream):
+            self.done = False  # the trainer's kernels are still queued
+
+        def query(self):
+            return self.done
+
+        def synchronize(self):
+            self.done = True
+
+    fake = types.SimpleNamespace(cuda=types.SimpleNamespace(Event=Event, current_stream=lambda d: None),
+                                 device=lambda kind, i: (kind, i))
+    monkeypatch.setattr(_cuda, "_torch", lambda: fake)
+    fence = _cuda.ReleaseFence(0, max_held=_fence_hold(slots))
+    released, held = 0, None
+    for step in range(1, 50):
+        if held is not None:
+            for k in fence.give_up(held):
+                released = max(released, k)
+        # The daemon produces `step` into the slot of step - slots.
+        assert step - slots <= released, f"{slots} slots: waiting for step {step}, the fence holds step {step - slots}"
+        held = step

@@ -130,7 +130,7 @@ class Loader:
                 try:
                     self._dev_ring = _cuda.IpcRing(s.ring.ipc_handle, s.ring.slots, s.ring.slot_stride,
                                                    s.line_tokens, s.ring.device)
-                    self._fence = _cuda.ReleaseFence(s.ring.device)
+                    self._fence = _cuda.ReleaseFence(s.ring.device, max_held=_fence_hold(s.ring.slots))
                 except DataloaderdError:
                     self._stub.CloseSession(pb.CloseSessionRequest(session_id=s.session_id, consumer=s.consumer),
                                             timeout=self._timeout)
@@ -161,6 +161,8 @@ class Loader:
         if s is None:
             return
         if self._fence is not None:
+            if self._held is not None:
+                self._fence.give_up(self._held)  # the batch in hand too
             self._fence.drain()  # kernels may still read device slots
             self._fence = None
         if self._dev_ring is not None:
@@ -366,6 +368,13 @@ class Loader:
             self.close()
         except Exception:
             pass
+
+
+def _fence_hold(slots: int) -> int:
+    """How many given-up device slots a ReleaseFence may hold: at most 2, and
+    fewer than the ring has, since the daemon needs a free slot to produce the
+    batch the loader waits for."""
+    return max(1, min(2, slots - 1))
 
 
 def _requests_from(q: "queue.Queue[Optional[pb.BatchesRequest]]") -> Iterator[pb.BatchesRequest]:
