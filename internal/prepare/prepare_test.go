@@ -11,18 +11,8 @@ import (
 	"testing"
 
 	"github.com/dataloaderd/dataloaderd/internal/source"
+	"github.com/dataloaderd/dataloaderd/internal/testcorpus"
 )
-
-// ints tokenizes "3 4 5" as [3 4 5].
-type ints struct{}
-
-func (ints) Encode(dst []int32, text []byte) []int32 {
-	for _, f := range strings.Fields(string(text)) {
-		v, _ := strconv.Atoi(f)
-		dst = append(dst, int32(v))
-	}
-	return dst
-}
 
 // writeInputs writes files of JSONL documents "k k+1 ..." and returns the
 // documents of each file in order.
@@ -86,7 +76,7 @@ func TestRunConvertsInOrderAndResumes(t *testing.T) {
 	in, out := t.TempDir(), t.TempDir()
 	want := writeInputs(t, in, 4, 300, false)
 	var progress []Stats
-	cfg := Config{Input: in, Format: "jsonl", Encoder: ints{}, MaxID: 70000, Output: out, Workers: 3,
+	cfg := Config{Input: in, Format: "jsonl", Encoder: testcorpus.Ints{}, MaxID: 70000, Output: out, Workers: 3,
 		Progress: func(s Stats) { progress = append(progress, s) }}
 	st, err := Run(context.Background(), cfg)
 	if err != nil {
@@ -123,7 +113,7 @@ func TestRunConvertsInOrderAndResumes(t *testing.T) {
 func TestRunBadRecords(t *testing.T) {
 	in, out := t.TempDir(), t.TempDir()
 	want := writeInputs(t, in, 3, 10, true)
-	cfg := Config{Input: in, Format: "jsonl", Encoder: ints{}, MaxID: 1000, Output: out, Workers: 2}
+	cfg := Config{Input: in, Format: "jsonl", Encoder: testcorpus.Ints{}, MaxID: 1000, Output: out, Workers: 2}
 	_, err := Run(context.Background(), cfg)
 	if !errors.Is(err, source.ErrInvalid) || !strings.Contains(err.Error(), "part-01.jsonl") || !strings.Contains(err.Error(), "byte 154: field \"text\": is a number") {
 		t.Fatalf("bad record: %v", err)
@@ -150,7 +140,7 @@ func TestRunCancelled(t *testing.T) {
 	writeInputs(t, in, 2, 50, false)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err := Run(ctx, Config{Input: in, Format: "jsonl", Encoder: ints{}, MaxID: 1000, Output: out, Workers: 2})
+	_, err := Run(ctx, Config{Input: in, Format: "jsonl", Encoder: testcorpus.Ints{}, MaxID: 1000, Output: out, Workers: 2})
 	if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "run again") {
 		t.Fatalf("cancelled run: %v", err)
 	}

@@ -13,21 +13,6 @@ import (
 	"github.com/dataloaderd/dataloaderd/internal/testcorpus"
 )
 
-// intsEncoder tokenizes "17 18 19" as [17 18 19]: with documents of unique
-// numbers, every served token names the one place it came from.
-type intsEncoder struct{}
-
-func (intsEncoder) Encode(dst []int32, text []byte) []int32 {
-	for _, f := range strings.Fields(string(text)) {
-		v, err := strconv.Atoi(f)
-		if err != nil {
-			panic(err)
-		}
-		dst = append(dst, int32(v))
-	}
-	return dst
-}
-
 // writeJSONL writes docs as JSONL lines {"text": "..."}, gzip-compressed
 // when gz, with one bad line in between when bad (skipped by on_bad_record).
 func writeJSONL(t testing.TB, path string, docs [][]int32, gz, bad bool) {
@@ -93,7 +78,7 @@ func TestExactlyOnceText(t *testing.T) {
 			cfg.Epochs = uint32(1 + rng.Intn(2))
 			res := NewResources(2, 1<<20, nil)
 			defer res.Close()
-			res.addTokenizer("ints", intsEncoder{})
+			res.addTokenizer("ints", testcorpus.Ints{})
 			corpus, err := OpenCorpusWith(cfg, res)
 			if err != nil {
 				t.Fatal(err)
@@ -127,7 +112,7 @@ func TestTextErrors(t *testing.T) {
 		!strings.Contains(err.Error(), dir) {
 		t.Fatalf("missing rank file: %v", err)
 	}
-	res.addTokenizer("ints", intsEncoder{})
+	res.addTokenizer("ints", testcorpus.Ints{})
 	cfg.Datasets[0].Tokenizer = "ints"
 	corpus, err := OpenCorpusWith(cfg, res)
 	if err != nil {
@@ -172,7 +157,7 @@ func TestTextShardOfSkippedRecords(t *testing.T) {
 		cfg := Config{SeqLen: 9, BatchSize: 2, LogicalShards: 2, EOS: 0, BOS: -1, Pad: testPad, Epochs: epochs, ShuffleWindow: 1,
 			Datasets: []Dataset{{Name: "a", Path: dir, Format: "jsonl", Weight: 1, Tokenizer: "ints", OnBadRecord: "skip"}}}
 		res := NewResources(1, 1<<20, nil)
-		res.addTokenizer("ints", intsEncoder{})
+		res.addTokenizer("ints", testcorpus.Ints{})
 		corpus, err := OpenCorpusWith(cfg, res)
 		if err != nil {
 			t.Fatal(err)
