@@ -275,3 +275,35 @@ def test_control_block_stress_many_consumers_small_ring(daemon, config):
     assert time.time() - start < 120, "consumers stalled"
     for i in range(4):
         assert got[i] is not None and same(got[i], ref), f"consumer {i} read {len(got[i] or [])} of {len(ref)} batches"
+
+
+def test_metrics_count_control_block_waits_and_batches(daemon_factory, config):
+    # The waits a control-block client counts in shared memory reach the
+    # daemon's histogram, alongside the stream clients' reported waits.
+    import socket as socketlib
+    import urllib.request
+    with socketlib.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    d = daemon_factory("--metrics-addr", f"127.0.0.1:{port}")
+
+    def scrape():
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+        values = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                name, _, value = line.rpartition(" ")
+                values[name] = float(value)
+        return values
+
+    with Loader(config, socket=d.socket, dp_rank=0, dp_size=1, job="fast") as a:
+        take(a, 12)
+        live = scrape()  # read from the open session's control block
+    with Loader(config, socket=d.socket, dp_rank=0, dp_size=1, job="msg", fast=False) as b:
+        take(b, 5)
+    after = scrape()
+    assert live["dataloaderd_client_wait_seconds_count"] >= 11, live
+    # 12 + 5 batches taken; the last of each is released at close or not at all.
+    assert after["dataloaderd_client_wait_seconds_count"] >= 11 + 4, after
+    assert after["dataloaderd_batches_served_total"] >= 17
+    assert after["dataloaderd_sessions"] == 0
