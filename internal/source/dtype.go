@@ -155,11 +155,10 @@ func decodeTokens(d dtype, src []byte, dst []int32) int {
 // OR-ed in the copy loop and looked at once, keeping the loop branch-free.
 func decodeInt32(src []byte, dst []int32) int {
 	if view := viewAs[int32](src); view != nil {
-		copy(dst, view)
-	} else {
-		for i := range dst {
-			dst[i] = int32(binary.LittleEndian.Uint32(src[4*i:]))
-		}
+		return copyInt32(dst, view)
+	}
+	for i := range dst {
+		dst[i] = int32(binary.LittleEndian.Uint32(src[4*i:]))
 	}
 	return firstNegative(dst)
 }

@@ -8,3 +8,10 @@ func widenUint16(dst []int32, src []uint16) {
 		dst[i] = int32(v)
 	}
 }
+
+// copyInt32 copies src into dst (len(dst) >= len(src)) and returns the index
+// of the first negative value, or -1.
+func copyInt32(dst, src []int32) int {
+	copy(dst, src)
+	return firstNegative(dst[:len(src)])
+}

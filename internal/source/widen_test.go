@@ -56,3 +56,41 @@ func BenchmarkWidenUint16(b *testing.B) {
 		widenUint16(dst, src[off:off+len(dst)])
 	}
 }
+
+// TestCopyInt32: the one-pass copy and sign check agrees with a plain copy
+// and scan for every length to 100, every alignment, with and without
+// AVX2, a negative value at every position or none.
+func TestCopyInt32(t *testing.T) {
+	src := make([]int32, 120)
+	for i := range src {
+		src[i] = int32(i*7919 + 1)
+	}
+	for _, vector := range []bool{true, false} {
+		saved := hasAVX2
+		hasAVX2 = hasAVX2 && vector
+		for off := 0; off < 4; off++ {
+			for n := 0; n <= 100; n++ {
+				for neg := -1; neg < n; neg++ {
+					in := append([]int32(nil), src[off:off+n]...)
+					if neg >= 0 {
+						in[neg] = -5
+					}
+					dst := make([]int32, n+3)
+					dst[n], dst[n+1], dst[n+2] = 42, 42, 42
+					if got := copyInt32(dst, in); got != neg {
+						t.Fatalf("vector=%v off %d n %d negative at %d: got %d", vector, off, n, neg, got)
+					}
+					for i, v := range in {
+						if dst[i] != v {
+							t.Fatalf("vector=%v n %d: dst[%d] = %d, want %d", vector, n, i, dst[i], v)
+						}
+					}
+					if dst[n] != 42 || dst[n+2] != 42 {
+						t.Fatalf("vector=%v n %d: wrote past the end", vector, n)
+					}
+				}
+			}
+		}
+		hasAVX2 = saved
+	}
+}
