@@ -76,11 +76,13 @@ func (r *Resources) addTokenizer(name string, enc text.Encoder) {
 	r.toks[name] = loadedTokenizer{tok: enc, id: "test:" + name}
 }
 
-// textBlockBytes is the unit size of plain JSONL files: every shard a rank
-// reads keeps its current unit tokenized in the cache (about 1 MiB of tokens
-// per MiB of text), so the cache must hold one per open shard of every rank
-// sharing the corpus: 8 ranks of 64 shards need about 512 MiB.
-const textBlockBytes = 1 << 20
+// textBlockBytes is the unit size of plain JSONL files. Small units cost
+// little (a line search at each end) and bound two things: the first batch
+// of a shard waits for its first unit to be tokenized (about 64 k tokens
+// here), and every shard a rank reads keeps its current unit tokenized in
+// the cache (about 256 KiB of tokens per unit), so 8 ranks of 64 shards need
+// about 128 MiB.
+const textBlockBytes = 256 << 10
 
 // textFormats are the formats tokenized on the fly.
 var textFormats = []string{text.FormatParquet, text.FormatJSONL}
