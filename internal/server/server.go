@@ -400,7 +400,14 @@ func (s *Server) deviceRing(device, slots, slotBytes int) (cuda.Ring, error) {
 // hooks follow a session's producer: they count what it serves and, on a
 // shared-memory ring, publish every batch and the end in the control block.
 func (s *Server) hooks(ss *session, lineTokens int) stream.Hooks {
-	labels := ss.labels()
+	// The session's series, looked up once rather than per batch.
+	lines := make([]prometheus.Counter, len(ss.datasets))
+	tokens := make([]prometheus.Counter, len(ss.datasets))
+	for d, name := range ss.datasets {
+		lines[d] = s.metrics.lines.WithLabelValues(name)
+		tokens[d] = s.metrics.tokens.WithLabelValues(name)
+	}
+	ready := s.metrics.readySlots.WithLabelValues(ss.labels()...)
 	return stream.Hooks{
 		Produced: func(b stream.Batch) {
 			if ss.ctl != nil {
@@ -409,11 +416,11 @@ func (s *Server) hooks(ss *session, lineTokens int) stream.Hooks {
 			s.metrics.batches.Inc()
 			for d, n := range b.DatasetLines {
 				if n > 0 {
-					s.metrics.lines.WithLabelValues(ss.datasets[d]).Add(float64(n))
-					s.metrics.tokens.WithLabelValues(ss.datasets[d]).Add(float64(n * lineTokens))
+					lines[d].Add(float64(n))
+					tokens[d].Add(float64(n * lineTokens))
 				}
 			}
-			s.metrics.readySlots.WithLabelValues(labels...).Set(float64(ss.pipeline.Ready(0)))
+			ready.Set(float64(ss.pipeline.Ready(0)))
 		},
 		Finished: func(step uint64, err error) {
 			if ss.ctl == nil {

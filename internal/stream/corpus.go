@@ -28,6 +28,9 @@ type dataset struct {
 	shards []*shard
 	// lazy: unit lengths are known only by tokenizing (text formats).
 	lazy bool
+	// The source's optional hints, found once at open (nil when it has none).
+	prefetcher source.Prefetcher
+	units      unitPrefetcher
 }
 
 // OpenCorpus validates cfg, opens its datasets and cuts their shards. Text
@@ -70,6 +73,8 @@ func OpenCorpusWith(cfg Config, res *Resources) (*Corpus, error) {
 			return nil, err
 		}
 		ds := &dataset{index: i, name: d.Name, src: src, lazy: textual}
+		ds.prefetcher, _ = src.(source.Prefetcher)
+		ds.units, _ = src.(unitPrefetcher)
 		c.datasets = append(c.datasets, ds)
 		if err := ds.cut(cfg); err != nil {
 			c.Close()

@@ -181,8 +181,8 @@ func (s *shard) cachedFrame(fr *framing, c state.Cursor, fc *frameCache, fi int)
 	if fc != nil && fi < len(fc.frames) {
 		return fc.frames[fi], nil
 	}
-	pf, ok := s.ds.src.(source.Prefetcher)
-	if fc == nil || fi != len(fc.frames) || fi >= maxWindowFrames || !ok {
+	pf := s.ds.prefetcher
+	if fc == nil || fi != len(fc.frames) || fi >= maxWindowFrames || pf == nil {
 		f, err := s.frame(fr, c.Epoch, c.Pos)
 		if err == nil && fc != nil && fi == len(fc.frames) && fi < maxWindowFrames {
 			fc.frames = append(fc.frames, f)
@@ -219,8 +219,8 @@ func (s *shard) cachedFrame(fr *framing, c state.Cursor, fc *frameCache, fi int)
 // prefetchLine hints the first tokens of every unit window line j reads, so
 // that their cache misses overlap before the copy starts.
 func (s *shard) prefetchLine(fr *framing, w *window, j uint64) {
-	pf, ok := s.ds.src.(source.Prefetcher)
-	if !ok {
+	pf := s.ds.prefetcher
+	if pf == nil {
 		return
 	}
 	off := w.starts[j].Offset
@@ -285,8 +285,8 @@ type unitPrefetcher interface {
 // prefetchAhead asks the source to prepare the units at and after cursor c
 // (at most n of them, in c's epoch): the units a shard reads next.
 func (s *shard) prefetchAhead(fr *framing, c state.Cursor, n uint64) {
-	p, ok := s.ds.src.(unitPrefetcher)
-	if !ok || fr.ended(c) {
+	p := s.ds.units
+	if p == nil || fr.ended(c) {
 		return
 	}
 	var units [4]uint64
