@@ -129,3 +129,20 @@ func TestPrepareUsageAndErrors(t *testing.T) {
 		t.Fatalf("unknown tokenizer: exit %d, stderr %q", code, errb.String())
 	}
 }
+
+// TestServeConfigLayers: defaults, then the config file, then flags.
+func TestServeConfigLayers(t *testing.T) {
+	cfg, err := parseServe(nil, &bytes.Buffer{})
+	if err != nil || cfg.CUDALibrary != "libcuda.so.1" || cfg.Slots != 8 || !cfg.BatchScheduling {
+		t.Fatalf("defaults: %+v %v", cfg, err)
+	}
+	file := writeFile(t, `{"cuda_library": "/opt/nvidia/libcuda.so.1", "slots": 4, "batch_scheduling": false}`)
+	cfg, err = parseServe([]string{"--config", file}, &bytes.Buffer{})
+	if err != nil || cfg.CUDALibrary != "/opt/nvidia/libcuda.so.1" || cfg.Slots != 4 || cfg.BatchScheduling {
+		t.Fatalf("from the file: %+v %v", cfg, err)
+	}
+	cfg, err = parseServe([]string{"--config", file, "--cuda-library", "libcuda.so", "--slots", "16"}, &bytes.Buffer{})
+	if err != nil || cfg.CUDALibrary != "libcuda.so" || cfg.Slots != 16 || cfg.BatchScheduling {
+		t.Fatalf("flags over the file: %+v %v", cfg, err)
+	}
+}

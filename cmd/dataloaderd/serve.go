@@ -22,12 +22,13 @@ import (
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 
+	"github.com/dataloaderd/dataloaderd/internal/cuda"
 	"github.com/dataloaderd/dataloaderd/internal/server"
 	"github.com/dataloaderd/dataloaderd/internal/stream"
 )
 
 // daemonConfig is the daemon's configuration: a JSON file (--config) read
-// first, flags on top. docs/daemon.md documents every key.
+// first, flags on top. The README's "Daemon flags" table documents every key.
 type daemonConfig struct {
 	Socket       string   `json:"socket"`
 	MetricsAddr  string   `json:"metrics_addr"`
@@ -43,6 +44,8 @@ type daemonConfig struct {
 	TokenizerDirs   []string `json:"tokenizer_dirs"`
 	// BatchScheduling runs the daemon's threads as SCHED_BATCH.
 	BatchScheduling bool `json:"batch_scheduling"`
+	// CUDALibrary is the driver library the cuda transport loads on first use.
+	CUDALibrary string `json:"cuda_library"`
 }
 
 type multiFlag []string
@@ -53,7 +56,7 @@ func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 func parseServe(args []string, stderr io.Writer) (daemonConfig, error) {
 	cfg := daemonConfig{Socket: defaultSocket(), ShmDir: "/dev/shm", Slots: server.DefaultSlots,
 		AttachWithin: server.DefaultAttachWithin.String(), LogLevel: "info", StopTimeout: "10s",
-		TokenizeWorkers: runtime.NumCPU(), TokenCacheMB: 1024, BatchScheduling: true}
+		TokenizeWorkers: runtime.NumCPU(), TokenCacheMB: 1024, BatchScheduling: true, CUDALibrary: cuda.DefaultLibrary}
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	configFile := fs.String("config", "", "JSON file of daemon settings, read before the flags")
@@ -69,6 +72,7 @@ func parseServe(args []string, stderr io.Writer) (daemonConfig, error) {
 	workers := fs.Int("tokenize-workers", 0, "workers tokenizing text datasets ahead of demand (default: one per core)")
 	cacheMB := fs.Int("token-cache-mb", 0, "MiB of tokenized text units kept in memory (default 1024)")
 	batchSched := fs.Bool("batch-scheduling", true, "run the daemon's threads as SCHED_BATCH, so that waking them never preempts a trainer")
+	cudaLib := fs.String("cuda-library", "", "the NVIDIA driver library the cuda transport loads, a name or a path (default "+cuda.DefaultLibrary+")")
 	var tokDirs multiFlag
 	fs.Var(&tokDirs, "tokenizer-dir", "directory holding <encoding>.tiktoken rank files for built-in tokenizer names (repeatable; then $DATALOADERD_TOKENIZERS)")
 	if err := fs.Parse(args); err != nil {
@@ -111,6 +115,8 @@ func parseServe(args []string, stderr io.Writer) (daemonConfig, error) {
 			cfg.TokenizerDirs = tokDirs
 		case "batch-scheduling":
 			cfg.BatchScheduling = *batchSched
+		case "cuda-library":
+			cfg.CUDALibrary = *cudaLib
 		}
 	})
 	if fs.NArg() > 0 {
@@ -172,6 +178,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	srv, err := server.New(server.Config{
 		Logger: log.Named("server"), Registry: reg, AllowRoots: cfg.AllowRoots,
 		ShmDir: cfg.ShmDir, Slots: cfg.Slots, AttachWithin: attachWithin, Resources: res,
+		OpenCUDA: func() (cuda.Driver, error) { return cuda.OpenDriver(cfg.CUDALibrary) },
 	})
 	if err != nil {
 		return err

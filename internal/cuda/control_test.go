@@ -18,7 +18,7 @@ type clientView struct {
 	mem []byte
 }
 
-func mapClient(t *testing.T, r *ShmRing) *clientView {
+func mapClient(t *testing.T, r interface{ Path() string }) *clientView {
 	f, err := os.OpenFile(r.Path(), os.O_RDWR, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -120,5 +120,49 @@ func TestControlWakeups(t *testing.T) {
 	}
 	if c.u64(32) != 1 {
 		t.Fatal("woken before the step was published")
+	}
+}
+
+func TestControlFile(t *testing.T) {
+	dir := t.TempDir()
+	f, err := NewControlFile(dir, "ring.ctl", 4, 2, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(f.Path())
+	if err != nil || fi.Mode().Perm() != 0o600 || int(fi.Size()) != f.Size() || f.Size()%os.Getpagesize() != 0 {
+		t.Fatalf("file %v (size %d), err %v", fi, f.Size(), err)
+	}
+	c := mapClient(t, f)
+	if string(c.mem[:8]) != "DLDRING\x01" || c.u32(12) != 4 || c.u32(64) != 2 || c.u64(16) != 0 || c.u64(24) != 1<<20 {
+		t.Fatalf("header: magic %q slots %d consumers %d data offset %d stride %d", c.mem[:8], c.u32(12), c.u32(64), c.u64(16), c.u64(24))
+	}
+	if c.consumer(1)+128 > f.Size() {
+		t.Fatalf("consumer 1's record ends at %d, past the file's %d bytes", c.consumer(1)+128, f.Size())
+	}
+	ctl := f.Control()
+	ctl.Publish(6, 1, 3)
+	if c.u64(32) != 6 || c.u64(128+16) != 6 || c.u32(128+16+8) != 3 {
+		t.Fatalf("after publish: published %d, slot 1 step %d lines %d", c.u64(32), c.u64(128+16), c.u32(128+24))
+	}
+	binary.LittleEndian.PutUint64(c.mem[c.consumer(1):], 5)
+	if ctl.Released(1) != 5 || ctl.Released(0) != 0 {
+		t.Fatalf("released: %d, %d", ctl.Released(0), ctl.Released(1))
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatalf("second close: %v", err)
+	}
+	if _, err := os.Stat(f.Path()); !os.IsNotExist(err) {
+		t.Fatalf("file still there after close: %v", err)
+	}
+	ctl.Publish(7, 2, 1) // a no-op once closed, not a fault
+	if _, err := NewControlFile(dir, "bad", 1, 1, 4096); err == nil {
+		t.Fatal("a 1-slot control block was made")
+	}
+	if _, err := NewControlFile(dir, "bad", 2, MaxConsumers+1, 4096); err == nil {
+		t.Fatal("a control block for too many consumers was made")
 	}
 }

@@ -149,6 +149,17 @@ func (f *FakeDriver) OpenIPC(h []byte) ([]byte, error) {
 	return a.mem, nil
 }
 
+// ReadIPC copies n bytes at off of memory OpenIPC returned, under the
+// driver's lock, as a synchronous device-to-host copy would: a reader that
+// learnt of the bytes through shared memory (a control block) rather than
+// through the driver then sees them ordered after the copy that wrote them,
+// for the race detector too.
+func (f *FakeDriver) ReadIPC(mem []byte, off, n int) []byte {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]byte(nil), mem[off:off+n]...)
+}
+
 func (f *FakeDriver) err(call string, r Result) error {
 	return &Error{Call: call, Result: r, Name: r.Name(), Desc: "injected by the fake driver"}
 }

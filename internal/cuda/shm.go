@@ -36,25 +36,10 @@ func NewShmRing(dir, name string, slots, slotBytes, consumers int) (*ShmRing, er
 	}
 	st := stride(slotBytes)
 	data := controlBytes(slots, consumers)
-	size := data + slots*st
 	path := filepath.Join(dir, name)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	mem, err := createShared(path, data+slots*st)
 	if err != nil {
-		return nil, fmt.Errorf("create ring: %w", err)
-	}
-	defer f.Close()
-	if err := unix.Fallocate(int(f.Fd()), 0, 0, int64(size)); err != nil {
-		// tmpfs without fallocate: fall back to a sparse file; a full /dev/shm
-		// then shows as SIGBUS on first touch, so say how much we needed.
-		if err := f.Truncate(int64(size)); err != nil {
-			os.Remove(path)
-			return nil, fmt.Errorf("size ring %s to %d bytes: %w", path, size, err)
-		}
-	}
-	mem, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-	if err != nil {
-		os.Remove(path)
-		return nil, fmt.Errorf("map ring %s (%d bytes): %w", path, size, err)
+		return nil, err
 	}
 	r := &ShmRing{path: path, mem: mem, slots: slots, slotBytes: slotBytes, stride: st, data: data}
 	r.ctl = initControl(mem[:data], slots, consumers, data, st)
@@ -95,6 +80,84 @@ func (r *ShmRing) Close() error {
 		r.mem = nil
 	}
 	if err := os.Remove(r.path); err != nil && !os.IsNotExist(err) && first == nil {
+		first = err
+	}
+	return first
+}
+
+// createShared creates path (which must not exist yet) with mode 0600, sizes
+// it to size bytes and maps it shared for reading and writing. On error the
+// file is gone.
+func createShared(path string, size int) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("create %s: %w", path, err)
+	}
+	defer f.Close()
+	if err := unix.Fallocate(int(f.Fd()), 0, 0, int64(size)); err != nil {
+		// tmpfs without fallocate: fall back to a sparse file; a full /dev/shm
+		// then shows as SIGBUS on first touch, so say how much we needed.
+		if err := f.Truncate(int64(size)); err != nil {
+			os.Remove(path)
+			return nil, fmt.Errorf("size %s to %d bytes: %w", path, size, err)
+		}
+	}
+	mem, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		os.Remove(path)
+		return nil, fmt.Errorf("map %s (%d bytes): %w", path, size, err)
+	}
+	return mem, nil
+}
+
+// ControlFile is a control block alone in a file under /dev/shm, for a ring
+// whose slots are not in shared host memory (a DeviceRing). Clients map it
+// and use it as they use a ShmRing's: the daemon publishes which slot holds
+// which step, and each consumer writes the last step it released. Its header
+// says data offset 0 (no slot is in the file) and the device ring's stride.
+type ControlFile struct {
+	path string
+	mem  []byte
+	ctl  *Control
+}
+
+// NewControlFile creates dir/name holding the control block of a ring of
+// slots slots (stride bytes apart) read by consumers consumers.
+func NewControlFile(dir, name string, slots, consumers, stride int) (*ControlFile, error) {
+	if slots < 2 || stride < 1 {
+		return nil, fmt.Errorf("%w: control block for %d slots of stride %d", ErrGeometry, slots, stride)
+	}
+	if err := checkConsumers(consumers); err != nil {
+		return nil, err
+	}
+	size := controlBytes(slots, consumers)
+	path := filepath.Join(dir, name)
+	mem, err := createShared(path, size)
+	if err != nil {
+		return nil, err
+	}
+	return &ControlFile{path: path, mem: mem, ctl: initControl(mem, slots, consumers, 0, stride)}, nil
+}
+
+// Control is the file's control block.
+func (f *ControlFile) Control() *Control { return f.ctl }
+
+// Path is the file clients map.
+func (f *ControlFile) Path() string { return f.path }
+
+// Size is the file's size: the bytes clients map.
+func (f *ControlFile) Size() int { return len(f.mem) }
+
+// Close unmaps the block and removes the file; clients that still map it keep
+// their mapping until they unmap. Closing twice is harmless.
+func (f *ControlFile) Close() error {
+	var first error
+	if f.mem != nil {
+		f.ctl.detach()
+		first = unix.Munmap(f.mem)
+		f.mem = nil
+	}
+	if err := os.Remove(f.path); err != nil && !os.IsNotExist(err) && first == nil {
 		first = err
 	}
 	return first

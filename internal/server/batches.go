@@ -35,7 +35,7 @@ func (s *Server) Batches(bs grpc.BidiStreamingServer[pb.BatchesRequest, pb.Batch
 	if att.GetShmControl() && ss.ctl == nil {
 		// Refused before the consumer counts as attached: the session and
 		// its other consumers are not affected.
-		return s.fail(fmt.Errorf("%w: shm_control needs a shared-memory ring; session %s is %s", errBadRequest, ss.id, ss.transport))
+		return s.fail(fmt.Errorf("%w: shm_control needs a ring with a control block (shm or cuda); session %s is %s", errBadRequest, ss.id, ss.transport))
 	}
 	if err := ss.attach(att.GetConsumer()); err != nil {
 		return s.fail(err)

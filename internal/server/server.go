@@ -360,6 +360,16 @@ func (s *Server) newSession(key sessionKey, cfg stream.Config, req *pb.OpenSessi
 		release()
 		return nil, err
 	}
+	// A device ring's control block lives in a file of its own beside it.
+	var ctlFile *cuda.ControlFile
+	if transport == pb.Transport_TRANSPORT_CUDA {
+		ctlFile, err = cuda.NewControlFile(s.cfg.ShmDir, "dataloaderd-"+id+".ctl", ring.Slots(), consumers, ring.Stride())
+		if err != nil {
+			ring.Close()
+			release()
+			return nil, err
+		}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	ss := &session{
 		id: id, key: key, dpSize: req.GetDpSize(), configKey: ckey, transport: transport.String(),
@@ -369,8 +379,13 @@ func (s *Server) newSession(key sessionKey, cfg stream.Config, req *pb.OpenSessi
 	}
 	ss.pipeline = stream.NewPipeline(rank, ring, consumers)
 	ss.pipeline.SetHooks(s.hooks(ss, cfg.LineTokens()))
-	if shm, ok := ring.(*cuda.ShmRing); ok {
-		ss.ctl = shm.Control()
+	switch {
+	case ctlFile != nil:
+		ss.ctlFile, ss.ctl = ctlFile, ctlFile.Control()
+	case transport == pb.Transport_TRANSPORT_SHM:
+		ss.ctl = ring.(*cuda.ShmRing).Control()
+	}
+	if ss.ctl != nil {
 		s.metrics.clientWait.track(ss.ctl)
 	}
 	go func() {
@@ -398,7 +413,8 @@ func (s *Server) deviceRing(device, slots, slotBytes int) (cuda.Ring, error) {
 }
 
 // hooks follow a session's producer: they count what it serves and, on a
-// shared-memory ring, publish every batch and the end in the control block.
+// ring with a control block (shm, cuda), publish every batch and the end in
+// it.
 func (s *Server) hooks(ss *session, lineTokens int) stream.Hooks {
 	// The session's series, looked up once rather than per batch.
 	lines := make([]prometheus.Counter, len(ss.datasets))
@@ -448,6 +464,7 @@ func (s *Server) describe(ss *session, consumer int) *pb.OpenSessionResponse {
 			Path: ss.ring.Path(), Slots: uint32(ss.ring.Slots()),
 			SlotBytes: uint64(ss.ring.SlotBytes()), SlotStride: uint64(ss.ring.Stride()), DataOffset: dataOffset(ss.ring),
 			IpcHandle: ipcHandle(ss.ring), Device: ringDevice(ss.ring),
+			ControlPath: ss.controlPath(), ControlBytes: ss.controlBytes(),
 		},
 		LineTokens: uint32(cfg.LineTokens()), BatchSize: cfg.BatchSize, StartStep: ss.pipeline.StartStep(),
 	}

@@ -9,10 +9,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -359,7 +362,9 @@ func TestCUDATransportOnFakeDriver(t *testing.T) {
 	d := startDaemon(t, Config{OpenCUDA: func() (cuda.Driver, error) { return fake, nil }})
 	ctx := ctxT(t)
 	cfg := d.config(t)
-	read := func(tr pb.Transport, job string, device uint32) ([][]byte, *pb.OpenSessionResponse) {
+	// read takes 6 batches of a new session; with control, the cuda ones
+	// from the control block instead of messages.
+	read := func(tr pb.Transport, job string, device uint32, control bool) ([][]byte, *pb.OpenSessionResponse) {
 		o, err := d.client.OpenSession(ctx, &pb.OpenSessionRequest{Job: job, Config: cfg, DpRank: 0, DpSize: 1, Transport: tr, Device: device, Slots: 2})
 		if err != nil {
 			t.Fatal(err)
@@ -368,7 +373,7 @@ func TestCUDATransportOnFakeDriver(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		bs.Send(&pb.BatchesRequest{Kind: &pb.BatchesRequest_Attach{Attach: &pb.Attach{SessionId: o.GetSessionId()}}})
+		bs.Send(&pb.BatchesRequest{Kind: &pb.BatchesRequest_Attach{Attach: &pb.Attach{SessionId: o.GetSessionId(), ShmControl: control}}})
 		var mem []byte
 		if tr == pb.Transport_TRANSPORT_CUDA {
 			if mem, err = fake.OpenIPC(o.GetRing().GetIpcHandle()); err != nil {
@@ -376,6 +381,19 @@ func TestCUDATransportOnFakeDriver(t *testing.T) {
 			}
 		}
 		var out [][]byte
+		if control {
+			cb := mapControl(t, o.GetRing())
+			for step := uint64(1); step <= 6; step++ {
+				slot, lines := cb.next(step)
+				off, n := slot*int(o.GetRing().GetSlotStride()), lines*int(o.GetLineTokens())*4
+				out = append(out, fake.ReadIPC(mem, off, n))
+				cb.release(o.GetConsumer(), step)
+			}
+			if _, err := d.client.CloseSession(ctx, &pb.CloseSessionRequest{SessionId: o.GetSessionId()}); err != nil {
+				t.Fatal(err)
+			}
+			return out, o
+		}
 		for i := 0; i < 6; i++ {
 			b, err := bs.Recv()
 			if err != nil {
@@ -398,17 +416,24 @@ func TestCUDATransportOnFakeDriver(t *testing.T) {
 		}
 		return out, o
 	}
-	want, _ := read(pb.Transport_TRANSPORT_INLINE, "i", 0)
-	got, o := read(pb.Transport_TRANSPORT_CUDA, "c", 1)
+	want, _ := read(pb.Transport_TRANSPORT_INLINE, "i", 0, false)
+	got, o := read(pb.Transport_TRANSPORT_CUDA, "c", 1, false)
 	if o.GetTransport() != pb.Transport_TRANSPORT_CUDA || o.GetRing().GetDevice() != 1 || len(o.GetRing().GetIpcHandle()) != 64 || o.GetRing().GetPath() != "" {
 		t.Fatalf("cuda ring described as %v", o.GetRing())
 	}
+	fast, fo := read(pb.Transport_TRANSPORT_CUDA, "f", 0, true)
 	for i := range want {
 		if string(got[i]) != string(want[i]) {
 			t.Fatalf("batch %d through the device slots differs from inline", i+1)
 		}
+		if string(fast[i]) != string(want[i]) {
+			t.Fatalf("batch %d announced in the control block differs from inline", i+1)
+		}
 	}
 	waitSessions(t, d.srv, 0)
+	if _, err := os.Stat(fo.GetRing().GetControlPath()); !os.IsNotExist(err) {
+		t.Fatalf("control file %s left after close: %v", fo.GetRing().GetControlPath(), err)
+	}
 	if c := fake.Counts(); c.DeviceAllocs+c.HostAllocs+c.Streams+c.Events+c.Contexts != 0 || c.PageableCopies != 0 {
 		t.Fatalf("after close the fake driver holds %+v", c)
 	}
@@ -445,7 +470,7 @@ func TestShmControlOnOtherRings(t *testing.T) {
 		t.Fatal(err)
 	}
 	bs.Send(&pb.BatchesRequest{Kind: &pb.BatchesRequest_Attach{Attach: &pb.Attach{SessionId: o.GetSessionId(), ShmControl: true}}})
-	if _, err := bs.Recv(); code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "shm_control needs a shared-memory ring") {
+	if _, err := bs.Recv(); code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "shm_control needs a ring with a control block") {
 		t.Fatalf("shm_control on an inline session: %v", err)
 	}
 	bs, err = d.client.Batches(ctx)
@@ -456,4 +481,56 @@ func TestShmControlOnOtherRings(t *testing.T) {
 	if b, err := bs.Recv(); err != nil || b.GetStep() != 1 || len(b.GetData()) == 0 {
 		t.Fatalf("the session did not survive the refused attach: %v %v", b, err)
 	}
+}
+
+// controlView is a client's mapping of a ring's control block, read and
+// written by the offsets docs/design.md gives, not through cuda.Control.
+type controlView struct {
+	t   *testing.T
+	mem []byte
+}
+
+func mapControl(t *testing.T, r *pb.Ring) *controlView {
+	f, err := os.OpenFile(r.GetControlPath(), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatalf("control block: %v", err)
+	}
+	defer f.Close()
+	m, err := unix.Mmap(int(f.Fd()), 0, int(r.GetControlBytes()), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Munmap(m) })
+	if string(m[:8]) != "DLDRING\x01" {
+		t.Fatalf("control block starts %q", m[:8])
+	}
+	return &controlView{t: t, mem: m}
+}
+
+func (c *controlView) u64(off int) *uint64 { return (*uint64)(unsafe.Pointer(&c.mem[off])) }
+func (c *controlView) u32(off int) *uint32 { return (*uint32)(unsafe.Pointer(&c.mem[off])) }
+
+// next waits for step to be published and returns its slot and line count.
+func (c *controlView) next(step uint64) (slot, lines int) {
+	deadline := time.Now().Add(10 * time.Second)
+	for atomic.LoadUint64(c.u64(32)) < step {
+		if st := atomic.LoadUint32(c.u32(48)); st != 0 {
+			c.t.Fatalf("control block state %d before step %d", st, step)
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("step %d not published in 10 s", step)
+		}
+		time.Sleep(50 * time.Microsecond)
+	}
+	slot = int((step - 1) % uint64(atomic.LoadUint32(c.u32(12))))
+	rec := int(atomic.LoadUint32(c.u32(68))) + 16*slot
+	if got := atomic.LoadUint64(c.u64(rec)); got != step {
+		c.t.Fatalf("slot %d holds step %d, want %d", slot, got, step)
+	}
+	return slot, int(atomic.LoadUint32(c.u32(rec + 8)))
+}
+
+// release writes consumer's released step; the daemon's watcher sees it.
+func (c *controlView) release(consumer uint32, step uint64) {
+	atomic.StoreUint64(c.u64(int(atomic.LoadUint32(c.u32(72)))+128*int(consumer)), step)
 }

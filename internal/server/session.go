@@ -36,8 +36,10 @@ type session struct {
 	releaseCorpus func()
 	pipeline      *stream.Pipeline
 	ring          cuda.Ring
-	// ctl is the shared-memory ring's control block; nil for other rings.
+	// ctl is the ring's control block: in the ring file (shm) or in ctlFile
+	// (cuda); nil for inline.
 	ctl      *cuda.Control
+	ctlFile  *cuda.ControlFile
 	datasets []string
 	cancel   context.CancelFunc
 	done     chan struct{} // closed when the producer has stopped
@@ -121,8 +123,8 @@ func (s *session) stale(now time.Time, d time.Duration) bool {
 	return false
 }
 
-// stop ends the producer, waits for it, tells shared-memory clients the
-// session is closed, and frees the ring and the corpus.
+// stop ends the producer, waits for it, tells control-block clients the
+// session is closed, and frees the ring, its control block and the corpus.
 func (s *session) stop(waits *waitHistogram) {
 	s.pipeline.Close()
 	s.cancel()
@@ -135,7 +137,34 @@ func (s *session) stop(waits *waitHistogram) {
 	if err := s.ring.Close(); err != nil {
 		s.log.Warn("closing ring", zap.Error(err))
 	}
+	if s.ctlFile != nil {
+		if err := s.ctlFile.Close(); err != nil {
+			s.log.Warn("closing control block", zap.Error(err))
+		}
+	}
 	s.releaseCorpus()
+}
+
+// controlPath is the file holding the session's control block; "" for inline.
+func (s *session) controlPath() string {
+	switch {
+	case s.ctlFile != nil:
+		return s.ctlFile.Path()
+	case s.ctl != nil:
+		return s.ring.Path()
+	}
+	return ""
+}
+
+// controlBytes is how much of controlPath clients map.
+func (s *session) controlBytes() uint64 {
+	switch {
+	case s.ctlFile != nil:
+		return uint64(s.ctlFile.Size())
+	case s.ctl != nil:
+		return uint64(s.ring.(*cuda.ShmRing).DataOffset())
+	}
+	return 0
 }
 
 func (s *session) labels() []string {

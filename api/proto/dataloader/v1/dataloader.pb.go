@@ -446,8 +446,15 @@ type Ring struct {
 	DataOffset uint64 `protobuf:"varint,5,opt,name=data_offset,json=dataOffset,proto3" json:"data_offset,omitempty"`
 	// CUDA transport: the cudaIpcMemHandle (64 bytes) of the device allocation
 	// holding the slots (slot i at i * slot_stride), and its device index.
-	IpcHandle     []byte `protobuf:"bytes,6,opt,name=ipc_handle,json=ipcHandle,proto3" json:"ipc_handle,omitempty"`
-	Device        uint32 `protobuf:"varint,7,opt,name=device,proto3" json:"device,omitempty"`
+	IpcHandle []byte `protobuf:"bytes,6,opt,name=ipc_handle,json=ipcHandle,proto3" json:"ipc_handle,omitempty"`
+	Device    uint32 `protobuf:"varint,7,opt,name=device,proto3" json:"device,omitempty"`
+	// The file that holds the ring's control block (see Attach.shm_control;
+	// layout in docs/design.md), and how many bytes of it to map. For shm it is
+	// the ring file itself (control_bytes equals data_offset); for cuda it is a
+	// file of its own under the daemon's shm directory, beside the device
+	// slots. Empty for inline.
+	ControlPath   string `protobuf:"bytes,8,opt,name=control_path,json=controlPath,proto3" json:"control_path,omitempty"`
+	ControlBytes  uint64 `protobuf:"varint,9,opt,name=control_bytes,json=controlBytes,proto3" json:"control_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -527,6 +534,20 @@ func (x *Ring) GetIpcHandle() []byte {
 func (x *Ring) GetDevice() uint32 {
 	if x != nil {
 		return x.Device
+	}
+	return 0
+}
+
+func (x *Ring) GetControlPath() string {
+	if x != nil {
+		return x.ControlPath
+	}
+	return ""
+}
+
+func (x *Ring) GetControlBytes() uint64 {
+	if x != nil {
+		return x.ControlBytes
 	}
 	return 0
 }
@@ -630,10 +651,11 @@ type Attach struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	Consumer  uint32                 `protobuf:"varint,2,opt,name=consumer,proto3" json:"consumer,omitempty"`
-	// Shared-memory transport only: the consumer reads batch announcements
-	// from the ring's control block and writes its releases there, so the
-	// stream carries no Batch per step, only the end (or an error status); the
-	// client sends no Release messages.
+	// shm and cuda transports: the consumer reads batch announcements from the
+	// ring's control block (Ring.control_path) and writes its releases there,
+	// so the stream carries no Batch per step, only the end (or an error
+	// status); the client sends no Release messages. On cuda, a consumer
+	// releases a step only once the GPU work that reads its slot has finished.
 	ShmControl    bool `protobuf:"varint,3,opt,name=shm_control,json=shmControl,proto3" json:"shm_control,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1265,7 +1287,7 @@ const file_dataloader_v1_dataloader_proto_rawDesc = "" +
 	"\rresume_states\x18\b \x03(\fR\fresumeStates\x12\x14\n" +
 	"\x05slots\x18\t \x01(\rR\x05slots\x12\x16\n" +
 	"\x06device\x18\n" +
-	" \x01(\rR\x06device\"\xc8\x01\n" +
+	" \x01(\rR\x06device\"\x90\x02\n" +
 	"\x04Ring\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x14\n" +
 	"\x05slots\x18\x02 \x01(\rR\x05slots\x12\x1d\n" +
@@ -1277,7 +1299,9 @@ const file_dataloader_v1_dataloader_proto_rawDesc = "" +
 	"dataOffset\x12\x1d\n" +
 	"\n" +
 	"ipc_handle\x18\x06 \x01(\fR\tipcHandle\x12\x16\n" +
-	"\x06device\x18\a \x01(\rR\x06device\"\x90\x02\n" +
+	"\x06device\x18\a \x01(\rR\x06device\x12!\n" +
+	"\fcontrol_path\x18\b \x01(\tR\vcontrolPath\x12#\n" +
+	"\rcontrol_bytes\x18\t \x01(\x04R\fcontrolBytes\"\x90\x02\n" +
 	"\x13OpenSessionResponse\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1a\n" +

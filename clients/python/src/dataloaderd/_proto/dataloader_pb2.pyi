@@ -87,7 +87,7 @@ class OpenSessionRequest(_message.Message):
     def __init__(self, job: _Optional[str] = ..., config: _Optional[_Union[JobConfig, _Mapping]] = ..., dp_rank: _Optional[int] = ..., dp_size: _Optional[int] = ..., consumers: _Optional[int] = ..., transport: _Optional[_Union[Transport, str]] = ..., resume_from: _Optional[str] = ..., resume_states: _Optional[_Iterable[bytes]] = ..., slots: _Optional[int] = ..., device: _Optional[int] = ...) -> None: ...
 
 class Ring(_message.Message):
-    __slots__ = ("path", "slots", "slot_bytes", "slot_stride", "data_offset", "ipc_handle", "device")
+    __slots__ = ("path", "slots", "slot_bytes", "slot_stride", "data_offset", "ipc_handle", "device", "control_path", "control_bytes")
     PATH_FIELD_NUMBER: _ClassVar[int]
     SLOTS_FIELD_NUMBER: _ClassVar[int]
     SLOT_BYTES_FIELD_NUMBER: _ClassVar[int]
@@ -95,6 +95,8 @@ class Ring(_message.Message):
     DATA_OFFSET_FIELD_NUMBER: _ClassVar[int]
     IPC_HANDLE_FIELD_NUMBER: _ClassVar[int]
     DEVICE_FIELD_NUMBER: _ClassVar[int]
+    CONTROL_PATH_FIELD_NUMBER: _ClassVar[int]
+    CONTROL_BYTES_FIELD_NUMBER: _ClassVar[int]
     path: str
     slots: int
     slot_bytes: int
@@ -102,7 +104,9 @@ class Ring(_message.Message):
     data_offset: int
     ipc_handle: bytes
     device: int
-    def __init__(self, path: _Optional[str] = ..., slots: _Optional[int] = ..., slot_bytes: _Optional[int] = ..., slot_stride: _Optional[int] = ..., data_offset: _Optional[int] = ..., ipc_handle: _Optional[bytes] = ..., device: _Optional[int] = ...) -> None: ...
+    control_path: str
+    control_bytes: int
+    def __init__(self, path: _Optional[str] = ..., slots: _Optional[int] = ..., slot_bytes: _Optional[int] = ..., slot_stride: _Optional[int] = ..., data_offset: _Optional[int] = ..., ipc_handle: _Optional[bytes] = ..., device: _Optional[int] = ..., control_path: _Optional[str] = ..., control_bytes: _Optional[int] = ...) -> None: ...
 
 class OpenSessionResponse(_message.Message):
     __slots__ = ("session_id", "consumer", "ring", "transport", "line_tokens", "batch_size", "start_step")
