@@ -15,9 +15,10 @@ Run through scripts/gpu-check.sh, which checks the machine first. Stages:
 4. shm-pinned: the shm ring registered with the driver (PinnedShm), one
    non-blocking copy per batch; bit-identical to the reference; GB/s and
    trainer wait per batch.
-5. cuda: the daemon's device ring through the Loader (transport="cuda"):
-   batches as device tensors, bit-identical to the reference; GB/s and
-   trainer wait per batch.
+5. cuda: the daemon's device ring through the Loader (transport="cuda"),
+   announced in the control block and, for comparison, by messages
+   (fast=False): batches as device tensors, bit-identical to the reference;
+   GB/s and trainer wait per batch.
 6. daemon GPU memory (nvidia-smi per process) with sessions open, and no
    leak after every client closed.
 
@@ -176,11 +177,13 @@ def shm_pinned(torch, config, sock, device, ref):
     return nbytes / copy_s / 1e9 if copy_s else 0.0, waits
 
 
-def cuda_transport(torch, config, sock, device, ref):
+def cuda_transport(torch, config, sock, device, ref, fast):
     """The Loader's cuda transport: batch["tokens"] is an int32 CUDA tensor on
     the device, a view of the daemon's device ring; slots go back through a
-    ReleaseFence once the GPU work queued on them is done."""
-    ld = Loader(config, dp_rank=0, dp_size=1, socket=sock, transport="cuda", job="gpucheck-cuda", device=device)
+    ReleaseFence once the GPU work queued on them is done. fast: batches are
+    announced in the control block (else one gRPC message per batch)."""
+    ld = Loader(config, dp_rank=0, dp_size=1, socket=sock, transport="cuda", job=f"gpucheck-cuda-{fast}",
+                device=device, fast=fast)
     waits, nbytes, same = [], 0, True
     with ld:
         it = iter(ld)
@@ -196,7 +199,7 @@ def cuda_transport(torch, config, sock, device, ref):
             nbytes += tok.numel() * 4
             same = same and tok.is_cuda and torch.equal(tok.cpu(), torch.from_numpy(ref[i]))
         rate = nbytes / (time.perf_counter() - t_all) / 1e9
-    check(same, "cuda batches are bit-identical to shm")
+    check(same, f"cuda batches ({'control block' if fast else 'messages'}) are bit-identical to shm")
     return rate, waits
 
 
@@ -228,15 +231,16 @@ def main():
             print("shm-pinned")
             rates["shm-pinned (PinnedShm)"], pinned_waits = shm_pinned(torch, config, sock, args.device, ref)
             print("cuda")
-            cuda_rate, cuda_waits = cuda_transport(torch, config, sock, args.device, ref)
+            cuda_rate, cuda_waits = cuda_transport(torch, config, sock, args.device, ref, True)
             rates["cuda (daemon device ring)"] = cuda_rate
+            rates["cuda, messages (fast=False)"], msg_waits = cuda_transport(torch, config, sock, args.device, ref, False)
             open_mib = process_gpu_mib(proc.pid)
             time.sleep(1.0)  # sessions are closed; give the daemon a moment
             after_mib = process_gpu_mib(proc.pid)
 
         for name, r in rates.items():
             print(f"  {name:<30}{r:>8.2f} GB/s")
-        for name, w in (("shm-pinned", pinned_waits), ("cuda", cuda_waits)):
+        for name, w in (("shm-pinned", pinned_waits), ("cuda", cuda_waits), ("cuda, messages", msg_waits)):
             if w:
                 w = sorted(w)
                 print(f"  trainer wait per batch, {name}: median {w[len(w) // 2] * 1e6:.0f} us, "

@@ -1,11 +1,19 @@
 /* A stand-in for libcuda.so.1 on machines without a GPU, so the tests can
- * call the real purego binding: device memory is malloc'd host memory,
- * copies are synchronous, and every call that needs a context fails with
- * CUDA_ERROR_INVALID_CONTEXT unless the calling thread made one current,
- * as the real driver does. Built by libcuda_test.go with the system cc. */
+ * call the real purego binding (and the Python client its ctypes one):
+ * device memory is host memory in a file under /dev/shm, so that another
+ * process can open its IPC handle; copies are synchronous, and every call
+ * that needs a context fails with CUDA_ERROR_INVALID_CONTEXT unless the
+ * calling thread made one current, as the real driver does. Built by
+ * libcuda_test.go and by the Python tests with the system cc.
+ *
+ * IPC handle (64 bytes): "fakecuda", the exporter's address (u64), the size
+ * (u64), then the file's name under /dev/shm, NUL-terminated. */
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 typedef int CUresult;
 typedef unsigned long long CUdeviceptr;
@@ -38,22 +46,82 @@ CUresult cuDevicePrimaryCtxRetain(int **ctx, int d) { refs[d]++; *ctx = &ctxs[d]
 CUresult cuDevicePrimaryCtxRelease_v2(int d) { if (!refs[d]) return 201; refs[d]--; return 0; }
 CUresult cuCtxSetCurrent(int *ctx) { current = ctx; return 0; }
 CUresult cuMemGetInfo_v2(size_t *free_, size_t *total) { NEED_CTX; *total = 1 << 30; *free_ = *total - live_dev; return 0; }
+/* Mappings of device memory in this process: allocations (named files)
+ * and IPC opens of another process's allocations. */
+#define MAXMAPS 64
+static struct { void *p; size_t n; char name[32]; int owned; } maps[MAXMAPS];
+
+static int track(void *p, size_t n, const char *name, int owned) {
+	for (int i = 0; i < MAXMAPS; i++) {
+		if (!maps[i].p) {
+			maps[i].p = p;
+			maps[i].n = n;
+			snprintf(maps[i].name, sizeof maps[i].name, "%s", name);
+			maps[i].owned = owned;
+			return 0;
+		}
+	}
+	return -1;
+}
+static int untrack(void *p, int owned) {
+	for (int i = 0; i < MAXMAPS; i++) {
+		if (maps[i].p == p && maps[i].owned == owned) {
+			munmap(p, maps[i].n);
+			if (owned) {
+				char path[64];
+				snprintf(path, sizeof path, "/dev/shm/%s", maps[i].name);
+				unlink(path);
+			}
+			maps[i].p = 0;
+			return 0;
+		}
+	}
+	return -1;
+}
+static void *map_file(const char *name, size_t n, int create) {
+	char path[64];
+	snprintf(path, sizeof path, "/dev/shm/%s", name);
+	int fd = open(path, create ? O_RDWR | O_CREAT | O_EXCL : O_RDWR, 0600);
+	if (fd < 0) return 0;
+	if (create && ftruncate(fd, n) != 0) { close(fd); unlink(path); return 0; }
+	void *m = mmap(0, n, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	close(fd);
+	if (m == MAP_FAILED) { if (create) unlink(path); return 0; }
+	return m;
+}
+
 CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n) {
+	static int seq;
 	NEED_CTX;
 	if (n > (1u << 30)) return 2;
-	void *m = calloc(1, n);
+	char name[32];
+	snprintf(name, sizeof name, "fakecuda-%d-%d", (int)getpid(), seq++);
+	void *m = map_file(name, n, 1);
 	if (!m) return 2;
+	if (track(m, n, name, 1)) { untrack(m, 1); return 2; }
 	live_dev++;
 	*p = (CUdeviceptr)m;
 	return 0;
 }
-CUresult cuMemFree_v2(CUdeviceptr p) { NEED_CTX; free((void *)p); live_dev--; return 0; }
+CUresult cuMemFree_v2(CUdeviceptr p) {
+	NEED_CTX;
+	if (untrack((void *)p, 1)) return 1;
+	live_dev--;
+	return 0;
+}
 CUresult cuIpcGetMemHandle(unsigned char *h, CUdeviceptr p) {
 	NEED_CTX;
-	memset(h, 0, 64);
-	memcpy(h, "fakecuda", 8);
-	memcpy(h + 8, &p, sizeof p);
-	return 0;
+	for (int i = 0; i < MAXMAPS; i++) {
+		if (maps[i].p == (void *)p && maps[i].owned) {
+			memset(h, 0, 64);
+			memcpy(h, "fakecuda", 8);
+			memcpy(h + 8, &p, sizeof p);
+			memcpy(h + 16, &maps[i].n, sizeof maps[i].n);
+			snprintf((char *)h + 24, 40, "%s", maps[i].name);
+			return 0;
+		}
+	}
+	return 1;
 }
 CUresult cuMemHostAlloc(void **pp, size_t n, unsigned flags) {
 	NEED_CTX;
@@ -97,6 +165,7 @@ CUresult cuGetErrorName(CUresult r, const char **s) {
 	case 3: *s = "CUDA_ERROR_NOT_INITIALIZED"; return 0;
 	case 100: *s = "CUDA_ERROR_NO_DEVICE"; return 0;
 	case 201: *s = "CUDA_ERROR_INVALID_CONTEXT"; return 0;
+	case 400: *s = "CUDA_ERROR_INVALID_HANDLE"; return 0;
 	case 600: *s = "CUDA_ERROR_NOT_READY"; return 0;
 	}
 	*s = 0;
@@ -116,12 +185,23 @@ CUresult cuCtxPopCurrent_v2(int **ctx) { if (!depth) return 201; if (ctx) *ctx =
 typedef struct { unsigned char b[64]; } ipc_handle; /* passed by value */
 CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *p, ipc_handle h, unsigned flags) {
 	NEED_CTX;
-	if (memcmp(h.b, "fakecuda", 8) || flags != 1) return 1;
-	memcpy(p, h.b + 8, sizeof *p);
+	if (memcmp(h.b, "fakecuda", 8) || flags != 1 || h.b[63]) return 1;
+	size_t n;
+	memcpy(&n, h.b + 16, sizeof n);
+	const char *name = (const char *)h.b + 24;
+	void *m = map_file(name, n, 0);
+	if (!m) return 400; /* CUDA_ERROR_INVALID_HANDLE */
+	if (track(m, n, name, 0)) { munmap(m, n); return 2; }
+	*p = (CUdeviceptr)m;
 	live_ipc++;
 	return 0;
 }
-CUresult cuIpcCloseMemHandle(CUdeviceptr p) { NEED_CTX; if (!p || !live_ipc) return 1; live_ipc--; return 0; }
+CUresult cuIpcCloseMemHandle(CUdeviceptr p) {
+	NEED_CTX;
+	if (!p || untrack((void *)p, 0)) return 1;
+	live_ipc--;
+	return 0;
+}
 CUresult cuMemHostRegister_v2(void *p, size_t n, unsigned flags) { NEED_CTX; if (!p || !n || flags != 9) return 1; live_registered++; return 0; }
 CUresult cuMemHostUnregister(void *p) { NEED_CTX; if (!live_registered) return 713; live_registered--; return 0; }
 long fakecuda_python_live(void) { return live_ipc + live_registered + refs[0] + refs[1] + depth; }

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import collections
 import ctypes
+import os
 import threading
 import warnings
 from typing import Any, Deque, Hashable, List, Optional, Tuple
@@ -176,10 +177,12 @@ _driver_instance: Optional[_Driver] = None
 
 
 def _driver() -> _Driver:
+    """The process's driver binding: libcuda.so.1, or the library
+    DATALOADERD_CUDA_LIBRARY names (as the daemon's --cuda-library)."""
     global _driver_instance
     with _driver_lock:
         if _driver_instance is None:
-            _driver_instance = _Driver()
+            _driver_instance = _Driver(os.environ.get("DATALOADERD_CUDA_LIBRARY") or "libcuda.so.1")
         return _driver_instance
 
 
@@ -297,6 +300,14 @@ class ReleaseFence:
             k, e = self._held.popleft()
             e.synchronize()
             out.append(k)
+        return out
+
+    def completed(self) -> List[Hashable]:
+        """The oldest keys whose events have completed, in order, without
+        waiting and without giving anything up."""
+        out = []
+        while self._held and self._held[0][1].query():
+            out.append(self._held.popleft()[0])
         return out
 
     def drain(self) -> List[Hashable]:

@@ -126,25 +126,25 @@ class Loader:
                 resume_from=self._resume_from, resume_states=self._resume_states, slots=self._slots,
                 device=self.device,
             ), timeout=self._timeout)
+            self._ctl = None
             if s.transport == pb.TRANSPORT_CUDA:
                 try:
                     self._dev_ring = _cuda.IpcRing(s.ring.ipc_handle, s.ring.slots, s.ring.slot_stride,
                                                    s.line_tokens, s.ring.device)
                     self._fence = _cuda.ReleaseFence(s.ring.device, max_held=_fence_hold(s.ring.slots))
                 except DataloaderdError:
+                    if self._dev_ring is not None:
+                        self._dev_ring.close()
+                        self._dev_ring = None
                     self._stub.CloseSession(pb.CloseSessionRequest(session_id=s.session_id, consumer=s.consumer),
                                             timeout=self._timeout)
                     raise
+                self._ctl = self._map_control(s)
             if s.transport == pb.TRANSPORT_SHM:
                 try:
                     self._ring = ShmRing(s.ring.path, s.ring.slots, s.ring.slot_stride, s.line_tokens,
                                          s.ring.data_offset)
-                    self._ctl = None
-                    if self._fast and s.ring.data_offset > 0 and _control.supported():
-                        try:
-                            self._ctl = _control.Control(s.ring.path, s.ring.data_offset, s.consumer)
-                        except (OSError, ValueError):
-                            self._ctl = None  # e.g. another user's ring: batches come by messages
+                    self._ctl = self._map_control(s)
                 except (OSError, ValueError) as e:
                     self._stub.CloseSession(pb.CloseSessionRequest(session_id=s.session_id, consumer=s.consumer),
                                             timeout=self._timeout)
@@ -155,6 +155,17 @@ class Loader:
             self._last_step = s.start_step
             self._ended = False
         return self._session
+
+    def _map_control(self, s: pb.OpenSessionResponse) -> Optional[_control.Control]:
+        """The session's control block, or None when batches come by messages
+        (fast=False, another platform, an older daemon, or a block this
+        process may not map)."""
+        if not (self._fast and s.ring.control_path and s.ring.control_bytes > 0 and _control.supported()):
+            return None
+        try:
+            return _control.Control(s.ring.control_path, s.ring.control_bytes, s.consumer)
+        except (OSError, ValueError):
+            return None  # e.g. another user's ring
 
     def _close_session(self) -> None:
         s, self._session = self._session, None
@@ -245,12 +256,22 @@ class Loader:
             yield _batch(tokens, msg.step)
 
     def _control_batches(self, s: pb.OpenSessionResponse) -> Iterator[Dict[str, Any]]:
-        """Batches announced in the ring's control block: no message per batch."""
-        ctl, ring = self._ctl, self._ring
+        """Batches announced in the ring's control block: no message per batch.
+        On cuda a step is released there only once the GPU work queued on its
+        slot has finished (ReleaseFence); releases stay in step order."""
+        ctl, ring, fence = self._ctl, self._ring, self._fence
+
+        def give_back(held: tuple) -> None:
+            if fence is None:
+                ctl.release(held[1], held[2])
+            else:
+                for _, step, wait_ns in fence.give_up(held):
+                    ctl.release(step, wait_ns)
+
         while not self._ended and self._session is s:
             want = self._last_step + 1
             if self._held is not None:
-                ctl.release(self._held[1], self._held[2])
+                give_back(self._held)
                 self._held = None
             start = time.perf_counter_ns()
             while True:
@@ -262,16 +283,27 @@ class Loader:
                     return
                 if state != _control.RUNNING:
                     self._stream_failure()
+                if fence is not None:
+                    # Slots whose GPU work has finished go back while we wait.
+                    for _, step, wait_ns in fence.completed():
+                        ctl.release(step, wait_ns)
                 ctl.wait(want, 0.05)
                 if self._responses.done():
                     self._stream_failure()
             wait_ns = time.perf_counter_ns() - start
             slot, lines = got
-            tokens = ring.batch(slot, lines)
-            if self._copy:
-                tokens = tokens.copy()
+            if fence is not None:
+                tokens = self._dev_ring.batch(slot, lines)
+                if self._copy:
+                    tokens = tokens.clone()  # queued on the current stream: the fence waits for it
+                    give_back((slot, want, wait_ns))
+                else:
+                    self._held = (slot, want, wait_ns)
+            elif self._copy:
+                tokens = ring.batch(slot, lines).copy()
                 ctl.release(want, wait_ns)
             else:
+                tokens = ring.batch(slot, lines)
                 self._held = (slot, want, wait_ns)
             self._last_step = want
             yield _batch(tokens, want)

@@ -1,0 +1,175 @@
+"""The cuda transport end to end on a machine without a GPU: the real daemon
+binary and the client's own driver binding both load a stand-in libcuda
+(internal/cuda/testdata/fakecuda.c, built here with cc) whose "device memory"
+is a file under /dev/shm, so the IPC handle the daemon exports really opens in
+this process. Only torch's CUDA runtime (device tensors, streams, events) is
+replaced, by the small stand-in below, since CI has no GPU; the daemon's
+device ring, its control block, the client's IPC mapping, its release fence
+and its control-block loop are the shipped code. scripts/gpu-check.sh runs the
+same path on a real GPU."""
+
+import ctypes
+import glob
+import os
+import shutil
+import subprocess
+import time
+import types
+
+import numpy as np
+import pytest
+
+from conftest import REPO
+from corpus import make_corpus
+from dataloaderd import Loader, _cuda
+
+
+@pytest.fixture(scope="module")
+def standin(tmp_path_factory):
+    cc = shutil.which("cc") or shutil.which("gcc")
+    assert cc, "a C compiler is needed to build the stand-in libcuda"
+    lib = str(tmp_path_factory.mktemp("fakecuda") / "libcuda.so.1")
+    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-o", lib,
+                    os.path.join(REPO, "internal", "cuda", "testdata", "fakecuda.c")], check=True)
+    return lib
+
+
+class _Event:
+    """An event that completes on the second query after its record, so the
+    fence both finds slots done and has to wait for some. Every event made is
+    kept in ``made``, in order."""
+
+    made = []
+
+    def __init__(self):
+        self.queries = 0
+        self.waited = False
+        _Event.made.append(self)
+
+    def record(self, stream):
+        self.queries = 0
+
+    def query(self):
+        self.queries += 1
+        return self.waited or self.queries > 1
+
+    def synchronize(self):
+        self.waited = True
+
+    def done(self):
+        return self.waited or self.queries > 1
+
+
+class _DeviceTensor(np.ndarray):
+    """What torch.as_tensor gives for device memory: here a numpy view of it."""
+
+    def clone(self):
+        return np.array(self).view(_DeviceTensor)
+
+
+def _fake_torch():
+    def as_tensor(arr, device=None):
+        iface = arr.__cuda_array_interface__
+        assert iface["typestr"] in ("<i4", "|u1") and iface["strides"] is None
+        dtype = np.dtype(iface["typestr"])
+        n = int(np.prod(iface["shape"]))
+        buf = (ctypes.c_char * (n * dtype.itemsize)).from_address(iface["data"][0])
+        view = np.frombuffer(buf, dtype=dtype).reshape(iface["shape"]).view(_DeviceTensor)
+        view._keep = arr  # the mapping lives while the view does, as with torch
+        return view
+
+    cuda = types.SimpleNamespace(is_available=lambda: True, device_count=lambda: 2, Event=_Event,
+                                 current_stream=lambda device=None: "stream")
+    return types.SimpleNamespace(device=lambda kind, index: types.SimpleNamespace(type=kind, index=index),
+                                 as_tensor=as_tensor, cuda=cuda)
+
+
+@pytest.fixture
+def client_standin(standin, monkeypatch):
+    """This process's driver binding loads the stand-in; torch is the fake."""
+    monkeypatch.setenv("DATALOADERD_CUDA_LIBRARY", standin)
+    monkeypatch.setattr(_cuda, "_driver_instance", None)
+    monkeypatch.setattr(_cuda, "_torch", _fake_torch)
+    _Event.made = []
+    yield ctypes.CDLL(standin)
+    _cuda._driver_instance = None
+
+
+@pytest.fixture
+def config(tmp_path):
+    datasets, _ = make_corpus(str(tmp_path))
+    return {"seq_len": 31, "batch_size": 3, "seed": 5, "logical_shards": 8, "eos_id": 0, "datasets": datasets}
+
+
+def take(loader, n):
+    out = []
+    for batch in loader:
+        out.append((batch["step"], np.array(batch["tokens"])))
+        assert np.array_equal(np.asarray(batch["input_ids"]), out[-1][1][:, :-1])
+        if len(out) == n:
+            break
+    return out
+
+
+def device_files(pid):
+    return glob.glob(f"/dev/shm/fakecuda-{pid}-*")
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["control-block", "messages"])
+@pytest.mark.parametrize("copy", [False, True], ids=["views", "copies"])
+def test_cuda_batches_equal_shm(daemon_factory, standin, client_standin, config, fast, copy):
+    d = daemon_factory("--cuda-library", standin)
+    with Loader(config, dp_rank=1, dp_size=2, socket=d.socket, job="shm") as ref:
+        want = take(ref, 25)
+    with Loader(config, dp_rank=1, dp_size=2, socket=d.socket, job="gpu", transport="cuda",
+                device=1, slots=3, fast=fast, copy=copy) as gpu:
+        got = take(gpu, 25)
+        assert (gpu._ctl is not None) == fast, "the control block was (not) used as asked"
+        assert gpu._dev_ring.device.index == 1
+        assert len(device_files(d.proc.pid)) == 1, "the daemon's device ring is not one allocation"
+    assert [s for s, _ in got] == list(range(1, 26))
+    for (_, w), (_, g) in zip(want, got):
+        assert np.array_equal(w, g), "a batch read through the device ring differs from shm"
+    # The client let go of everything it opened in the driver, and the daemon
+    # freed the device ring and its control block when the session closed.
+    assert client_standin.fakecuda_python_live() == 0
+    for _ in range(100):
+        if not device_files(d.proc.pid):
+            break
+        time.sleep(0.05)
+    assert device_files(d.proc.pid) == [], "device memory left after the session closed"
+    assert d.rings() == sorted(d.before) or set(d.rings()) <= d.before, "a ring or control file left"
+
+
+def test_cuda_resume_continues_the_run(daemon_factory, standin, client_standin, config, tmp_path):
+    d = daemon_factory("--cuda-library", standin)
+    with Loader(config, dp_rank=0, dp_size=1, socket=d.socket, job="a", transport="cuda", device=0) as a:
+        whole = take(a, 30)
+    ckpt = str(tmp_path / "ckpt")
+    with Loader(config, dp_rank=0, dp_size=1, socket=d.socket, job="b", transport="cuda", device=0) as b:
+        take(b, 11)
+        b.save(ckpt)
+    with Loader(config, dp_rank=0, dp_size=1, socket=d.socket, job="c", transport="cuda", device=0,
+                resume_from=ckpt) as c:
+        rest = take(c, 19)
+    assert [s for s, _ in rest] == list(range(12, 31))
+    for (_, w), (_, g) in zip(whole[11:], rest):
+        assert np.array_equal(w, g), "a resumed cuda run differs from the uninterrupted one"
+
+
+def test_cuda_fence_holds_slots_until_their_work_is_done(daemon_factory, standin, client_standin, config):
+    # With 3 slots and the fence holding up to 2 given-up batches, the loader
+    # neither deadlocks nor releases a step in the control block before the
+    # event recorded when it was given up has completed.
+    d = daemon_factory("--cuda-library", standin)
+    with Loader(config, dp_rank=0, dp_size=1, socket=d.socket, job="f", transport="cuda", slots=3) as gpu:
+        it = iter(gpu)
+        for step in range(1, 41):
+            assert next(it)["step"] == step
+            # One event per given-up batch, in step order: made[k] is step k+1's.
+            assert len(_Event.made) == step - 1
+            released = gpu._ctl._u64[gpu._ctl._released]
+            assert released <= step - 1, f"step {released} released while batch {step} is in hand"
+            assert step < 4 or released >= step - 3, f"step {step}: only {released} released, the ring would stall"
+            undone = [k + 1 for k in range(released) if not _Event.made[k].done()]
+            assert undone == [], f"steps {undone} released before their GPU work completed"
