@@ -126,3 +126,46 @@ def test_cuda_transport_without_a_gpu(daemon, config):
                 job="c", config=to_proto(config, "/"), dp_rank=0, dp_size=1, transport=pb.TRANSPORT_CUDA), timeout=30)
     assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED
     assert "shm and inline transports work without a GPU" in info.value.details()
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["control-block", "messages"])
+def test_stuck_daemon_times_out(daemon, config, fast):
+    # A daemon that stops answering (SIGSTOP, as a hung filesystem would leave
+    # it) makes next() raise BatchTimeoutError after batch_timeout, instead of
+    # hanging the trainer; the loader is then closed, and once the daemon runs
+    # again it reclaims the session, so a new loader can take the rank.
+    import signal
+    import time
+
+    from dataloaderd import BatchTimeoutError, DataloaderdError
+
+    loader = Loader(config, socket=daemon.socket, dp_rank=0, dp_size=1, job="stuck", fast=fast,
+                    batch_timeout=1.0, slots=2)
+    it = iter(loader)
+    next(it)
+    os.kill(daemon.proc.pid, signal.SIGSTOP)
+    try:
+        start = time.monotonic()
+        with pytest.raises(BatchTimeoutError, match=r"within batch_timeout=1 s .* job 'stuck', dp_rank 0") as info:
+            for _ in range(10):  # the batches already in the ring come first
+                next(it)
+        assert time.monotonic() - start < 5, "the timeout took far longer than batch_timeout"
+        assert isinstance(info.value, TimeoutError)
+        with pytest.raises(DataloaderdError, match="closed"):
+            loader.save("/tmp/never")
+    finally:
+        os.kill(daemon.proc.pid, signal.SIGCONT)
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            with Loader(config, socket=daemon.socket, dp_rank=0, dp_size=1, job="stuck") as again:
+                assert next(iter(again))["step"] == 1
+            break
+        except SessionExistsError:
+            assert time.monotonic() < deadline, "the timed-out session was never reclaimed"
+            time.sleep(0.1)
+
+
+def test_batch_timeout_must_be_positive(daemon, config):
+    with pytest.raises(ConfigError, match="batch_timeout must be > 0"):
+        Loader(config, socket=daemon.socket, batch_timeout=0)

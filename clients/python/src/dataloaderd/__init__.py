@@ -2,9 +2,9 @@
 node's dataloaderd daemon, as zero-copy views of shared memory or of GPU
 memory shared over CUDA IPC."""
 
-from .errors import (ConfigError, DaemonUnavailableError, DataloaderdError, PathNotAllowedError,
-                     ResourceExhaustedError, SessionExistsError, SessionNotFoundError, StateError,
-                     TransportUnavailableError)
+from .errors import (BatchTimeoutError, ConfigError, DaemonUnavailableError, DataloaderdError,
+                     PathNotAllowedError, ResourceExhaustedError, SessionExistsError,
+                     SessionNotFoundError, StateError, TransportUnavailableError)
 from .loader import Loader
 
 __all__ = [
@@ -18,5 +18,6 @@ __all__ = [
     "DaemonUnavailableError",
     "TransportUnavailableError",
     "ResourceExhaustedError",
+    "BatchTimeoutError",
 ]
 __version__ = "0.1.0"

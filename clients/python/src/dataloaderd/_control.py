@@ -98,6 +98,10 @@ class Control:
             return RUNNING, (slot, self._u32[rec // 4 + 2])
         return state, None
 
+    def published(self) -> int:
+        """The last step the daemon announced."""
+        return self._u64[_PUBLISHED // 8]
+
     def wait(self, step: int, timeout_s: float) -> None:
         """Sleeps until the daemon publishes or changes state, or timeout_s
         passes; returns at once when something happened since the last look."""

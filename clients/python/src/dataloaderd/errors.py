@@ -18,6 +18,7 @@ __all__ = [
     "DaemonUnavailableError",
     "TransportUnavailableError",
     "ResourceExhaustedError",
+    "BatchTimeoutError",
 ]
 
 
@@ -66,6 +67,12 @@ class TransportUnavailableError(DataloaderdError):
 class ResourceExhaustedError(DataloaderdError):
     """The daemon is out of a resource the session needs (e.g. GPU memory for a
     device ring)."""
+
+
+class BatchTimeoutError(DataloaderdError, TimeoutError):
+    """No batch came within the loader's ``batch_timeout``: the daemon or its
+    producer is stuck (a hung filesystem, a stopped process). The loader is
+    closed; resume from the last checkpoint with a new one."""
 
 
 _BY_CODE = {

@@ -6,6 +6,7 @@ import atexit
 import os
 import queue
 import sys
+import threading
 import time
 import warnings
 import weakref
@@ -19,8 +20,8 @@ from ._proto import dataloader_pb2_grpc as pb_grpc
 from . import _control, _cuda
 from ._ring import ShmRing
 from .config import env_int, load_config, optional_abspath, to_proto
-from .errors import (ConfigError, DaemonUnavailableError, DataloaderdError, StateError,
-                     from_rpc_error, translate)
+from .errors import (BatchTimeoutError, ConfigError, DaemonUnavailableError, DataloaderdError,
+                     StateError, from_rpc_error, translate)
 
 try:  # torch is optional: without it batches are numpy arrays
     import torch
@@ -60,6 +61,10 @@ class Loader:
     tensors when torch is installed), ``step`` and ``lines``. On the ``shm``
     transport these are views of shared memory, valid until the next batch is
     asked for; pass ``copy=True`` to get batches you may keep.
+
+    ``next()`` raises BatchTimeoutError when no batch comes within
+    ``batch_timeout`` seconds (default 600; None waits forever), so a stuck
+    daemon fails the step instead of hanging it.
     """
 
     def __init__(self, config: Union[str, os.PathLike, Mapping[str, Any]],
@@ -67,7 +72,7 @@ class Loader:
                  socket: Optional[str] = None, resume_from: Optional[Union[str, os.PathLike]] = None,
                  transport: str = "shm", *, job: Optional[str] = None, consumers: int = 1,
                  slots: int = 0, copy: bool = False, timeout: float = 60.0, fast: bool = True,
-                 device: Optional[int] = None):
+                 device: Optional[int] = None, batch_timeout: Optional[float] = 600.0):
         data, base = load_config(config)
         self._config = to_proto(data, base)
         self.dp_rank = env_int("RANK", 0) if dp_rank is None else int(dp_rank)
@@ -78,6 +83,9 @@ class Loader:
             raise ConfigError(f"transport {transport!r}: want one of {', '.join(_TRANSPORTS)}")
         if consumers < 1 or slots < 0:
             raise ConfigError(f"consumers must be >= 1 and slots >= 0, got {consumers} and {slots}")
+        if batch_timeout is not None and not batch_timeout > 0:
+            raise ConfigError(f"batch_timeout must be > 0 seconds or None, got {batch_timeout!r}")
+        self._batch_timeout = batch_timeout
         self.job = job or os.environ.get("DATALOADERD_JOB") or os.environ.get("TORCHELASTIC_RUN_ID") or "default"
         self.transport = transport
         self._consumers, self._slots, self._copy, self._timeout = consumers, slots, copy, timeout
@@ -107,6 +115,8 @@ class Loader:
         self._requests: Optional[queue.Queue] = None
         self._responses = None
         self._held: Optional[tuple] = None
+        self._waiting_since: Optional[float] = None  # monotonic, while next() waits on a message
+        self._timed_out = False
         self._last_step = 0
         self._ended = False
         self._closed = False
@@ -167,7 +177,7 @@ class Loader:
         except (OSError, ValueError):
             return None  # e.g. another user's ring
 
-    def _close_session(self) -> None:
+    def _close_session(self, tell_daemon: bool = True) -> None:
         s, self._session = self._session, None
         if s is None:
             return
@@ -180,8 +190,9 @@ class Loader:
             self._dev_ring.close()
             self._dev_ring = None
         try:
-            self._stub.CloseSession(pb.CloseSessionRequest(session_id=s.session_id, consumer=s.consumer),
-                                    timeout=self._timeout)
+            if tell_daemon:
+                self._stub.CloseSession(pb.CloseSessionRequest(session_id=s.session_id, consumer=s.consumer),
+                                        timeout=self._timeout)
         except grpc.RpcError:
             pass  # the daemon reclaims a session whose stream ends anyway
         if self._requests is not None:
@@ -212,6 +223,9 @@ class Loader:
             self._requests.put(pb.BatchesRequest(attach=pb.Attach(
                 session_id=s.session_id, consumer=s.consumer, shm_control=self._ctl is not None)))
             self._responses = self._stub.Batches(_requests_from(self._requests))
+            if self._ctl is None and self._batch_timeout is not None:
+                threading.Thread(target=_watch_batches, args=(weakref.ref(self), self._responses),
+                                 name="dataloaderd-batch-timeout", daemon=True).start()
         if self._ctl is not None:
             yield from self._control_batches(s)
             return
@@ -225,12 +239,17 @@ class Loader:
                     self._release(*self._held)
                 self._held = None
             start = time.perf_counter_ns()
+            self._waiting_since = time.monotonic()
             try:
                 msg = next(self._responses)
             except grpc.RpcError as err:
+                if self._timed_out:
+                    self._time_out(None)
                 raise from_rpc_error(err) from err
             except StopIteration:
                 raise DaemonUnavailableError("the daemon ended the batch stream") from None
+            finally:
+                self._waiting_since = None
             wait_ns = time.perf_counter_ns() - start
             if msg.end:
                 self._ended = True
@@ -274,10 +293,13 @@ class Loader:
                 give_back(self._held)
                 self._held = None
             start = time.perf_counter_ns()
+            deadline = None if self._batch_timeout is None else time.monotonic() + self._batch_timeout
             while True:
                 state, got = ctl.poll(want)
                 if got is not None:
                     break
+                if deadline is not None and time.monotonic() > deadline:
+                    self._time_out(ctl.published())
                 if state == _control.ENDED:
                     self._ended = True
                     return
@@ -307,6 +329,25 @@ class Loader:
                 self._held = (slot, want, wait_ns)
             self._last_step = want
             yield _batch(tokens, want)
+
+    def _time_out(self, published: Optional[int]) -> None:
+        """Closes the loader and raises BatchTimeoutError for the batch awaited."""
+        s = self._session
+        what = f"session {s.session_id}" if s is not None else "the session"
+        seen = "" if published is None else f"; the daemon has announced steps up to {published}"
+        # No CloseSession: a stuck daemon would not answer it. Ending the
+        # stream is enough for the daemon to reclaim the session.
+        self._closed = True
+        _open_loaders.discard(self)
+        try:
+            self._close_session(tell_daemon=False)
+        finally:
+            self._channel.close()
+        raise BatchTimeoutError(
+            f"no batch {self._last_step + 1} within batch_timeout={self._batch_timeout:g} s from the daemon at "
+            f"{self.socket} ({what}, job {self.job!r}, dp_rank {self.dp_rank}){seen}. The daemon or its reading "
+            "is stuck: see its log and dataloaderd_ready_slots. This loader is closed; resume from the last "
+            "checkpoint with a new one")
 
     @translate
     def _stream_failure(self) -> None:
@@ -400,6 +441,23 @@ class Loader:
             self.close()
         except Exception:
             pass
+
+
+def _watch_batches(ref: "weakref.ref[Loader]", responses: Any) -> None:
+    """Cancels a message-mode batch stream whose next() has waited longer than
+    the loader's batch_timeout; the loader then raises BatchTimeoutError. Ends
+    with the stream, or when the loader is gone."""
+    while True:
+        loader = ref()
+        if loader is None or loader._closed or loader._responses is not responses or responses.done():
+            return
+        timeout, since = loader._batch_timeout, loader._waiting_since
+        if since is not None and time.monotonic() - since > timeout:
+            loader._timed_out = True
+            responses.cancel()
+            return
+        del loader
+        time.sleep(min(1.0, timeout / 4))
 
 
 def _fence_hold(slots: int) -> int:
