@@ -1,11 +1,14 @@
 package server
 
 import (
+	"encoding/json"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	dto "github.com/prometheus/client_model/go"
 
@@ -14,18 +17,24 @@ import (
 
 // TestMetricsLintedAndDocumented lints every server metric and checks that
 // docs/metrics.md lists it.
-func TestMetricsLintedAndDocumented(t *testing.T) {
+// exported is a registry with every server metric, each vector with one
+// child (vectors show up only once they have one).
+func exported(t *testing.T) *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	m := newMetrics(reg)
 	res := stream.NewResources(1, 1<<20, nil)
-	defer res.Close()
+	t.Cleanup(func() { res.Close() })
 	m.registerResources(reg, res)
 	m.skipped.WithLabelValues("x").Inc()
-	// Vectors show up only once they have a child.
 	m.tokens.WithLabelValues("x").Inc()
 	m.lines.WithLabelValues("x").Inc()
 	m.readySlots.WithLabelValues("j", "0").Set(1)
 	m.errors.WithLabelValues("InvalidArgument").Inc()
+	return reg
+}
+
+func TestMetricsLintedAndDocumented(t *testing.T) {
+	reg := exported(t)
 	problems, err := promlint.NewWithMetricFamilies(mustGather(t, reg)).Lint()
 	if err != nil {
 		t.Fatal(err)
@@ -55,4 +64,90 @@ func mustGather(t *testing.T, reg *prometheus.Registry) []*dto.MetricFamily {
 		t.Fatal(err)
 	}
 	return fams
+}
+
+// TestDashboardQueriesExportedMetrics: every query of the Grafana dashboard
+// names metrics the daemon exports (its own, and the process collector's) and
+// groups or filters by labels they carry or that Prometheus adds.
+func TestDashboardQueriesExportedMetrics(t *testing.T) {
+	reg := exported(t)
+	reg.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	series := map[string]bool{}
+	labels := map[string]bool{"job": true, "instance": true, "le": true} // added by Prometheus, and histogram buckets
+	for _, f := range mustGather(t, reg) {
+		series[f.GetName()] = true
+		if f.GetType() == dto.MetricType_HISTOGRAM {
+			for _, s := range []string{"_bucket", "_sum", "_count"} {
+				series[f.GetName()+s] = true
+			}
+		}
+		for _, mt := range f.GetMetric() {
+			for _, l := range mt.GetLabel() {
+				labels[l.GetName()] = true
+			}
+		}
+	}
+
+	b, err := os.ReadFile("../../deploy/grafana-dashboard.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Title   string
+			Targets []struct{ Expr string }
+		}
+	}
+	if err := json.Unmarshal(b, &dash); err != nil {
+		t.Fatalf("deploy/grafana-dashboard.json: %v", err)
+	}
+	if len(dash.Panels) == 0 {
+		t.Fatal("the dashboard has no panels")
+	}
+	name := regexp.MustCompile(`\b(?:dataloaderd|process|go)_[a-z_]+\b`)
+	grouping := regexp.MustCompile(`\b(?:by|without)\s*\(([^)]*)\)`)
+	matcher := regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)\s*(?:=~|!~|!=|=)\s*"`)
+	legend := regexp.MustCompile(`\{\{\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*\}\}`)
+	used := map[string]bool{}
+	for _, p := range dash.Panels {
+		if len(p.Targets) == 0 {
+			t.Errorf("panel %q has no query", p.Title)
+		}
+		for _, q := range p.Targets {
+			names := name.FindAllString(q.Expr, -1)
+			if len(names) == 0 {
+				t.Errorf("panel %q: query %q names no metric", p.Title, q.Expr)
+			}
+			for _, n := range names {
+				used[n] = true
+				if !series[n] {
+					t.Errorf("panel %q: %s is not a series the daemon exports", p.Title, n)
+				}
+			}
+			var ls []string
+			for _, g := range grouping.FindAllStringSubmatch(q.Expr, -1) {
+				ls = append(ls, strings.Split(g[1], ",")...)
+			}
+			for _, mm := range matcher.FindAllStringSubmatch(q.Expr, -1) {
+				ls = append(ls, mm[1])
+			}
+			for _, l := range ls {
+				if l = strings.TrimSpace(l); l != "" && !labels[l] {
+					t.Errorf("panel %q: label %q is on no exported series", p.Title, l)
+				}
+			}
+		}
+	}
+	for _, l := range legend.FindAllStringSubmatch(string(b), -1) {
+		if !labels[l[1]] {
+			t.Errorf("a legend shows label %q, which is on no exported series", l[1])
+		}
+	}
+	// The panels that answer "do the GPUs wait?" must be there.
+	for _, n := range []string{"dataloaderd_client_wait_seconds_bucket", "dataloaderd_ready_slots", "dataloaderd_lines_served_total"} {
+		if !used[n] {
+			t.Errorf("the dashboard does not show %s", n)
+		}
+	}
 }
