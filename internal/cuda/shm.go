@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -95,8 +96,13 @@ func createShared(path string, size int) ([]byte, error) {
 	}
 	defer f.Close()
 	if err := unix.Fallocate(int(f.Fd()), 0, 0, int64(size)); err != nil {
-		// tmpfs without fallocate: fall back to a sparse file; a full /dev/shm
-		// then shows as SIGBUS on first touch, so say how much we needed.
+		if !errors.Is(err, unix.EOPNOTSUPP) && !errors.Is(err, unix.ENOSYS) {
+			// ENOSPC above all: a sparse file would fault (SIGBUS) on first
+			// touch instead, killing the daemon.
+			os.Remove(path)
+			return nil, fmt.Errorf("reserve %d bytes for %s: %w", size, path, err)
+		}
+		// A filesystem without fallocate: a sparse file it must be.
 		if err := f.Truncate(int64(size)); err != nil {
 			os.Remove(path)
 			return nil, fmt.Errorf("size %s to %d bytes: %w", path, size, err)
@@ -117,6 +123,7 @@ func createShared(path string, size int) ([]byte, error) {
 // says data offset 0 (no slot is in the file) and the device ring's stride.
 type ControlFile struct {
 	path string
+	size int
 	mem  []byte
 	ctl  *Control
 }
@@ -136,7 +143,7 @@ func NewControlFile(dir, name string, slots, consumers, stride int) (*ControlFil
 	if err != nil {
 		return nil, err
 	}
-	return &ControlFile{path: path, mem: mem, ctl: initControl(mem, slots, consumers, 0, stride)}, nil
+	return &ControlFile{path: path, size: size, mem: mem, ctl: initControl(mem, slots, consumers, 0, stride)}, nil
 }
 
 // Control is the file's control block.
@@ -145,8 +152,8 @@ func (f *ControlFile) Control() *Control { return f.ctl }
 // Path is the file clients map.
 func (f *ControlFile) Path() string { return f.path }
 
-// Size is the file's size: the bytes clients map.
-func (f *ControlFile) Size() int { return len(f.mem) }
+// Size is the file's size: the bytes clients map. Safe to call after Close.
+func (f *ControlFile) Size() int { return f.size }
 
 // Close unmaps the block and removes the file; clients that still map it keep
 // their mapping until they unmap. Closing twice is harmless.

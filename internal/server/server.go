@@ -361,13 +361,13 @@ func (s *Server) newSession(key sessionKey, cfg stream.Config, req *pb.OpenSessi
 		return nil, err
 	}
 	// A device ring's control block lives in a file of its own beside it.
+	// Without one (no writable shm directory), batches go by messages.
 	var ctlFile *cuda.ControlFile
 	if transport == pb.Transport_TRANSPORT_CUDA {
 		ctlFile, err = cuda.NewControlFile(s.cfg.ShmDir, "dataloaderd-"+id+".ctl", ring.Slots(), consumers, ring.Stride())
 		if err != nil {
-			ring.Close()
-			release()
-			return nil, err
+			s.log.Warn("cuda session without a control block: batches go by messages", zap.String("session", id), zap.Error(err))
+			ctlFile = nil
 		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())

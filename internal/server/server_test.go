@@ -434,6 +434,24 @@ func TestCUDATransportOnFakeDriver(t *testing.T) {
 	if _, err := os.Stat(fo.GetRing().GetControlPath()); !os.IsNotExist(err) {
 		t.Fatalf("control file %s left after close: %v", fo.GetRing().GetControlPath(), err)
 	}
+	// Without a shm directory to put the control block in, a cuda session
+	// still serves, by messages.
+	if err := os.Remove(d.shm); err != nil {
+		t.Fatal(err)
+	}
+	slow, so := read(pb.Transport_TRANSPORT_CUDA, "noshm", 0, false)
+	if err := os.Mkdir(d.shm, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if so.GetRing().GetControlPath() != "" || so.GetRing().GetControlBytes() != 0 {
+		t.Fatalf("a control block announced without a shm directory: %v", so.GetRing())
+	}
+	for i := range want {
+		if string(slow[i]) != string(want[i]) {
+			t.Fatalf("batch %d by messages without a control block differs from inline", i+1)
+		}
+	}
+	waitSessions(t, d.srv, 0)
 	if c := fake.Counts(); c.DeviceAllocs+c.HostAllocs+c.Streams+c.Events+c.Contexts != 0 || c.PageableCopies != 0 {
 		t.Fatalf("after close the fake driver holds %+v", c)
 	}

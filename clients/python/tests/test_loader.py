@@ -299,10 +299,17 @@ def test_metrics_count_control_block_waits_and_batches(daemon_factory, config):
     with Loader(config, socket=d.socket, dp_rank=0, dp_size=1, job="fast") as a:
         take(a, 12)
         live = scrape()  # read from the open session's control block
+    assert live["dataloaderd_client_wait_seconds_count"] >= 11, live
+    closed = scrape()["dataloaderd_client_wait_seconds_count"]  # the first session's, folded in at close
     with Loader(config, socket=d.socket, dp_rank=0, dp_size=1, job="msg", fast=False) as b:
         take(b, 5)
+        # Batches 1-4 are released by messages that travel on their own
+        # thread: wait for the daemon to have them, before close drops them.
+        deadline = time.time() + 10
+        while scrape()["dataloaderd_client_wait_seconds_count"] < closed + 4:
+            assert time.time() < deadline, scrape()
+            time.sleep(0.05)
     after = scrape()
-    assert live["dataloaderd_client_wait_seconds_count"] >= 11, live
     # 12 + 5 batches taken; the last of each is released at close or not at all.
     assert after["dataloaderd_client_wait_seconds_count"] >= 11 + 4, after
     assert after["dataloaderd_batches_served_total"] >= 17

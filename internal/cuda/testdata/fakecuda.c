@@ -50,6 +50,11 @@ CUresult cuMemGetInfo_v2(size_t *free_, size_t *total) { NEED_CTX; *total = 1 <<
  * and IPC opens of another process's allocations. */
 #define MAXMAPS 64
 static struct { void *p; size_t n; char name[32]; int owned; } maps[MAXMAPS];
+/* Guards maps and the allocation counters: the daemon allocates and frees
+ * from concurrent sessions. */
+static int maps_lock;
+static void lock(void) { while (__atomic_exchange_n(&maps_lock, 1, __ATOMIC_ACQUIRE)) {} }
+static void unlock(void) { __atomic_store_n(&maps_lock, 0, __ATOMIC_RELEASE); }
 
 static int track(void *p, size_t n, const char *name, int owned) {
 	for (int i = 0; i < MAXMAPS; i++) {
@@ -95,22 +100,35 @@ CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n) {
 	NEED_CTX;
 	if (n > (1u << 30)) return 2;
 	char name[32];
-	snprintf(name, sizeof name, "fakecuda-%d-%d", (int)getpid(), seq++);
+	snprintf(name, sizeof name, "fakecuda-%d-%d", (int)getpid(), __atomic_fetch_add(&seq, 1, __ATOMIC_RELAXED));
 	void *m = map_file(name, n, 1);
 	if (!m) return 2;
-	if (track(m, n, name, 1)) { untrack(m, 1); return 2; }
-	live_dev++;
+	lock();
+	int full = track(m, n, name, 1);
+	if (!full) live_dev++;
+	unlock();
+	if (full) {
+		char path[64];
+		snprintf(path, sizeof path, "/dev/shm/%s", name);
+		munmap(m, n);
+		unlink(path);
+		return 2;
+	}
 	*p = (CUdeviceptr)m;
 	return 0;
 }
 CUresult cuMemFree_v2(CUdeviceptr p) {
 	NEED_CTX;
-	if (untrack((void *)p, 1)) return 1;
-	live_dev--;
-	return 0;
+	lock();
+	int bad = untrack((void *)p, 1);
+	if (!bad) live_dev--;
+	unlock();
+	return bad ? 1 : 0;
 }
 CUresult cuIpcGetMemHandle(unsigned char *h, CUdeviceptr p) {
 	NEED_CTX;
+	CUresult r = 1;
+	lock();
 	for (int i = 0; i < MAXMAPS; i++) {
 		if (maps[i].p == (void *)p && maps[i].owned) {
 			memset(h, 0, 64);
@@ -118,10 +136,12 @@ CUresult cuIpcGetMemHandle(unsigned char *h, CUdeviceptr p) {
 			memcpy(h + 8, &p, sizeof p);
 			memcpy(h + 16, &maps[i].n, sizeof maps[i].n);
 			snprintf((char *)h + 24, 40, "%s", maps[i].name);
-			return 0;
+			r = 0;
+			break;
 		}
 	}
-	return 1;
+	unlock();
+	return r;
 }
 CUresult cuMemHostAlloc(void **pp, size_t n, unsigned flags) {
 	NEED_CTX;
@@ -191,16 +211,21 @@ CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *p, ipc_handle h, unsigned flags) {
 	const char *name = (const char *)h.b + 24;
 	void *m = map_file(name, n, 0);
 	if (!m) return 400; /* CUDA_ERROR_INVALID_HANDLE */
-	if (track(m, n, name, 0)) { munmap(m, n); return 2; }
+	lock();
+	int full = track(m, n, name, 0);
+	if (!full) live_ipc++;
+	unlock();
+	if (full) { munmap(m, n); return 2; }
 	*p = (CUdeviceptr)m;
-	live_ipc++;
 	return 0;
 }
 CUresult cuIpcCloseMemHandle(CUdeviceptr p) {
 	NEED_CTX;
-	if (!p || untrack((void *)p, 0)) return 1;
-	live_ipc--;
-	return 0;
+	lock();
+	int bad = !p || untrack((void *)p, 0);
+	if (!bad) live_ipc--;
+	unlock();
+	return bad ? 1 : 0;
 }
 CUresult cuMemHostRegister_v2(void *p, size_t n, unsigned flags) { NEED_CTX; if (!p || !n || flags != 9) return 1; live_registered++; return 0; }
 CUresult cuMemHostUnregister(void *p) { NEED_CTX; if (!live_registered) return 713; live_registered--; return 0; }

@@ -170,10 +170,13 @@ class Loader:
         """The session's control block, or None when batches come by messages
         (fast=False, another platform, an older daemon, or a block this
         process may not map)."""
-        if not (self._fast and s.ring.control_path and s.ring.control_bytes > 0 and _control.supported()):
+        path, size = s.ring.control_path, s.ring.control_bytes
+        if not path and s.transport == pb.TRANSPORT_SHM:
+            path, size = s.ring.path, s.ring.data_offset  # a daemon from before control_path
+        if not (self._fast and path and size > 0 and _control.supported()):
             return None
         try:
-            return _control.Control(s.ring.control_path, s.ring.control_bytes, s.consumer)
+            return _control.Control(path, size, s.consumer)
         except (OSError, ValueError):
             return None  # e.g. another user's ring
 
@@ -223,6 +226,7 @@ class Loader:
             self._requests.put(pb.BatchesRequest(attach=pb.Attach(
                 session_id=s.session_id, consumer=s.consumer, shm_control=self._ctl is not None)))
             self._responses = self._stub.Batches(_requests_from(self._requests))
+            self._timed_out = False
             if self._ctl is None and self._batch_timeout is not None:
                 threading.Thread(target=_watch_batches, args=(weakref.ref(self), self._responses),
                                  name="dataloaderd-batch-timeout", daemon=True).start()
@@ -453,9 +457,10 @@ def _watch_batches(ref: "weakref.ref[Loader]", responses: Any) -> None:
             return
         timeout, since = loader._batch_timeout, loader._waiting_since
         if since is not None and time.monotonic() - since > timeout:
-            loader._timed_out = True
-            responses.cancel()
-            return
+            if loader._waiting_since is since:  # else the batch came meanwhile
+                loader._timed_out = True  # before the cancel that the waiting next() sees
+                responses.cancel()
+                return
         del loader
         time.sleep(min(1.0, timeout / 4))
 
