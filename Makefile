@@ -55,7 +55,7 @@ test-python: build $(VENV)/.stamp $(VENV)/.tokenize-stamp $(TOKENIZE_VOCAB)/.sta
 	DATALOADERD_BIN=$(BIN)/dataloaderd DATALOADERD_TOKENIZER_VOCAB=$(TOKENIZE_VOCAB) \
 		$(PY) -m pytest -q clients/python/tests
 
-test: setup generate-check test-tokenize test-go test-python
+test: setup generate-check generate-tokenize-check test-tokenize test-go test-python
 
 # generate writes the Go and Python stubs into OUT (default: in place).
 OUT ?= .

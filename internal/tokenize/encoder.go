@@ -2,8 +2,6 @@ package tokenize
 
 import (
 	"unicode/utf8"
-
-	"golang.org/x/text/unicode/norm"
 )
 
 // Encoder encodes text for one goroutine at a time. It shares the Tokenizer's read-only
@@ -51,10 +49,12 @@ func (e *Encoder) encodeOrdinary(dst []int32, text []byte) []int32 {
 		e.s.norm = appendReplacingInvalid(e.s.norm[:0], text)
 		text = e.s.norm
 	}
-	if t.nfc && !norm.NFC.IsNormal(text) {
-		buf := appendNFC(e.s.buf[:0], text)
-		e.s.buf = buf
-		text = buf
+	if t.nfc {
+		if n := nfcSpan(text); n < len(text) {
+			buf := appendNFC(append(e.s.buf[:0], text[:n]...), text[n:])
+			e.s.buf = buf
+			text = buf
+		}
 	}
 	if t.steps != nil {
 		return e.encodeSteps(dst, text, 0)
