@@ -31,4 +31,20 @@ import torch
 sys.exit(0 if torch.cuda.is_available() else 1)
 PY
 
+# The client's generated stubs refuse a grpcio or protobuf older than their
+# generator's (clients/python/pyproject.toml). A GPU image without network may
+# have older ones: carry wheels (e.g. into .whl, named in the device call's
+# carry, and installed with pip --no-index --target before running this).
+"$PYTHON" - <<'PY' || die "the client cannot be imported here (see above): carry wheels of the versions clients/python/pyproject.toml asks for, e.g. 'pip download --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux_2_17_x86_64 -d .whl grpcio==1.85.1 protobuf==7.36.2', install them with 'pip install --no-index --no-deps --target /tmp/site .whl/*.whl' and set PYTHONPATH=/tmp/site"
+import sys
+sys.path.insert(0, "clients/python/src")
+try:
+    import grpc, google.protobuf
+    print(f"client runtime: grpcio {grpc.__version__}, protobuf {google.protobuf.__version__}")
+    from dataloaderd._proto import dataloader_pb2, dataloader_pb2_grpc  # noqa: F401
+except Exception as e:  # a version check of the stubs, or a missing package
+    print(f"gpu-check: {type(e).__name__}: {e}", file=sys.stderr)
+    sys.exit(1)
+PY
+
 exec "$PYTHON" scripts/gpu_check.py --daemon "$DAEMON" "$@"

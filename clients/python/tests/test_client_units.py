@@ -178,3 +178,29 @@ def test_cuda_fence_leaves_the_daemon_a_slot(monkeypatch, slots):
         # The daemon produces `step` into the slot of step - slots.
         assert step - slots <= released, f"{slots} slots: waiting for step {step}, the fence holds step {step - slots}"
         held = step
+
+
+def test_declared_dependencies_cover_the_generated_stubs():
+    # pip must not install the client next to a grpcio or protobuf that the
+    # committed stubs refuse at import (they check their generator's versions).
+    import os
+    import re
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    root = os.path.join(here, "..")
+    with open(os.path.join(root, "pyproject.toml")) as f:
+        deps = re.search(r"^dependencies = \[(.*)\]$", f.read(), re.M).group(1)
+    declared = dict(re.findall(r'"(grpcio|protobuf)>=([0-9.]+)', deps))
+    with open(os.path.join(root, "src", "dataloaderd", "_proto", "dataloader_pb2_grpc.py")) as f:
+        grpc_gen = re.search(r"GRPC_GENERATED_VERSION = '([0-9.]+)'", f.read()).group(1)
+    with open(os.path.join(root, "src", "dataloaderd", "_proto", "dataloader_pb2.py")) as f:
+        m = re.search(r"Domain\.PUBLIC,\s*(\d+),\s*(\d+),\s*(\d+),", f.read())
+    proto_gen = ".".join(m.groups())
+
+    def key(v):
+        return tuple(int(x) for x in v.split("."))
+
+    assert key(declared["grpcio"]) >= key(grpc_gen), (declared, grpc_gen)
+    assert key(declared["protobuf"]) >= key(proto_gen), (declared, proto_gen)
+    major = int(proto_gen.split(".")[0])
+    assert re.search(r'"protobuf>=[0-9.]+,<%d"' % (major + 1), deps), f"protobuf needs an upper bound <{major + 1}: {deps}"
