@@ -68,6 +68,9 @@ type Server struct {
 	mu       sync.Mutex
 	sessions map[sessionKey]*session
 	byID     map[string]*session
+	// opening holds a channel per key whose session is being made, closed
+	// when it is made (or failed).
+	opening  map[sessionKey]chan struct{}
 	stopping bool
 }
 
@@ -104,7 +107,7 @@ func New(cfg Config) (*Server, error) {
 	cfg.Resources.OnSkip = skipLogger(cfg.Logger, m)
 	return &Server{
 		cfg: cfg, log: cfg.Logger, roots: r, metrics: m,
-		health: health.NewServer(), corpora: newCorpora(cfg.Resources), sessions: map[sessionKey]*session{}, byID: map[string]*session{},
+		health: health.NewServer(), corpora: newCorpora(cfg.Resources), sessions: map[sessionKey]*session{}, byID: map[string]*session{}, opening: map[sessionKey]chan struct{}{},
 		devices: sync.OnceValues(func() (*cuda.Devices, error) {
 			drv, err := open()
 			if err != nil {
@@ -221,14 +224,14 @@ func (s *Server) fail(err error) error {
 
 // OpenSession implements Loader.
 func (s *Server) OpenSession(ctx context.Context, req *pb.OpenSessionRequest) (*pb.OpenSessionResponse, error) {
-	resp, err := s.openSession(req)
+	resp, err := s.openSession(ctx, req)
 	if err != nil {
 		s.log.Info("open session refused", zap.String("job", req.GetJob()), zap.Uint32("dp_rank", req.GetDpRank()), zap.Error(err))
 	}
 	return resp, s.fail(err)
 }
 
-func (s *Server) openSession(req *pb.OpenSessionRequest) (*pb.OpenSessionResponse, error) {
+func (s *Server) openSession(ctx context.Context, req *pb.OpenSessionRequest) (*pb.OpenSessionResponse, error) {
 	cfg, err := configFrom(req.GetConfig())
 	if err != nil {
 		return nil, err
@@ -283,38 +286,55 @@ func (s *Server) openSession(req *pb.OpenSessionRequest) (*pb.OpenSessionRespons
 	}
 	key := sessionKey{job: req.GetJob(), dpRank: req.GetDpRank()}
 
-	// Join an open session of the same key.
+	// Join an open session of the same key. The processes of a tensor or
+	// pipeline-parallel group start together: while one of them makes the
+	// session, the others wait for it and then join.
 	s.mu.Lock()
-	if s.stopping {
-		s.mu.Unlock()
-		return nil, errShuttingDown
-	}
-	if ss := s.sessions[key]; ss != nil {
-		s.mu.Unlock()
-		if len(ss.attached) > 1 && ss.configKey != string(ckey) {
-			return nil, fmt.Errorf("%w: job %q dp_rank %d is open with another config, dp_size, consumer count, transport or resume point",
-				errConfigDiffers, key.job, key.dpRank)
+	for {
+		if s.stopping {
+			s.mu.Unlock()
+			return nil, errShuttingDown
 		}
-		c, err := ss.join()
-		if err != nil {
-			return nil, err
+		if ss := s.sessions[key]; ss != nil {
+			s.mu.Unlock()
+			if len(ss.attached) > 1 && ss.configKey != string(ckey) {
+				return nil, fmt.Errorf("%w: job %q dp_rank %d is open with another config, dp_size, consumer count, transport or resume point",
+					errConfigDiffers, key.job, key.dpRank)
+			}
+			c, err := ss.join()
+			if err != nil {
+				return nil, err
+			}
+			return s.describe(ss, c), nil
 		}
-		return s.describe(ss, c), nil
+		made := s.opening[key]
+		if made == nil {
+			break
+		}
+		s.mu.Unlock()
+		select {
+		case <-made:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		s.mu.Lock()
 	}
+	made := make(chan struct{})
+	s.opening[key] = made
 	s.mu.Unlock()
 
 	ss, err := s.newSession(key, cfg, req, transport, consumers, slots, string(ckey))
+	s.mu.Lock()
+	delete(s.opening, key)
+	close(made)
 	if err != nil {
+		s.mu.Unlock()
 		return nil, err
 	}
-	s.mu.Lock()
-	if s.stopping || s.sessions[key] != nil {
+	if s.stopping {
 		s.mu.Unlock()
 		ss.stop(s.metrics.clientWait)
-		if s.stopping {
-			return nil, errShuttingDown
-		}
-		return nil, fmt.Errorf("%w: job %q dp_rank %d was opened concurrently", errSessionExists, key.job, key.dpRank)
+		return nil, errShuttingDown
 	}
 	s.sessions[key] = ss
 	s.byID[ss.id] = ss

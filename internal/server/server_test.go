@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -551,4 +552,62 @@ func (c *controlView) next(step uint64) (slot, lines int) {
 // release writes consumer's released step; the daemon's watcher sees it.
 func (c *controlView) release(consumer uint32, step uint64) {
 	atomic.StoreUint64(c.u64(int(atomic.LoadUint32(c.u32(72)))+128*int(consumer)), step)
+}
+
+// TestConcurrentOpenOfOneGroup: the processes of a tensor-parallel group
+// start together and open their shared session at the same moment; each
+// joins it (distinct consumer indexes), none is refused.
+func TestConcurrentOpenOfOneGroup(t *testing.T) {
+	d := startDaemon(t, Config{})
+	ctx := ctxT(t)
+	cfg := d.config(t)
+	for round := range 5 {
+		const n = 8
+		job := fmt.Sprintf("tp%d", round)
+		var wg sync.WaitGroup
+		resps := make([]*pb.OpenSessionResponse, n)
+		errs := make([]error, n)
+		start := make(chan struct{})
+		for i := range n {
+			wg.Go(func() {
+				<-start
+				resps[i], errs[i] = d.client.OpenSession(ctx, &pb.OpenSessionRequest{Job: job, Config: cfg, DpSize: 1, Consumers: n})
+			})
+		}
+		close(start)
+		wg.Wait()
+		seen := map[uint32]bool{}
+		for i := range n {
+			if errs[i] != nil {
+				t.Fatalf("round %d: open %d of %d: %v", round, i, n, errs[i])
+			}
+			if resps[i].GetSessionId() != resps[0].GetSessionId() || seen[resps[i].GetConsumer()] {
+				t.Fatalf("round %d: open %d: session %s consumer %d (first: %s)", round, i, resps[i].GetSessionId(), resps[i].GetConsumer(), resps[0].GetSessionId())
+			}
+			seen[resps[i].GetConsumer()] = true
+		}
+		for i := range n {
+			if _, err := d.client.CloseSession(ctx, &pb.CloseSessionRequest{SessionId: resps[i].GetSessionId(), Consumer: resps[i].GetConsumer()}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// One process opening a rank twice at once is still a duplicate: one of
+	// the two is refused, and not with "opened concurrently".
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i := range 2 {
+		wg.Go(func() {
+			_, errs[i] = d.client.OpenSession(ctx, &pb.OpenSessionRequest{Job: "dup", Config: cfg, DpSize: 1})
+		})
+	}
+	wg.Wait()
+	if (errs[0] == nil) == (errs[1] == nil) {
+		t.Fatalf("two opens of a 1-consumer rank: %v, %v", errs[0], errs[1])
+	}
+	for _, err := range errs {
+		if err != nil && (code(err) != codes.AlreadyExists || !strings.Contains(err.Error(), "duplicate session")) {
+			t.Fatalf("the refused open: %v", err)
+		}
+	}
 }
