@@ -4,10 +4,17 @@
 //
 // A text dataset is a sequence of units in file order, each a block of whole
 // documents: a Parquet row group, a byte block of a plain JSONL file snapped
-// to line starts, or a whole compressed JSONL file. Token counts are unknown
-// before tokenizing, so each unit has an approximate byte offset instead,
-// for cutting shards balanced by bytes. Opening reads file sizes and Parquet
-// footers only: O(files), never O(documents).
+// to line starts, or the lines of a compressed JSONL file that start in one
+// block of its decompressed text (the number of blocks comes from a size
+// hint in the file's header; a file without a usable one is one unit).
+// Token counts are unknown before tokenizing, so each unit has an
+// approximate byte offset instead, for cutting shards balanced by bytes.
+// Opening reads file sizes, Parquet footers and compressed files' headers
+// (and gzip's last 4 bytes) only: O(files), never O(documents).
+//
+// A compressed file is decompressed forward by decoders the dataset keeps
+// between reads, so its units are best read in order: Groups tells a reader
+// which units those are.
 //
 // Tokenized turns a Dataset into a source.Source whose units are the
 // dataset's units tokenized, cached and prefetched on a shared worker pool.
