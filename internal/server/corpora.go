@@ -17,8 +17,8 @@ type corpora struct {
 	res *stream.Resources
 	// opened, when set, is called once with each corpus opened.
 	opened func(*stream.Corpus)
-	mu   sync.Mutex
-	open map[string]*sharedCorpus
+	mu     sync.Mutex
+	open   map[string]*sharedCorpus
 }
 
 type sharedCorpus struct {
