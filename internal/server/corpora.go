@@ -14,9 +14,11 @@ import (
 // systems limit mmaps). A corpus is read-only once open; it is closed when
 // its last session ends.
 type corpora struct {
-	res  *stream.Resources
-	mu   sync.Mutex
-	open map[string]*sharedCorpus
+	res *stream.Resources
+	// opened, when set, is called once with each corpus opened.
+	opened func(*stream.Corpus)
+	mu     sync.Mutex
+	open   map[string]*sharedCorpus
 }
 
 type sharedCorpus struct {
@@ -45,6 +47,9 @@ func (c *corpora) acquire(wire *pb.JobConfig, cfg stream.Config) (*stream.Corpus
 		sc.refs++
 		c.mu.Unlock()
 		sc.corpus, sc.err = stream.OpenCorpusWith(cfg, c.res)
+		if sc.err == nil && c.opened != nil {
+			c.opened(sc.corpus)
+		}
 		close(sc.ready)
 	} else {
 		sc.refs++

@@ -102,5 +102,19 @@ func skipLogger(log *zap.Logger, m *metrics) func(string, error) {
 	}
 }
 
+// wholeFileLogger warns, once per opened corpus and dataset, of compressed
+// JSONL files whose header gives no usable size hint: each is one unit,
+// tokenized whole into the cache, as large as the file's text.
+func wholeFileLogger(log *zap.Logger) func(*stream.Corpus) {
+	return func(c *stream.Corpus) {
+		for name, st := range c.Compressed() {
+			if st.Whole > 0 {
+				log.Warn("compressed files without a usable size hint are read whole, one unit each",
+					zap.String("dataset", name), zap.Uint64("files", st.Whole), zap.Uint64("compressed_files", st.Files))
+			}
+		}
+	}
+}
+
 // loggedSkips is how many skipped records of a dataset are each logged.
 const loggedSkips = 20

@@ -105,9 +105,12 @@ func New(cfg Config) (*Server, error) {
 	m := newMetrics(cfg.Registry)
 	m.registerResources(cfg.Registry, cfg.Resources)
 	cfg.Resources.OnSkip = skipLogger(cfg.Logger, m)
+	corp := newCorpora(cfg.Resources)
+	corp.opened = wholeFileLogger(cfg.Logger)
 	return &Server{
 		cfg: cfg, log: cfg.Logger, roots: r, metrics: m,
-		health: health.NewServer(), corpora: newCorpora(cfg.Resources), sessions: map[sessionKey]*session{}, byID: map[string]*session{}, opening: map[sessionKey]chan struct{}{},
+		health: health.NewServer(), corpora: corp, sessions: map[sessionKey]*session{}, byID: map[string]*session{},
+		opening: map[sessionKey]chan struct{}{},
 		devices: sync.OnceValues(func() (*cuda.Devices, error) {
 			drv, err := open()
 			if err != nil {

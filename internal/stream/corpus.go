@@ -5,6 +5,7 @@ import (
 
 	"github.com/dataloaderd/dataloaderd/internal/source"
 	"github.com/dataloaderd/dataloaderd/internal/state"
+	"github.com/dataloaderd/dataloaderd/internal/text"
 )
 
 // openSource opens a dataset; tests replace it to count what opening reads.
@@ -154,6 +155,11 @@ func (d *dataset) cut(cfg Config) error {
 			ds: d, index: uint32(k), lo: lo, n: hi - lo, tokens: d.src.Offset(hi) - d.src.Offset(lo),
 			key: key(cfg.Seed, uint64(d.index), k),
 		}
+		if g, ok := d.src.(unitGrouper); ok {
+			if runs := g.Groups(lo, hi); len(runs) > 0 {
+				sh.order = newGroupOrder(lo, hi-lo, runs)
+			}
+		}
 		// A shard whose units are all empty (flat-file blocks inside one long
 		// document) has nothing to serve; it must never be asked for a line.
 		// Text units are not looked at: their lengths are only known by
@@ -264,6 +270,22 @@ func (c *Corpus) Close() error {
 		c.ownRes.Close()
 	}
 	return first
+}
+
+// Compressed describes the compressed JSONL files of each text dataset
+// that has some, by dataset name: how many, how many lack a usable size
+// hint (each is one unit, tokenized whole: worth a warning), and how many
+// times decoding started at a file's beginning.
+func (c *Corpus) Compressed() map[string]text.CompressedStats {
+	out := map[string]text.CompressedStats{}
+	for _, d := range c.datasets {
+		if s, ok := d.src.(interface{ Compressed() text.CompressedStats }); ok {
+			if st := s.Compressed(); st.Files > 0 {
+				out[d.name] = st
+			}
+		}
+	}
+	return out
 }
 
 // Skipped is the number of bad records the corpus's text datasets skipped so

@@ -82,7 +82,10 @@ func (r *Resources) addTokenizer(name string, enc text.Encoder) {
 // here), and every shard a rank reads keeps its current unit tokenized in
 // the cache (about 256 KiB of tokens per unit), so 8 ranks of 64 shards need
 // about 128 MiB.
-const textBlockBytes = 256 << 10
+var textBlockBytes uint64 = 256 << 10 // tests lower it
+
+// textBlockFloor is the smallest block openText shrinks to.
+const textBlockFloor = 4096
 
 // textFormats are the formats tokenized on the fly.
 var textFormats = []string{text.FormatParquet, text.FormatJSONL}
@@ -99,8 +102,11 @@ func (r *Resources) openText(cfg Config, d Dataset) (source.Source, string, erro
 	if err != nil {
 		return nil, "", err
 	}
+	// A shard reads one compressed file at a time, so two decoders per
+	// logical shard leave room for a file shared by two shards and for
+	// the decoders left behind where a shard's part of a file ends.
 	spec := text.Spec{Name: d.Name, Path: d.Path, Format: d.Format, Field: d.Field, OnBadRecord: d.OnBadRecord,
-		BlockBytes: textBlockBytes}
+		BlockBytes: textBlockBytes, Decoders: max(text.DefaultDecoders, 2*int(cfg.LogicalShards))}
 	if r.OnSkip != nil {
 		name := d.Name
 		spec.OnSkip = func(err error) { r.OnSkip(name, err) }
@@ -111,7 +117,7 @@ func (r *Resources) openText(cfg Config, d Dataset) (source.Source, string, erro
 	}
 	want := uint64(cfg.LogicalShards) * unitsPerShard
 	if d.Format == text.FormatJSONL && ds.Units() < want {
-		spec.BlockBytes = max(4096, ds.Bytes()/want)
+		spec.BlockBytes = max(textBlockFloor, ds.Bytes()/want)
 		ds.Close()
 		if ds, err = text.Open(spec); err != nil {
 			return nil, "", err

@@ -20,6 +20,9 @@ type shard struct {
 	lo, n  uint64
 	tokens uint64
 	key    uint64
+	// order is nil unless the shard holds runs of units the source reads
+	// best in order (see unitGrouper); then it orders the shard's units.
+	order *groupOrder
 }
 
 // framing is how a stream wraps documents; fixed per corpus.
@@ -47,6 +50,9 @@ func (s *shard) empty() (bool, error) {
 
 // unit returns the dataset unit at position pos of epoch's permutation.
 func (s *shard) unit(epoch, pos uint64) uint64 {
+	if s.order != nil {
+		return s.lo + s.order.unit(s.key^mix(epoch+1), epoch, pos)
+	}
 	return s.lo + permute(s.key^mix(epoch+1), s.n, pos)
 }
 

@@ -1,9 +1,8 @@
 package text
 
 import (
-	"bufio"
 	"bytes"
-	"compress/gzip"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -35,35 +34,39 @@ type jsonlFile struct {
 	blocks               uint64
 }
 
-// zjsonlFile is a compressed JSONL file (gzip or zstd, by magic number). It
-// cannot be entered in the middle, so it is one unit, decompressed as a
-// stream when its unit is read: memory for the text is one line (at most
-// MaxLineBytes) plus the decompressor's window, whatever the file's size.
-// Its byte size for shard cutting is the compressed size.
-type zjsonlFile struct {
-	dataset, path, field string
-	size                 int64
-	zstd                 bool
-}
-
-// openJSONLFile opens a JSONL file, compressed or not.
-func openJSONLFile(dataset, path, field string, blocks uint64) (part, error) {
+// openJSONLFile opens a JSONL file, compressed or not. A compressed file's
+// size hint is read from its header (zstd) or its last 4 bytes (gzip): a
+// constant amount of reading per file.
+func openJSONLFile(dataset, path, field string, blocks uint64, pool *decoderPool) (part, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("%w: dataset %q: %w", source.ErrInvalid, dataset, err)
 	}
-	var head [4]byte
-	n, _ := io.ReadFull(f, head[:])
+	defer f.Close()
+	head := make([]byte, zstd.HeaderMaxSize)
+	n, _ := io.ReadFull(f, head)
+	head = head[:n]
 	info, err := f.Stat()
-	f.Close()
 	if err != nil {
 		return nil, fmt.Errorf("%w: dataset %q: %w", source.ErrInvalid, dataset, err)
 	}
+	z := &zjsonlFile{dataset: dataset, path: path, field: field, size: info.Size(), block: blocks, pool: pool}
 	switch {
-	case bytes.HasPrefix(head[:n], gzipMagic):
-		return &zjsonlFile{dataset: dataset, path: path, field: field, size: info.Size()}, nil
-	case bytes.HasPrefix(head[:n], zstdMagic):
-		return &zjsonlFile{dataset: dataset, path: path, field: field, size: info.Size(), zstd: true}, nil
+	case bytes.HasPrefix(head, gzipMagic):
+		var tail [4]byte
+		if z.size >= 18 { // a gzip member's header and trailer
+			if _, err := f.ReadAt(tail[:], z.size-4); err != nil {
+				return nil, fmt.Errorf("%w: dataset %q: %w", source.ErrInvalid, dataset, err)
+			}
+			z.hint = gzipHint(binary.LittleEndian.Uint32(tail[:]), uint64(z.size))
+		}
+		z.setUnits()
+		return z, nil
+	case bytes.HasPrefix(head, zstdMagic):
+		z.zstd = true
+		z.hint = zstdHint(head, uint64(z.size))
+		z.setUnits()
+		return z, nil
 	}
 	data, err := source.MapFile(dataset, path)
 	if err != nil {
@@ -132,83 +135,6 @@ func (f *jsonlFile) close() error {
 	f.data = nil
 	return err
 }
-
-func (f *zjsonlFile) units() uint64 { return 1 }
-
-func (f *zjsonlFile) bytes() uint64 { return uint64(f.size) }
-
-func (f *zjsonlFile) offset(uint64) uint64 { return 0 }
-
-func (f *zjsonlFile) docs(_ uint64, visit func([]byte) error, bad func(*BadRecordError) error) error {
-	file, err := os.Open(f.path)
-	if err != nil {
-		return fmt.Errorf("%w: dataset %q: %w", source.ErrInvalid, f.dataset, err)
-	}
-	defer file.Close()
-	var r io.Reader
-	if f.zstd {
-		dec, err := zstd.NewReader(file, zstd.WithDecoderConcurrency(1))
-		if err != nil {
-			return invalidFile(f.dataset, f.path, "zstd: %v", err)
-		}
-		defer dec.Close()
-		r = dec
-	} else {
-		dec, err := gzip.NewReader(file)
-		if err != nil {
-			return invalidFile(f.dataset, f.path, "gzip: %v", err)
-		}
-		defer dec.Close()
-		r = dec
-	}
-	br := bufio.NewReaderSize(r, 1<<20)
-	var (
-		long   []byte // a line longer than br's buffer, assembled
-		lineNo uint64
-		pos    uint64 // uncompressed byte offset of the line
-	)
-	for {
-		chunk, err := br.ReadSlice('\n')
-		if errors.Is(err, bufio.ErrBufferFull) {
-			if len(long)+len(chunk) > MaxLineBytes {
-				return invalidFile(f.dataset, f.path, "line %d (byte %d): longer than %d bytes", lineNo+1, pos, MaxLineBytes)
-			}
-			long = append(long, chunk...)
-			continue
-		}
-		if err != nil && !errors.Is(err, io.EOF) {
-			return invalidFile(f.dataset, f.path, "line %d (byte %d): decompressing: %v", lineNo+1, pos, err)
-		}
-		line := chunk
-		if long != nil {
-			line = append(long, chunk...)
-			long = long[:0]
-		}
-		if len(line) > 0 {
-			lineNo++
-			text, reason := parseRecord(bytes.TrimSuffix(line, []byte{'\n'}), f.field)
-			if reason != "" {
-				e := &BadRecordError{Dataset: f.dataset, Path: f.path,
-					Where: fmt.Sprintf("line %d (byte %d)", lineNo, pos), Field: f.field, Reason: reason}
-				if err := bad(e); err != nil {
-					return err
-				}
-			} else if text != nil {
-				if err := visit(text); err != nil {
-					return err
-				}
-			}
-			pos += uint64(len(line))
-		}
-		if err != nil {
-			return nil // io.EOF
-		}
-	}
-}
-
-func (f *zjsonlFile) file() source.File { return source.File{Path: f.path, Size: f.size} }
-
-func (f *zjsonlFile) close() error { return nil }
 
 // parseRecord returns the text of field in one JSONL line, or why the line is
 // not a record. A blank line is no record and no error: (nil, "").

@@ -30,6 +30,7 @@ func Open(spec Spec) (Dataset, error) {
 		exts []string
 		what string
 		open func(path string) (part, error)
+		pool *decoderPool
 	)
 	switch spec.Format {
 	case FormatParquet:
@@ -44,7 +45,8 @@ func Open(spec Spec) (Dataset, error) {
 		if blocks == 0 {
 			blocks = DefaultBlockBytes
 		}
-		open = func(path string) (part, error) { return openJSONLFile(spec.Name, path, field, blocks) }
+		pool = newDecoderPool(spec.Decoders)
+		open = func(path string) (part, error) { return openJSONLFile(spec.Name, path, field, blocks, pool) }
 	default:
 		return nil, fmt.Errorf("%w: dataset %q: format %q: want %q or %q",
 			source.ErrInvalid, spec.Name, spec.Format, FormatParquet, FormatJSONL)
@@ -62,7 +64,9 @@ func Open(spec Spec) (Dataset, error) {
 		}
 		parts = append(parts, p)
 	}
-	return newDataset(spec, parts), nil
+	d := newDataset(spec, parts)
+	d.pool = pool
+	return d, nil
 }
 
 // resolve turns spec.Path into sorted files: a glob's regular files, a

@@ -4,10 +4,17 @@
 //
 // A text dataset is a sequence of units in file order, each a block of whole
 // documents: a Parquet row group, a byte block of a plain JSONL file snapped
-// to line starts, or a whole compressed JSONL file. Token counts are unknown
-// before tokenizing, so each unit has an approximate byte offset instead,
-// for cutting shards balanced by bytes. Opening reads file sizes and Parquet
-// footers only: O(files), never O(documents).
+// to line starts, or the lines of a compressed JSONL file that start in one
+// block of its decompressed text (the number of blocks comes from a size
+// hint in the file's header; a file without a usable one is one unit).
+// Token counts are unknown before tokenizing, so each unit has an
+// approximate byte offset instead, for cutting shards balanced by bytes.
+// Opening reads file sizes, Parquet footers and compressed files' headers
+// (and gzip's last 4 bytes) only: O(files), never O(documents).
+//
+// A compressed file is decompressed forward by decoders the dataset keeps
+// between reads, so its units are best read in order: Groups tells a reader
+// which units those are.
 //
 // Tokenized turns a Dataset into a source.Source whose units are the
 // dataset's units tokenized, cached and prefetched on a shared worker pool.
@@ -57,10 +64,17 @@ type Spec struct {
 	// OnBadRecord is "error" (the default: a bad record fails the read that
 	// meets it) or "skip" (bad records are counted and left out).
 	OnBadRecord string
-	// BlockBytes is the nominal unit size of plain JSONL files; 0 picks
-	// DefaultBlockBytes. Like source.Spec.BlockTokens, it shapes the units,
-	// so it must be the same on every run of a job.
+	// BlockBytes is the nominal unit size of JSONL files (of their text,
+	// decompressed, for compressed files); 0 picks DefaultBlockBytes. Like
+	// source.Spec.BlockTokens, it shapes the units, so it must be the same
+	// on every run of a job.
 	BlockBytes uint64
+	// Decoders bounds the idle decoders of compressed JSONL files the
+	// dataset keeps open between reads (0 picks DefaultDecoders). A file
+	// read while it has none is decompressed again from its start, so give
+	// at least one per shard read at once (a zstd decoder holds its window,
+	// up to 8 MiB at the usual levels; a gzip one about 100 KiB).
+	Decoders int
 	// OnSkip, if set, is called once per skipped bad record (the first time
 	// its unit is read), with the error it would otherwise have been; for
 	// logging. It may be called from several goroutines at once.
@@ -85,10 +99,32 @@ type Dataset interface {
 	// counted once, the first time its unit is read). Always 0 unless
 	// Spec.OnBadRecord is "skip".
 	Skipped() uint64
+	// Groups returns the runs of two or more units in [lo, hi) that are
+	// best read in order, one after the other (the units of one compressed
+	// JSONL file, which is decompressed from its start to reach a unit),
+	// clipped to [lo, hi), in order.
+	Groups(lo, hi uint64) [][2]uint64
+	// Compressed describes the dataset's compressed JSONL files.
+	Compressed() CompressedStats
 	// Files lists the dataset's files and their sizes.
 	Files() []source.File
 	// Close releases the files.
 	Close() error
+}
+
+// CompressedStats describes the compressed JSONL files of a dataset.
+type CompressedStats struct {
+	// Files is the number of compressed files; Whole, those among them
+	// whose header gives no plausible size hint, each read as one unit
+	// (tokenized whole into the cache).
+	Files, Whole uint64
+	// Starts is the number of decoders started at a file's beginning: once
+	// per file (and per shard sharing it) per epoch when units are read in
+	// order, more when a read had to go back.
+	Starts uint64
+	// PeakText is the most decompressed text one read held at once, in
+	// bytes: about BlockBytes plus a line.
+	PeakText uint64
 }
 
 // BadRecordError is a record that is not a document: malformed JSON, a
@@ -131,6 +167,7 @@ type dataset struct {
 	byteBase  []uint64 // one more entry than parts
 	skip      bool
 	onSkip    func(error)
+	pool      *decoderPool // nil unless JSONL
 
 	skipped     atomic.Uint64
 	skippedSeen sync.Map // unit -> struct{}: units whose skips are counted
@@ -202,6 +239,40 @@ func (d *dataset) Docs(u uint64, visit func([]byte) error) error {
 }
 
 func (d *dataset) Skipped() uint64 { return d.skipped.Load() }
+
+func (d *dataset) Groups(lo, hi uint64) [][2]uint64 {
+	hi = min(hi, d.Units())
+	if lo >= hi {
+		return nil
+	}
+	var runs [][2]uint64
+	i, _ := d.locate(lo)
+	for ; i < len(d.parts) && d.unitStart[i] < hi; i++ {
+		if _, ok := d.parts[i].(*zjsonlFile); !ok {
+			continue
+		}
+		if a, b := max(d.unitStart[i], lo), min(d.unitStart[i+1], hi); b-a >= 2 {
+			runs = append(runs, [2]uint64{a, b})
+		}
+	}
+	return runs
+}
+
+func (d *dataset) Compressed() CompressedStats {
+	var st CompressedStats
+	for _, p := range d.parts {
+		if z, ok := p.(*zjsonlFile); ok {
+			st.Files++
+			if z.hint == 0 {
+				st.Whole++
+			}
+		}
+	}
+	if d.pool != nil {
+		st.Starts, st.PeakText = d.pool.starts.Load(), d.pool.peak.Load()
+	}
+	return st
+}
 
 func (d *dataset) Files() []source.File {
 	files := make([]source.File, len(d.parts))

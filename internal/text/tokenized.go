@@ -89,6 +89,14 @@ func (t *Tokens) Files() []source.File { return t.ds.Files() }
 // Skipped is the dataset's count of skipped bad records.
 func (t *Tokens) Skipped() uint64 { return t.ds.Skipped() }
 
+// Groups is the dataset's runs of units best read in order, one after the
+// other (see Dataset.Groups): a reader that permutes units should keep each
+// run together.
+func (t *Tokens) Groups(lo, hi uint64) [][2]uint64 { return t.ds.Groups(lo, hi) }
+
+// Compressed describes the dataset's compressed JSONL files.
+func (t *Tokens) Compressed() CompressedStats { return t.ds.Compressed() }
+
 // UnitLen is the exact number of tokens of unit u, tokenizing it if needed.
 func (t *Tokens) UnitLen(u uint64) (uint64, error) {
 	tokens, err := t.unit(u)
