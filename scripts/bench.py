@@ -592,6 +592,32 @@ def prepare_text_corpus(workdir, total_bytes, sample_bytes, seed):
     return path, sample_dir, info
 
 
+def gzip_text_corpus(jsonl, files):
+    """The JSONL corpus cut into `files` gzip files of consecutive lines (level
+    6), in a folder beside it; reused while the corpus is unchanged."""
+    folder = f"{jsonl}.gz{files}"
+    stamp = os.path.join(folder, "stamp.json")
+    want = {"source_bytes": os.path.getsize(jsonl), "source_mtime_ns": os.stat(jsonl).st_mtime_ns, "files": files}
+    try:
+        with open(stamp) as f:
+            if json.load(f) == want:
+                return folder
+    except (OSError, ValueError):
+        pass
+    log(f"writing {jsonl} as {files} gzip file(s) in {folder}")
+    shutil.rmtree(folder, ignore_errors=True)
+    os.makedirs(folder)
+    with open(jsonl, "rb") as f:
+        lines = f.readlines()
+    per = -(-len(lines) // files)
+    for i in range(files):
+        with gzip.open(os.path.join(folder, f"part-{i:03d}.jsonl.gz"), "wb", compresslevel=6) as out:
+            out.writelines(lines[i * per:(i + 1) * per])
+    with open(stamp, "w") as f:
+        json.dump(want, f)
+    return folder
+
+
 def write_text_set(folder, vocab, docs, encodings):
     """A text set BenchmarkEncode reads (manifest.json and docs/ as the
     conformance set has them, without reference ids): docs are (kind, bytes)."""
@@ -716,17 +742,17 @@ def text_config(jsonl):
             "datasets": [{"name": "text", "path": jsonl, "format": "jsonl", "tokenizer": TEXT_TOKENIZER}]}
 
 
-def on_the_fly(binary, tmp, jsonl, vocab, workers, seconds, max_tokens, repeats):
-    """One client on shm reading the JSONL corpus that a fresh daemon (per
-    repeat) tokenizes on the fly with `workers` tokenizing workers. A run
-    ends after `seconds` or max_tokens (less than one epoch, so no unit is
-    served twice from the token cache)."""
+def on_the_fly(binary, tmp, jsonl, vocab, workers, seconds, max_tokens, repeats, key="text"):
+    """One client on shm reading the JSONL corpus (a file or a folder) that a
+    fresh daemon (per repeat) tokenizes on the fly with `workers` tokenizing
+    workers. A run ends after `seconds` or max_tokens (less than one epoch,
+    so no unit is served twice from the token cache)."""
     rates, ttfb, anon, hwm = [], [], [], []
     extra = ["--tokenizer-dir", vocab, "--tokenize-workers", str(workers)]
     for r in range(repeats):
-        with daemon(binary, tmp, f"text-{r}", extra) as d:
+        with daemon(binary, tmp, f"{key}-{r}", extra) as d:
             spec = {"config": text_config(jsonl), "rank": 0, "size": 1, "socket": d.socket, "transport": "shm",
-                    "job": f"text{r}", "mode": "rate", "seconds": seconds, "max_tokens": max_tokens}
+                    "job": f"{key}{r}", "mode": "rate", "seconds": seconds, "max_tokens": max_tokens}
 
 
             def sample():
@@ -741,7 +767,9 @@ def on_the_fly(binary, tmp, jsonl, vocab, workers, seconds, max_tokens, repeats)
                 with open(d.logf.name) as f:
                     tail = f.read()[-3000:]
                 raise RuntimeError(f"the daemon exited {d.proc.returncode} after an on-the-fly session:\n{tail}")
-    log(f"on the fly: {statistics.median(rates):,.0f} tokens/s, first batch {statistics.median(ttfb):.3f} s")
+    log(f"on the fly ({key}): {statistics.median(rates):,.0f} tokens/s, first batch {statistics.median(ttfb):.3f} s")
+    if key != "text":
+        return {f"e2e_{key}_shm_1": rates, f"ttfb_{key}": ttfb}
     return {"e2e_text_shm_1": rates, "ttfb_text": ttfb, "anon_text": anon, "rss_text": hwm}
 
 
@@ -775,6 +803,12 @@ def text_rows(args, tmp, workdir):
     samples["prepare_text"], prep = prepare_runs(args.daemon, tmp, jsonl, vocab, args.repeats)
     max_tokens = int(0.7 * prep["tokens"])
     samples.update(on_the_fly(args.daemon, tmp, jsonl, vocab, workers, args.text_seconds, max_tokens, args.repeats))
+    # The same text as gzip files: 16 of them (a corpus of many files), and
+    # one (a file every shard shares, each decompressing it up to its part).
+    for files in (16, 1):
+        folder = gzip_text_corpus(jsonl, files)
+        samples.update(on_the_fly(args.daemon, tmp, folder, vocab, workers, args.text_seconds, max_tokens,
+                                  args.repeats, key=f"textgz{files}"))
     info = {"tokenizer_per_core": tok_info,
             "tokenizer_all_cores": {"text": "the sample of the JSONL corpus", "processes": workers,
                                     "encoding": TEXT_TOKENIZER, "passes_per_sample": 2 if args.quick else 4},
@@ -848,13 +882,18 @@ ROWS = [
     ("tok_allcore", "tokenizer cl100k_base, Go, all cores, JSONL text (ceiling)", "tokens/s", "tok_allcore"),
     ("e2e_text_shm_1", "on the fly, JSONL cl100k_base, client shm, 1 process", "tokens/s", "tok_allcore"),
     ("prepare_text", "dataloaderd prepare, JSONL cl100k_base, all cores", "tokens/s", "tok_allcore"),
+    ("e2e_textgz16_shm_1", "on the fly, the JSONL as 16 gzip files, client shm, 1 process", "tokens/s",
+     "tok_allcore"),
+    ("e2e_textgz1_shm_1", "on the fly, the JSONL as 1 gzip file, client shm, 1 process", "tokens/s", "tok_allcore"),
     ("ttfb_text", "time to first batch, JSONL on the fly", "s", None),
+    ("ttfb_textgz16", "time to first batch, 16 gzip files on the fly", "s", "ttfb_text"),
+    ("ttfb_textgz1", "time to first batch, 1 gzip file on the fly", "s", "ttfb_text"),
     ("rss_text", "daemon peak RSS (VmHWM), on the fly, session open", "bytes", None),
     ("anon_text", "daemon anonymous RSS (RssAnon), on the fly, session open", "bytes", None),
 ]
-TEXT_KEYS = tuple(k for k, *_ in ROWS if k.startswith(("tok_", "e2e_text", "prepare_text")) or k.endswith("_text"))
+TEXT_KEYS = tuple(k for k, *_ in ROWS if k.startswith(("tok_", "e2e_text", "prepare_text", "ttfb_text")) or k.endswith("_text"))
 BASIS = {"go_copy": "Go copy", "numpy_copy": "numpy copy", "e2e_shm_1": "dataloaderd shm x1", "ttfb_1x": "1x",
-         "rss_1x": "1x", "tok_allcore": "tokenizer all cores"}
+         "rss_1x": "1x", "tok_allcore": "tokenizer all cores", "ttfb_text": "plain JSONL"}
 BASIS.update({f"tok_tiktoken_{e}": "tiktoken" for e in TOK_ENCODINGS})
 IBM_TOKENS_PER_WORKER = 90_000  # IBM's published per-worker rate of its data loader
 PEER_KEYS = ("peer_torch", "peer_stateful", "peer_streaming", "mds_convert")

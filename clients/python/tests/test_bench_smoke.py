@@ -23,8 +23,8 @@ OTHER_ROWS = ["wait_shm_p50", "wait_shm_p99", "wait_inline_p50", "wait_inline_p9
 PEER_ROWS = ["peer_torch", "peer_stateful", "peer_streaming", "mds_convert"]
 ENCODINGS = ["r50k_base", "cl100k_base", "o200k_base"]
 TEXT_TOKEN_ROWS = ([f"tok_tiktoken_{e}" for e in ENCODINGS] + [f"tok_go_{e}" for e in ENCODINGS] +
-                   ["tok_allcore", "e2e_text_shm_1", "prepare_text"])
-TEXT_OTHER_ROWS = ["ttfb_text", "rss_text", "anon_text"]
+                   ["tok_allcore", "e2e_text_shm_1", "e2e_textgz16_shm_1", "e2e_textgz1_shm_1", "prepare_text"])
+TEXT_OTHER_ROWS = ["ttfb_text", "ttfb_textgz16", "ttfb_textgz1", "rss_text", "anon_text"]
 # The tokenizer and text rows need the rank files (make test fetches them and
 # sets DATALOADERD_TOKENIZER_VOCAB) and tiktoken (in .venv); without them the
 # benchmark skips those rows and says why.
