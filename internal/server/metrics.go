@@ -103,18 +103,33 @@ func skipLogger(log *zap.Logger, m *metrics) func(string, error) {
 }
 
 // wholeFileLogger warns, once per opened corpus and dataset, of compressed
-// JSONL files whose header gives no usable size hint: each is one unit,
-// tokenized whole into the cache, as large as the file's text.
+// JSONL files whose header gives no usable size hint (each is one unit,
+// tokenized whole into the cache, as large as the file's text), and of a
+// compressed file cut across more than sharedFileShards logical shards
+// (each decompresses it from its start to its part, per epoch and resume).
 func wholeFileLogger(log *zap.Logger) func(*stream.Corpus) {
-	return func(c *stream.Corpus) {
-		for name, st := range c.Compressed() {
-			if st.Whole > 0 {
-				log.Warn("compressed files without a usable size hint are read whole, one unit each",
-					zap.String("dataset", name), zap.Uint64("files", st.Whole), zap.Uint64("compressed_files", st.Files))
-			}
+	return func(c *stream.Corpus) { warnCompressed(log, c.Compressed()) }
+}
+
+// warnCompressed logs what wholeFileLogger warns of, for the Compressed
+// stats of one corpus.
+func warnCompressed(log *zap.Logger, datasets map[string]stream.CompressedStats) {
+	for name, st := range datasets {
+		if st.Whole > 0 {
+			log.Warn("compressed files without a usable size hint are read whole, one unit each",
+				zap.String("dataset", name), zap.Uint64("files", st.Whole), zap.Uint64("compressed_files", st.Files))
+		}
+		if st.MostShards > sharedFileShards {
+			log.Warn("a compressed file is cut across many logical shards, each of which decompresses it from its start "+
+				"to its part once per epoch and resume; split such files into smaller ones, or prepare them with dataloaderd prepare",
+				zap.String("dataset", name), zap.Int("most_shards_per_file", st.MostShards), zap.Uint64("compressed_files", st.Files))
 		}
 	}
 }
+
+// sharedFileShards is how many logical shards one compressed file may be cut
+// across before the daemon warns (wholeFileLogger).
+const sharedFileShards = 8
 
 // loggedSkips is how many skipped records of a dataset are each logged.
 const loggedSkips = 20

@@ -11,8 +11,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	dto "github.com/prometheus/client_model/go"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/dataloaderd/dataloaderd/internal/stream"
+	"github.com/dataloaderd/dataloaderd/internal/text"
 )
 
 // TestMetricsLintedAndDocumented lints every server metric and checks that
@@ -149,5 +152,23 @@ func TestDashboardQueriesExportedMetrics(t *testing.T) {
 		if !used[n] {
 			t.Errorf("the dashboard does not show %s", n)
 		}
+	}
+}
+
+// TestWarnCompressed: the daemon warns of compressed files read whole and of
+// a file cut across more than sharedFileShards shards, and of nothing else.
+func TestWarnCompressed(t *testing.T) {
+	core, logs := observer.New(zap.WarnLevel)
+	warnCompressed(zap.New(core), map[string]stream.CompressedStats{
+		"fine":   {CompressedStats: text.CompressedStats{Files: 100}, MostShards: sharedFileShards},
+		"whole":  {CompressedStats: text.CompressedStats{Files: 3, Whole: 2}, MostShards: 1},
+		"shared": {CompressedStats: text.CompressedStats{Files: 1}, MostShards: 64},
+	})
+	got := map[string]string{}
+	for _, e := range logs.All() {
+		got[e.ContextMap()["dataset"].(string)] = e.Message
+	}
+	if len(got) != 2 || !strings.Contains(got["whole"], "read whole") || !strings.Contains(got["shared"], "many logical shards") {
+		t.Fatalf("warnings: %v", got)
 	}
 }

@@ -2,6 +2,7 @@ package stream
 
 import (
 	"fmt"
+	"sort"
 
 	"github.com/dataloaderd/dataloaderd/internal/source"
 	"github.com/dataloaderd/dataloaderd/internal/state"
@@ -272,20 +273,45 @@ func (c *Corpus) Close() error {
 	return first
 }
 
+// CompressedStats describes a text dataset's compressed JSONL files.
+type CompressedStats struct {
+	text.CompressedStats
+	// MostShards is the most logical shards one compressed file is cut
+	// across. Each of them decompresses the file from its start up to its
+	// own part, once per epoch and per resume: with a file over many shards
+	// that costs about MostShards/2 decompressions of the file each time.
+	MostShards int
+}
+
 // Compressed describes the compressed JSONL files of each text dataset
 // that has some, by dataset name: how many, how many lack a usable size
-// hint (each is one unit, tokenized whole: worth a warning), and how many
-// times decoding started at a file's beginning.
-func (c *Corpus) Compressed() map[string]text.CompressedStats {
-	out := map[string]text.CompressedStats{}
+// hint (each is one unit, tokenized whole: worth a warning), how many times
+// decoding started at a file's beginning, and across how many shards the
+// most shared file is cut (also worth a warning when large).
+func (c *Corpus) Compressed() map[string]CompressedStats {
+	out := map[string]CompressedStats{}
 	for _, d := range c.datasets {
-		if s, ok := d.src.(interface{ Compressed() text.CompressedStats }); ok {
-			if st := s.Compressed(); st.Files > 0 {
-				out[d.name] = st
+		s, ok := d.src.(interface{ Compressed() text.CompressedStats })
+		if !ok {
+			continue
+		}
+		st := CompressedStats{CompressedStats: s.Compressed()}
+		if st.Files == 0 {
+			continue
+		}
+		if g, ok := d.src.(unitGrouper); ok {
+			for _, run := range g.Groups(0, d.src.Units()) {
+				st.MostShards = max(st.MostShards, d.shardOf(run[1]-1)-d.shardOf(run[0])+1)
 			}
 		}
+		out[d.name] = st
 	}
 	return out
+}
+
+// shardOf is the index of the shard holding unit u.
+func (d *dataset) shardOf(u uint64) int {
+	return sort.Search(len(d.shards), func(k int) bool { return d.shards[k].lo+d.shards[k].n > u })
 }
 
 // Skipped is the number of bad records the corpus's text datasets skipped so

@@ -334,3 +334,30 @@ func TestResumeAcrossSubUnitsRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestCompressedMostShards: Compressed says across how many shards the most
+// shared compressed file is cut, which the daemon warns of when large.
+func TestCompressedMostShards(t *testing.T) {
+	defer func(b uint64) { textBlockBytes = b }(textBlockBytes)
+	textBlockBytes = 1000
+	rng := rand.New(rand.NewSource(3))
+	dir := t.TempDir()
+	docs, _ := testcorpus.UniqueDocs(rng, 400, 40, 1)
+	writeZJSONL(t, filepath.Join(dir, "one.jsonl.gz"), docs, false)
+	res := NewResources(1, 1<<20, nil)
+	defer res.Close()
+	res.addTokenizer("ints", testcorpus.Ints{})
+	for _, shards := range []uint32{1, 4, 16} {
+		cfg := Config{SeqLen: 15, BatchSize: 2, LogicalShards: shards, EOS: 0, BOS: -1,
+			Datasets: []Dataset{{Name: "one", Path: dir, Format: "jsonl", Weight: 1, Tokenizer: "ints"}}}
+		corpus, err := OpenCorpusWith(cfg, res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := corpus.Compressed()["one"]
+		corpus.Close()
+		if st.Files != 1 || st.Whole != 0 || st.MostShards != int(shards) {
+			t.Errorf("%d shards over one gzip file: %+v, want MostShards %d", shards, st, shards)
+		}
+	}
+}
