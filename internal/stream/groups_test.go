@@ -193,14 +193,7 @@ func TestExactlyOnceCompressed(t *testing.T) {
 			cfg := randomConfig(rng, ds)
 			cfg.LogicalShards = uint32(2 + rng.Intn(2))
 			cfg.Epochs = uint32(1 + rng.Intn(2))
-			res := NewResources(2, 32<<10, nil) // a few units: re-reads decode again
-			defer res.Close()
-			res.addTokenizer("ints", testcorpus.Ints{})
-			corpus, err := OpenCorpusWith(cfg, res)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer corpus.Close()
+			corpus := openInts(t, cfg, 2, 32<<10) // a few units: re-reads decode again
 			z := corpus.datasets[1]
 			grouped := 0
 			for _, s := range z.shards {
@@ -263,14 +256,7 @@ func TestPlainShardsKeepTheirOrder(t *testing.T) {
 			{Name: "b", Path: filepath.Join(dir, "b"), Format: "jsonl", Weight: 1, Tokenizer: "ints"},
 			{Name: "c", Path: testcorpus.Megatron(t, dir, "c", c), Format: "megatron", Weight: 1},
 		}}
-	res := NewResources(1, 1<<20, nil)
-	defer res.Close()
-	res.addTokenizer("ints", testcorpus.Ints{})
-	corpus, err := OpenCorpusWith(cfg, res)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer corpus.Close()
+	corpus := openInts(t, cfg, 1, 1<<20)
 	for _, d := range corpus.datasets {
 		for _, s := range d.shards {
 			if s.order != nil {
@@ -297,14 +283,7 @@ func TestResumeAcrossSubUnitsRefused(t *testing.T) {
 	ds, _ := compressedCorpus(t, rng)
 	cfg := randomConfig(rng, ds)
 	cfg.LogicalShards = 2
-	res := NewResources(1, 1<<20, nil)
-	defer res.Close()
-	res.addTokenizer("ints", testcorpus.Ints{})
-	corpus, err := OpenCorpusWith(cfg, res)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer corpus.Close()
+	corpus := openInts(t, cfg, 1, 1<<20)
 	rank, err := NewRank(corpus, 0, 1, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -344,18 +323,10 @@ func TestCompressedMostShards(t *testing.T) {
 	dir := t.TempDir()
 	docs, _ := testcorpus.UniqueDocs(rng, 400, 40, 1)
 	writeZJSONL(t, filepath.Join(dir, "one.jsonl.gz"), docs, false)
-	res := NewResources(1, 1<<20, nil)
-	defer res.Close()
-	res.addTokenizer("ints", testcorpus.Ints{})
 	for _, shards := range []uint32{1, 4, 16} {
 		cfg := Config{SeqLen: 15, BatchSize: 2, LogicalShards: shards, EOS: 0, BOS: -1,
 			Datasets: []Dataset{{Name: "one", Path: dir, Format: "jsonl", Weight: 1, Tokenizer: "ints"}}}
-		corpus, err := OpenCorpusWith(cfg, res)
-		if err != nil {
-			t.Fatal(err)
-		}
-		st := corpus.Compressed()["one"]
-		corpus.Close()
+		st := openInts(t, cfg, 1, 1<<20).Compressed()["one"]
 		if st.Files != 1 || st.Whole != 0 || st.MostShards != int(shards) {
 			t.Errorf("%d shards over one gzip file: %+v, want MostShards %d", shards, st, shards)
 		}

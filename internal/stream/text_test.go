@@ -76,14 +76,7 @@ func TestExactlyOnceText(t *testing.T) {
 			cfg := randomConfig(rng, ds)
 			cfg.LogicalShards = 2
 			cfg.Epochs = uint32(1 + rng.Intn(2))
-			res := NewResources(2, 1<<20, nil)
-			defer res.Close()
-			res.addTokenizer("ints", testcorpus.Ints{})
-			corpus, err := OpenCorpusWith(cfg, res)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer corpus.Close()
+			corpus := openInts(t, cfg, 2, 1<<20)
 			if got := corpus.Fingerprint().Datasets[0].Tokenizer; got != "test:ints" {
 				t.Fatalf("fingerprint tokenizer %q", got)
 			}
@@ -183,4 +176,19 @@ func TestTextShardOfSkippedRecords(t *testing.T) {
 		corpus.Close()
 		res.Close()
 	}
+}
+
+// openInts opens cfg with the test tokenizer "ints" on resources of the
+// given workers and token cache; both are closed when the test ends.
+func openInts(t *testing.T, cfg Config, workers int, cacheBytes int64) *Corpus {
+	t.Helper()
+	res := NewResources(workers, cacheBytes, nil)
+	t.Cleanup(func() { res.Close() })
+	res.addTokenizer("ints", testcorpus.Ints{})
+	corpus, err := OpenCorpusWith(cfg, res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { corpus.Close() })
+	return corpus
 }
