@@ -12,6 +12,8 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 
+from corpus import make_corpus  # noqa: E402
+
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 BIN = os.environ.get("DATALOADERD_BIN", os.path.join(REPO, "bin", "dataloaderd"))
 
@@ -113,3 +115,10 @@ def daemon_factory(tmp_path):
     yield start
     for d in started:
         d.stop()
+
+
+@pytest.fixture
+def config(tmp_path):
+    """A job config over the small test corpus (test modules may override it)."""
+    datasets, _ = make_corpus(str(tmp_path))
+    return {"seq_len": 31, "batch_size": 3, "seed": 5, "logical_shards": 8, "eos_id": 0, "datasets": datasets}

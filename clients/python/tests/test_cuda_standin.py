@@ -21,7 +21,6 @@ import numpy as np
 import pytest
 
 from conftest import REPO, rings_of_other_daemons
-from corpus import make_corpus
 from dataloaderd import Loader, _cuda
 
 
@@ -94,12 +93,6 @@ def client_standin(standin, monkeypatch):
     _Event.made = []
     yield ctypes.CDLL(standin)
     _cuda._driver_instance = None
-
-
-@pytest.fixture
-def config(tmp_path):
-    datasets, _ = make_corpus(str(tmp_path))
-    return {"seq_len": 31, "batch_size": 3, "seed": 5, "logical_shards": 8, "eos_id": 0, "datasets": datasets}
 
 
 def take(loader, n):

@@ -20,12 +20,6 @@ import dataloaderd.loader as loader_module
 from dataloaderd import DataloaderdError, Loader, SessionExistsError, StateError
 
 
-@pytest.fixture
-def config(tmp_path):
-    datasets, _ = make_corpus(str(tmp_path))
-    return {"seq_len": 31, "batch_size": 3, "seed": 5, "logical_shards": 8, "eos_id": 0, "datasets": datasets}
-
-
 def take(loader, n):
     out = []
     for batch in loader:
