@@ -119,6 +119,11 @@ func warnCompressed(log *zap.Logger, datasets map[string]stream.CompressedStats)
 			log.Warn("compressed files without a usable size hint are read whole, one unit each",
 				zap.String("dataset", name), zap.Uint64("files", st.Whole), zap.Uint64("compressed_files", st.Files))
 		}
+		if st.MaxWindow > largeWindow {
+			log.Warn("zstd files ask for a large decoder window: every shard reading one holds a decoder of that size "+
+				"(up to two per logical shard are kept); recompress them without --long, or prepare them with dataloaderd prepare",
+				zap.String("dataset", name), zap.Uint64("window_bytes", st.MaxWindow), zap.Uint64("compressed_files", st.Files))
+		}
 		if st.MostShards > sharedFileShards {
 			log.Warn("a compressed file is cut across many logical shards, each of which decompresses it from its start "+
 				"to its part once per epoch and resume; split such files into smaller ones, or prepare them with dataloaderd prepare",
@@ -126,6 +131,10 @@ func warnCompressed(log *zap.Logger, datasets map[string]stream.CompressedStats)
 		}
 	}
 }
+
+// largeWindow is the zstd decoder window above which the daemon warns: 16
+// MiB, twice what zstd's highest regular level asks for.
+const largeWindow = 16 << 20
 
 // sharedFileShards is how many logical shards one compressed file may be cut
 // across before the daemon warns (wholeFileLogger).

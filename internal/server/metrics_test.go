@@ -160,15 +160,18 @@ func TestDashboardQueriesExportedMetrics(t *testing.T) {
 func TestWarnCompressed(t *testing.T) {
 	core, logs := observer.New(zap.WarnLevel)
 	warnCompressed(zap.New(core), map[string]stream.CompressedStats{
-		"fine":   {CompressedStats: text.CompressedStats{Files: 100}, MostShards: sharedFileShards},
-		"whole":  {CompressedStats: text.CompressedStats{Files: 3, Whole: 2}, MostShards: 1},
-		"shared": {CompressedStats: text.CompressedStats{Files: 1}, MostShards: 64},
+		"fine":    {CompressedStats: text.CompressedStats{Files: 100}, MostShards: sharedFileShards},
+		"whole":   {CompressedStats: text.CompressedStats{Files: 3, Whole: 2}, MostShards: 1},
+		"shared":  {CompressedStats: text.CompressedStats{Files: 1}, MostShards: 64},
+		"level19": {CompressedStats: text.CompressedStats{Files: 4, MaxWindow: 8 << 20}, MostShards: 1},
+		"long":    {CompressedStats: text.CompressedStats{Files: 4, MaxWindow: 128 << 20}, MostShards: 1},
 	})
 	got := map[string]string{}
 	for _, e := range logs.All() {
 		got[e.ContextMap()["dataset"].(string)] = e.Message
 	}
-	if len(got) != 2 || !strings.Contains(got["whole"], "read whole") || !strings.Contains(got["shared"], "many logical shards") {
+	if len(got) != 3 || !strings.Contains(got["whole"], "read whole") || !strings.Contains(got["shared"], "many logical shards") ||
+		!strings.Contains(got["long"], "large decoder window") {
 		t.Fatalf("warnings: %v", got)
 	}
 }

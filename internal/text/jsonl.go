@@ -65,6 +65,7 @@ func openJSONLFile(dataset, path, field string, blocks uint64, pool *decoderPool
 	case bytes.HasPrefix(head, zstdMagic):
 		z.zstd = true
 		z.hint = zstdHint(head, uint64(z.size))
+		z.window = zstdWindow(head)
 		z.setUnits()
 		return z, nil
 	}

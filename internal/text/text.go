@@ -125,6 +125,10 @@ type CompressedStats struct {
 	// PeakText is the most decompressed text one read held at once, in
 	// bytes: about BlockBytes plus a line.
 	PeakText uint64
+	// MaxWindow is the largest decoder window a zstd file's header asks
+	// for, in bytes: what each decoder of that file holds (2 MiB at zstd's
+	// default level, 8 MiB at level 19, 128 MiB with --long=27).
+	MaxWindow uint64
 }
 
 // BadRecordError is a record that is not a document: malformed JSON, a
@@ -266,6 +270,7 @@ func (d *dataset) Compressed() CompressedStats {
 			if z.hint == 0 {
 				st.Whole++
 			}
+			st.MaxWindow = max(st.MaxWindow, z.window)
 		}
 	}
 	if d.pool != nil {

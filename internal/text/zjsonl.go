@@ -61,6 +61,20 @@ func zstdHint(head []byte, size uint64) uint64 {
 	return h.FrameContentSize
 }
 
+// zstdWindow is the window size the first zstd frame's header asks a
+// decoder to keep (the memory each decoder of the file holds), or 0 when
+// the header cannot be read.
+func zstdWindow(head []byte) uint64 {
+	var h zstd.Header
+	if err := h.Decode(head); err != nil || h.Skippable {
+		return 0
+	}
+	if h.SingleSegment { // no window descriptor: the frame is its own window
+		return h.FrameContentSize
+	}
+	return h.WindowSize
+}
+
 // gzipHint returns the decompressed size of a gzip file of size bytes whose
 // trailer says isize (the size modulo 2^32 of its last member), or 0 when
 // no plausible size agrees with it. Of the plausible sizes isize + j*2^32,
@@ -110,6 +124,7 @@ type zjsonlFile struct {
 	size                 int64 // compressed
 	zstd                 bool
 	hint                 uint64 // usable decompressed size hint; 0: none
+	window               uint64 // zstd: the decoder window its header asks for
 	block                uint64
 	n                    uint64
 	pool                 *decoderPool

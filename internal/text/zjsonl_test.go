@@ -305,3 +305,33 @@ func TestCompressedDecoderBound(t *testing.T) {
 		}
 	}
 }
+
+// TestCompressedMaxWindow: Compressed reports the largest decoder window a
+// zstd file's header asks for (what each decoder of it holds); gzip none.
+func TestCompressedMaxWindow(t *testing.T) {
+	data := jsonlLines("text", sampleTexts(200, 5))
+	dir := t.TempDir()
+	for _, window := range []int{1 << 20, 8 << 20} {
+		var b bytes.Buffer
+		w, err := zstd.NewWriter(&b, zstd.WithWindowSize(window))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Flushed before the end, as from a pipe: the header then carries
+		// the window (a frame known whole fits in one segment instead).
+		w.Write(data[:len(data)/2])
+		w.Flush()
+		w.Write(data[len(data)/2:])
+		w.Close()
+		writeFile(t, filepath.Join(dir, fmt.Sprintf("w%d.jsonl.zst", window)), b.Bytes())
+	}
+	writeFile(t, filepath.Join(dir, "g.jsonl.gz"), gzipBytes(t, data))
+	ds := mustOpen(t, Spec{Name: "z", Path: dir, Format: FormatJSONL, BlockBytes: 1000})
+	if st := ds.Compressed(); st.Files != 3 || st.MaxWindow != 8<<20 {
+		t.Fatalf("stats %+v, want 3 files and an 8 MiB window", st)
+	}
+	gz := mustOpen(t, Spec{Name: "g", Path: filepath.Join(dir, "g.jsonl.gz"), Format: FormatJSONL, BlockBytes: 1000})
+	if st := gz.Compressed(); st.MaxWindow != 0 {
+		t.Fatalf("gzip stats %+v, want no window", st)
+	}
+}
