@@ -119,6 +119,11 @@ func warnCompressed(log *zap.Logger, datasets map[string]stream.CompressedStats)
 			log.Warn("compressed files without a usable size hint are read whole, one unit each",
 				zap.String("dataset", name), zap.Uint64("files", st.Whole), zap.Uint64("compressed_files", st.Files))
 		}
+		if st.Ambiguous > 0 {
+			log.Warn("gzip files hold so much text that their size is known only modulo 4 GiB: units are cut from a guess "+
+				"and may be uneven (empty ones, or a large last one); split them below 4 GiB of text, or recompress them with zstd",
+				zap.String("dataset", name), zap.Uint64("files", st.Ambiguous), zap.Uint64("compressed_files", st.Files))
+		}
 		if st.MaxWindow > largeWindow {
 			log.Warn("zstd files ask for a large decoder window: every shard reading one holds a decoder of that size "+
 				"(up to two per logical shard are kept); recompress them without --long, or prepare them with dataloaderd prepare",

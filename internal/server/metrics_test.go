@@ -165,13 +165,14 @@ func TestWarnCompressed(t *testing.T) {
 		"shared":  {CompressedStats: text.CompressedStats{Files: 1}, MostShards: 64},
 		"level19": {CompressedStats: text.CompressedStats{Files: 4, MaxWindow: 8 << 20}, MostShards: 1},
 		"long":    {CompressedStats: text.CompressedStats{Files: 4, MaxWindow: 128 << 20}, MostShards: 1},
+		"big":     {CompressedStats: text.CompressedStats{Files: 2, Ambiguous: 1}, MostShards: 1},
 	})
 	got := map[string]string{}
 	for _, e := range logs.All() {
 		got[e.ContextMap()["dataset"].(string)] = e.Message
 	}
-	if len(got) != 3 || !strings.Contains(got["whole"], "read whole") || !strings.Contains(got["shared"], "many logical shards") ||
-		!strings.Contains(got["long"], "large decoder window") {
+	if len(got) != 4 || !strings.Contains(got["whole"], "read whole") || !strings.Contains(got["shared"], "many logical shards") ||
+		!strings.Contains(got["long"], "large decoder window") || !strings.Contains(got["big"], "modulo 4 GiB") {
 		t.Fatalf("warnings: %v", got)
 	}
 }

@@ -58,7 +58,9 @@ func openJSONLFile(dataset, path, field string, blocks uint64, pool *decoderPool
 			if _, err := f.ReadAt(tail[:], z.size-4); err != nil {
 				return nil, fmt.Errorf("%w: dataset %q: %w", source.ErrInvalid, dataset, err)
 			}
-			z.hint = gzipHint(binary.LittleEndian.Uint32(tail[:]), uint64(z.size))
+			isize := binary.LittleEndian.Uint32(tail[:])
+			z.hint = gzipHint(isize, uint64(z.size))
+			z.ambiguous = z.hint > 0 && gzipAmbiguous(isize, uint64(z.size))
 		}
 		z.setUnits()
 		return z, nil

@@ -68,8 +68,11 @@ func TestJSONLCompressed(t *testing.T) {
 			path := filepath.Join(t.TempDir(), tc.name)
 			writeFile(t, path, tc.file)
 			ds := mustOpen(t, Spec{Name: "z", Path: path, Format: FormatJSONL, Field: "body", BlockBytes: 10})
-			if want := uint64(tc.hint+9) / 10; ds.Units() != want || ds.Bytes() != uint64(len(tc.file)) {
-				t.Errorf("Units, Bytes = %d, %d; want %d, the compressed size %d", ds.Units(), ds.Bytes(), want, len(tc.file))
+			if want := uint64(tc.hint+9) / 10; ds.Units() != want || ds.Bytes() != uint64(tc.hint) {
+				t.Errorf("Units, Bytes = %d, %d; want %d, the hinted text size %d", ds.Units(), ds.Bytes(), want, tc.hint)
+			}
+			if last := ds.Units() - 1; ds.Offset(last) != last*10 || ds.Offset(ds.Units()) != uint64(tc.hint) {
+				t.Errorf("Offset(%d), Offset(%d) = %d, %d; want %d, %d", last, last+1, ds.Offset(last), ds.Offset(last+1), last*10, tc.hint)
 			}
 			checkDataset(t, ds, texts)
 		})

@@ -129,6 +129,10 @@ type CompressedStats struct {
 	// for, in bytes: what each decoder of that file holds (2 MiB at zstd's
 	// default level, 8 MiB at level 19, 128 MiB with --long=27).
 	MaxWindow uint64
+	// Ambiguous is the number of gzip files large enough that their
+	// trailer (the text size modulo 4 GiB) allows several ordinary sizes:
+	// their hint is a guess, and their units may be uneven.
+	Ambiguous uint64
 }
 
 // BadRecordError is a record that is not a document: malformed JSON, a
@@ -271,6 +275,9 @@ func (d *dataset) Compressed() CompressedStats {
 				st.Whole++
 			}
 			st.MaxWindow = max(st.MaxWindow, z.window)
+			if z.ambiguous {
+				st.Ambiguous++
+			}
 		}
 	}
 	if d.pool != nil {

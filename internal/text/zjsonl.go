@@ -97,6 +97,22 @@ func gzipHint(isize uint32, size uint64) uint64 {
 	return best
 }
 
+// gzipAmbiguous reports whether a gzip file of size bytes whose trailer
+// says isize could hold more than one text size at ordinary JSONL
+// compression ratios (1.5x to 12x): its size is then a guess, possibly off
+// by a multiple of 4 GiB, and its units uneven (trailing ones empty, or the
+// last one large).
+func gzipAmbiguous(isize uint32, size uint64) bool {
+	lo, hi := size*3/2, size*12
+	n := 0
+	for d := uint64(isize); d <= hi; d += 1 << 32 {
+		if d >= lo {
+			n++
+		}
+	}
+	return n > 1
+}
+
 // nearer reports whether a is strictly nearer than b to t by ratio
 // (max(x,t)/min(x,t)), compared exactly in integers.
 func nearer(a, b, t uint64) bool {
@@ -125,6 +141,7 @@ type zjsonlFile struct {
 	zstd                 bool
 	hint                 uint64 // usable decompressed size hint; 0: none
 	window               uint64 // zstd: the decoder window its header asks for
+	ambiguous            bool   // gzip: its hint is one of several plausible sizes
 	block                uint64
 	n                    uint64
 	pool                 *decoderPool
@@ -140,16 +157,23 @@ func (f *zjsonlFile) setUnits() {
 
 func (f *zjsonlFile) units() uint64 { return f.n }
 
-func (f *zjsonlFile) bytes() uint64 { return uint64(f.size) }
-
-// offset spreads the compressed size evenly: k*size/n, monotone.
-func (f *zjsonlFile) offset(k uint64) uint64 {
-	if k >= f.n {
-		return uint64(f.size)
+// bytes is the file's text size as its hint gives it, so that shards cut
+// by bytes weigh compressed and plain files alike; without a hint, the
+// compressed size.
+func (f *zjsonlFile) bytes() uint64 {
+	if f.hint > 0 {
+		return f.hint
 	}
-	hi, lo := bits.Mul64(k, uint64(f.size))
-	q, _ := bits.Div64(hi, lo, f.n)
-	return q
+	return uint64(f.size)
+}
+
+// offset is where unit k's text starts by the hint (k*B), monotone; 0 for a
+// file without one (a single unit).
+func (f *zjsonlFile) offset(k uint64) uint64 {
+	if f.hint == 0 || k >= f.n {
+		return min(k, 1) * f.bytes()
+	}
+	return min(k*f.block, f.hint)
 }
 
 func (f *zjsonlFile) file() source.File { return source.File{Path: f.path, Size: f.size} }
@@ -173,14 +197,24 @@ func (f *zjsonlFile) docs(k uint64, visit func([]byte) error, bad func(*BadRecor
 	if st != nil {
 		return f.parse(st.raw, st.line, st.pos, visit, bad)
 	}
+	// The cursor goes back whatever happens, a panic of the tokenizer in
+	// visit included (Cache turns those into errors): a cursor left busy
+	// would make later reads of this file wait for it forever.
+	held, ok := true, false
+	defer func() {
+		if held {
+			f.pool.release(c, ok)
+		}
+	}()
 	if k == f.n-1 {
 		err := c.stream(k, func(line []byte, lineNo, pos uint64) error {
 			return f.record(line, lineNo, pos, visit, bad)
 		})
-		f.pool.release(c, err == nil)
+		ok = err == nil
 		return err
 	}
 	raw, line, pos, err := c.read(k)
+	held = false
 	f.pool.release(c, err == nil)
 	if err != nil {
 		return err
@@ -291,12 +325,12 @@ func (p *decoderPool) acquire(f *zjsonlFile, k uint64) (*zcursor, *zstash, error
 				if busy == nil || c.target+1 > busyAt {
 					busy, busyAt = c, c.target+1
 				}
-			case c.target == k+1 && c.from < k+1:
+			case c.target == k+1 && c.from < k+1 && !c.skipped:
 				busy, busyAt = c, k // will stash unit k
 			}
 		}
 		if free != nil && (busy == nil || freeAt >= busyAt) {
-			free.busy, free.from, free.target = true, free.next, k
+			free.busy, free.from, free.target, free.skipped = true, free.next, k, false
 			p.mu.Unlock()
 			return free, nil, nil
 		}
@@ -322,13 +356,15 @@ func (p *decoderPool) acquire(f *zjsonlFile, k uint64) (*zcursor, *zstash, error
 func (p *decoderPool) release(c *zcursor, ok bool) {
 	p.mu.Lock()
 	c.busy = false
-	if c.pending != nil {
-		c.stash, c.pending = c.pending, nil
-	}
 	p.tick++
 	c.used = p.tick
-	if !ok || c.f.closed || (c.next >= c.f.n && c.stash == nil) {
+	switch {
+	case !ok || c.f.closed || (c.next >= c.f.n && c.stash == nil):
 		p.remove(c)
+	case c.next >= c.f.n:
+		// At the file's end with a stash no reader has taken yet: the
+		// decoder goes, the stash stays until taken or evicted.
+		c.close()
 	}
 	p.evict()
 	p.cond.Broadcast()
@@ -398,19 +434,19 @@ const zcursorBuffer = 64 << 10
 type zcursor struct {
 	f            *zjsonlFile
 	busy         bool
+	skipped      bool   // while busy: done skipping to target (its stash, if any, is out)
 	from, target uint64 // while busy: next when taken, and the unit asked for
 	used         uint64
 	stash        *zstash
 
-	pending *zstash // a stash made while busy
-	file    *os.File
-	zr      *zstd.Decoder
-	gr      *gzip.Reader
-	br      *bufio.Reader
-	long    []byte
-	pos     uint64 // decompressed offset of the next line
-	lineNo  uint64 // lines before pos
-	next    uint64
+	file   *os.File
+	zr     *zstd.Decoder
+	gr     *gzip.Reader
+	br     *bufio.Reader
+	long   []byte
+	pos    uint64 // decompressed offset of the next line
+	lineNo uint64 // lines before pos
+	next   uint64
 }
 
 func (c *zcursor) open() error {
@@ -457,6 +493,9 @@ func (c *zcursor) close() {
 // MaxLineBytes: skipping one holds no more than the read buffer.
 func (c *zcursor) line(keep bool) ([]byte, uint64, error) {
 	var n uint64
+	if cap(c.long) > 1<<20 {
+		c.long = nil // a long line's buffer is not kept for the short ones after it
+	}
 	c.long = c.long[:0]
 	for {
 		chunk, err := c.br.ReadSlice('\n')
@@ -514,9 +553,19 @@ func (c *zcursor) skipTo(k uint64) error {
 		c.lineNo++
 	}
 	c.next = k
+	p := c.f.pool
+	p.mu.Lock()
+	// Published now, not when the cursor is released: a reader of k-1
+	// waiting for it must not wait for unit k's read (for the last unit,
+	// the whole rest of the file).
+	c.skipped = true
 	if st != nil {
-		c.pending = st // release makes it the cursor's stash
-		c.f.pool.notePeak(uint64(len(st.raw)))
+		c.stash = st
+	}
+	p.cond.Broadcast()
+	p.mu.Unlock()
+	if st != nil {
+		p.notePeak(uint64(len(st.raw)))
 	}
 	return nil
 }

@@ -139,6 +139,21 @@ func TestGzipHintWraps(t *testing.T) {
 	if got := gzipHint(10, 100); got != 0 {
 		t.Errorf("gzipHint below the compressed size = %d, want 0", got)
 	}
+	// Whether the trailer leaves more than one size at ratios 1.5x to 12x.
+	for _, tc := range []struct {
+		text, size uint64
+		want       bool
+	}{
+		{3 << 20, 1 << 20, false},     // small files: one size only
+		{400 << 20, 100 << 20, false}, // 1.5x-12x of 100 MiB is under 4 GiB: one
+		{5 * G, G, true},              // 1.5, 5.5 and 9.5 GiB all fit
+		{3 * G / 2, G, true},
+		{40 * G, 30 * G, true},
+	} {
+		if got := gzipAmbiguous(uint32(tc.text), tc.size); got != tc.want {
+			t.Errorf("gzipAmbiguous(%d mod 2^32, size %d) = %v, want %v", tc.text, tc.size, got, tc.want)
+		}
+	}
 }
 
 // lineUnits splits data's lines by the rule: unit k < n-1 has the lines
