@@ -162,7 +162,7 @@ func (s *session) controlBytes() uint64 {
 	case s.ctlFile != nil:
 		return uint64(s.ctlFile.Size())
 	case s.ctl != nil:
-		return uint64(s.ring.(*cuda.ShmRing).DataOffset())
+		return dataOffset(s.ring) // the shm ring's own block, before its slots
 	}
 	return 0
 }

@@ -339,14 +339,7 @@ class Loader:
         s = self._session
         what = f"session {s.session_id}" if s is not None else "the session"
         seen = "" if published is None else f"; the daemon has announced steps up to {published}"
-        # No CloseSession: a stuck daemon would not answer it. Ending the
-        # stream is enough for the daemon to reclaim the session.
-        self._closed = True
-        _open_loaders.discard(self)
-        try:
-            self._close_session(tell_daemon=False)
-        finally:
-            self._channel.close()
+        self._shut(tell_daemon=False)
         raise BatchTimeoutError(
             f"no batch {self._last_step + 1} within batch_timeout={self._batch_timeout:g} s from the daemon at "
             f"{self.socket} ({what}, job {self.job!r}, dp_rank {self.dp_rank}){seen}. The daemon or its reading "
@@ -420,12 +413,17 @@ class Loader:
 
     def close(self) -> None:
         """Closes the session (the daemon frees its ring) and the connection. Idempotent."""
+        self._shut(tell_daemon=True)
+
+    def _shut(self, tell_daemon: bool) -> None:
+        """close(), with or without the CloseSession call (a stuck daemon would
+        not answer it; ending the stream is enough for it to reclaim the session)."""
         if self._closed:
             return
         self._closed = True
         _open_loaders.discard(self)
         try:
-            self._close_session()
+            self._close_session(tell_daemon)
         finally:
             self._channel.close()
 
