@@ -8,6 +8,7 @@ device ring, its control block, the client's IPC mapping, its release fence
 and its control-block loop are the shipped code. scripts/gpu-check.sh runs the
 same path on a real GPU."""
 
+import contextlib
 import ctypes
 import gc
 import glob
@@ -66,6 +67,24 @@ class _DeviceTensor(np.ndarray):
     def clone(self):
         return np.array(self).view(_DeviceTensor)
 
+    def copy_(self, src, non_blocking=False):
+        np.copyto(self, src)
+        return self
+
+    def record_stream(self, stream):
+        pass
+
+
+class _Stream:
+    def wait_stream(self, other):
+        pass
+
+    def wait_event(self, event):
+        pass
+
+    def synchronize(self):
+        pass
+
 
 def _fake_torch():
     def as_tensor(arr, device=None):
@@ -79,9 +98,11 @@ def _fake_torch():
         return view
 
     cuda = types.SimpleNamespace(is_available=lambda: True, device_count=lambda: 2, Event=_Event,
-                                 current_stream=lambda device=None: "stream")
+                                 current_stream=lambda device=None: _Stream(),
+                                 Stream=lambda device=None: _Stream(), stream=lambda s: contextlib.nullcontext())
     return types.SimpleNamespace(device=lambda kind, index: types.SimpleNamespace(type=kind, index=index),
-                                 as_tensor=as_tensor, cuda=cuda)
+                                 as_tensor=as_tensor, cuda=cuda, int32=np.int32, from_numpy=lambda a: a,
+                                 empty=lambda shape, dtype, device: np.empty(shape, dtype).view(_DeviceTensor))
 
 
 @pytest.fixture
@@ -195,3 +216,34 @@ def test_cuda_stuck_daemon_times_out(daemon_factory, standin, client_standin, co
     del it, info
     gc.collect()
     assert client_standin.fakecuda_python_live() == 0, "the client kept driver objects after the timeout"
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["control-block", "messages"])
+def test_shm_pinned_batches_equal_shm(daemon_factory, client_standin, config, fast):
+    # shm-pinned: the daemon serves shm; the client registers the ring with
+    # the driver, copies each batch to a fresh device tensor on its own
+    # stream, and releases the shm slot only once that copy's event completed.
+    d = daemon_factory()
+    with Loader(config, dp_rank=1, dp_size=2, socket=d.socket, job="shm") as ref:
+        want = take(ref, 25)
+    with Loader(config, dp_rank=1, dp_size=2, socket=d.socket, job="pinned", transport="shm-pinned",
+                device=1, slots=3, fast=fast) as pinned:
+        got = []
+        for batch in pinned:
+            assert type(batch["tokens"]) is _DeviceTensor, "shm-pinned yields device tensors"
+            got.append((batch["step"], np.array(batch["tokens"])))
+            if fast:
+                # One copy event per batch, in step order: made[k] is step k+1's.
+                released = pinned._ctl._u64[pinned._ctl._released]
+                undone = [k + 1 for k in range(released) if not _Event.made[k].done()]
+                assert undone == [], f"shm slots of steps {undone} released before their copy completed"
+                assert batch["step"] < 4 or released >= batch["step"] - 3, "the ring would stall"
+            if len(got) == 25:
+                break
+        assert (pinned._ctl is not None) == fast
+        assert client_standin.fakecuda_python_live() > 0, "the ring is not registered with the driver"
+    assert client_standin.fakecuda_python_live() == 0, "the ring is still registered after close()"
+    assert len(_Event.made) == 25, "not one copy event per batch"
+    assert [s for s, _ in got] == list(range(1, 26))
+    for (_, w), (_, g) in zip(want, got):
+        assert np.array_equal(w, g), "a batch copied by shm-pinned differs from shm"

@@ -280,7 +280,8 @@ class IpcRing:
 class ReleaseFence:
     """Holds given-up slots until the GPU work queued on them has finished.
 
-    ``give_up(key)`` records an event on the current stream of ``device`` and
+    ``give_up(key)`` records an event on the current stream of ``device`` (or
+    takes ``event``, already recorded where the slot's last reader runs) and
     returns the keys that may now be released (their events completed), in
     order. When more than ``max_held`` keys wait, the oldest is waited for, so
     a trainer cannot hold the whole ring. ``drain()`` waits for all."""
@@ -291,9 +292,11 @@ class ReleaseFence:
         self._max = max(1, max_held)
         self._held: Deque[Tuple[Hashable, Any]] = collections.deque()
 
-    def give_up(self, key: Hashable) -> List[Hashable]:
-        ev = self._torch.cuda.Event()
-        ev.record(self._torch.cuda.current_stream(self._device))
+    def give_up(self, key: Hashable, event: Any = None) -> List[Hashable]:
+        ev = event
+        if ev is None:
+            ev = self._torch.cuda.Event()
+            ev.record(self._torch.cuda.current_stream(self._device))
         self._held.append((key, ev))
         out = []
         while self._held and (len(self._held) > self._max or self._held[0][1].query()):
@@ -330,18 +333,30 @@ class PinnedShm:
     host-to-device copy of the batch on this object's own stream into a fresh
     device tensor, makes the current stream wait for it, and returns the tensor
     and the copy's event: the shm slot may be released once ``event.query()``
-    is true (or through a ReleaseFence keyed on it)."""
+    is true (or through a ReleaseFence keyed on it).
+
+    The copy does not wait for work already queued on the current stream: the
+    tensor is allocated on the copy stream and marked as used on the current
+    one (``record_stream``), so a copy overlaps the trainer's previous step."""
 
     def __init__(self, ring: Any, device: int):
         import numpy as np
 
         self._torch = torch = _torch()
         self.device = torch.device("cuda", device)
+        self._index = device
         self._ring = ring
         self._drv = _driver()
         view = np.frombuffer(ring._mm, dtype=np.uint8)
         self._ptr, self._size = int(view.ctypes.data), view.nbytes
+        slots = (view.nbytes - ring._data) // ring._stride
         del view
+        # Host tensors of every slot, made once: torch warns that the
+        # read-only mapping is not writable (nothing writes through them).
+        full = ring._stride // (4 * ring._line)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            self._host = [torch.from_numpy(ring.batch(i, full)) for i in range(slots)]
         self._ctx = self._drv.retain(device)
         try:
             with self._drv.in_context(self._ctx):
@@ -357,17 +372,17 @@ class PinnedShm:
         torch = self._torch
         if self._ptr == 0:
             raise DataloaderdError("the pinned ring is closed")
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)  # read-only shared memory
-            host = torch.from_numpy(self._ring.batch(slot, lines))
-        current = torch.cuda.current_stream(self.device)
-        out = torch.empty(host.shape, dtype=torch.int32, device=self.device)
-        self._stream.wait_stream(current)  # out's memory may be in use there until now
+        host = self._host[slot]
+        if lines != host.shape[0]:
+            host = host[:lines]
+        current = torch.cuda.current_stream(self._index)
         with torch.cuda.stream(self._stream):
+            out = torch.empty(host.shape, dtype=torch.int32, device=self.device)
             out.copy_(host, non_blocking=True)
             done = torch.cuda.Event()
             done.record(self._stream)
         current.wait_event(done)
+        out.record_stream(current)  # its memory is not reused before current's work on it is done
         return out, done
 
     def close(self) -> None:
@@ -375,6 +390,7 @@ class PinnedShm:
         ptr, self._ptr = self._ptr, 0
         if not ptr:
             return
+        self._host = []  # views of the mapping, which the ring unmaps next
         self._stream.synchronize()
         try:
             with self._drv.in_context(self._ctx):

@@ -30,7 +30,9 @@ except ImportError:  # pragma: no cover - depends on the environment
 
 __all__ = ["Loader"]
 
-_TRANSPORTS = {"shm": pb.TRANSPORT_SHM, "inline": pb.TRANSPORT_INLINE, "cuda": pb.TRANSPORT_CUDA}
+# shm-pinned is shm to the daemon; the client copies each batch to the GPU.
+_TRANSPORTS = {"shm": pb.TRANSPORT_SHM, "inline": pb.TRANSPORT_INLINE, "cuda": pb.TRANSPORT_CUDA,
+               "shm-pinned": pb.TRANSPORT_SHM}
 STATE_DICT_VERSION = 1
 
 # Loaders not closed yet. They are closed at exit, while gRPC's threads still
@@ -111,7 +113,8 @@ class Loader:
         self._ring: Optional[ShmRing] = None
         self._ctl: Optional[_control.Control] = None
         self._dev_ring = None  # cuda: _cuda.IpcRing
-        self._fence = None  # cuda: _cuda.ReleaseFence
+        self._fence = None  # cuda, shm-pinned: _cuda.ReleaseFence
+        self._pinned = None  # shm-pinned: _cuda.PinnedShm
         self._requests: Optional[queue.Queue] = None
         self._responses = None
         self._held: Optional[tuple] = None
@@ -128,7 +131,7 @@ class Loader:
         if self._closed:
             raise DataloaderdError("the loader is closed")
         if self._session is None:
-            if self.transport == "cuda":
+            if self.transport in ("cuda", "shm-pinned"):
                 _cuda.require_torch_cuda(self.device)  # before the daemon makes a ring
             s = self._stub.OpenSession(pb.OpenSessionRequest(
                 job=self.job, config=self._config, dp_rank=self.dp_rank, dp_size=self.dp_size,
@@ -155,9 +158,19 @@ class Loader:
                     self._ring = ShmRing(s.ring.path, s.ring.slots, s.ring.slot_stride, s.line_tokens,
                                          s.ring.data_offset)
                     self._ctl = self._map_control(s)
-                except (OSError, ValueError) as e:
+                    if self.transport == "shm-pinned":
+                        self._pinned = _cuda.PinnedShm(self._ring, self.device)
+                        self._fence = _cuda.ReleaseFence(self.device, max_held=_fence_hold(s.ring.slots))
+                except (OSError, ValueError, DataloaderdError) as e:
+                    self._fence = None
+                    for part in (self._pinned, self._ring, self._ctl):
+                        if part is not None:
+                            part.close()
+                    self._pinned = self._ring = self._ctl = None
                     self._stub.CloseSession(pb.CloseSessionRequest(session_id=s.session_id, consumer=s.consumer),
                                             timeout=self._timeout)
+                    if isinstance(e, DataloaderdError):
+                        raise
                     raise DataloaderdError(
                         f"cannot map the ring {s.ring.path} ({e}): is the daemon on another machine or in "
                         "another container? transport='inline' works without shared memory") from e
@@ -192,6 +205,9 @@ class Loader:
         if self._dev_ring is not None:
             self._dev_ring.close()
             self._dev_ring = None
+        if self._pinned is not None:
+            self._pinned.close()  # waits for its copies; before the ring is unmapped
+            self._pinned = None
         try:
             if tell_daemon:
                 self._stub.CloseSession(pb.CloseSessionRequest(session_id=s.session_id, consumer=s.consumer),
@@ -258,7 +274,12 @@ class Loader:
             if msg.end:
                 self._ended = True
                 return
-            if s.transport == pb.TRANSPORT_CUDA:
+            if self._pinned is not None:
+                # The shm slot goes back once the copy out of it is done.
+                tokens, copied = self._pinned.fetch(msg.slot, msg.lines)
+                for held in self._fence.give_up((msg.slot, msg.step, wait_ns), copied):
+                    self._release(*held)
+            elif s.transport == pb.TRANSPORT_CUDA:
                 tokens = self._dev_ring.batch(msg.slot, msg.lines)
                 if self._copy:
                     tokens = tokens.clone()  # queued on the current stream: the fence waits for it
@@ -284,11 +305,11 @@ class Loader:
         slot has finished (ReleaseFence); releases stay in step order."""
         ctl, ring, fence = self._ctl, self._ring, self._fence
 
-        def give_back(held: tuple) -> None:
+        def give_back(held: tuple, event: Any = None) -> None:
             if fence is None:
                 ctl.release(held[1], held[2])
             else:
-                for _, step, wait_ns in fence.give_up(held):
+                for _, step, wait_ns in fence.give_up(held, event):
                     ctl.release(step, wait_ns)
 
         while not self._ended and self._session is s:
@@ -318,7 +339,10 @@ class Loader:
                     self._stream_failure()
             wait_ns = time.perf_counter_ns() - start
             slot, lines = got
-            if fence is not None:
+            if self._pinned is not None:
+                tokens, copied = self._pinned.fetch(slot, lines)
+                give_back((slot, want, wait_ns), copied)  # once the copy out of the slot is done
+            elif fence is not None:
                 tokens = self._dev_ring.batch(slot, lines)
                 if self._copy:
                     tokens = tokens.clone()  # queued on the current stream: the fence waits for it
