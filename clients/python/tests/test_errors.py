@@ -116,10 +116,11 @@ def test_socket_path_too_long(tmp_path):
 
 
 def test_cuda_transport_without_a_gpu(daemon, config):
-    # On a machine without torch+CUDA the client refuses before asking the
-    # daemon; a daemon without a CUDA driver refuses too, with Unimplemented.
-    with pytest.raises(TransportUnavailableError, match="transport='shm'"):
-        first(Loader(config, socket=daemon.socket, dp_rank=0, dp_size=1, transport="cuda"))
+    # On a machine without torch+CUDA the client refuses cuda and shm-pinned
+    # before asking the daemon; a daemon without a CUDA driver refuses too, with Unimplemented.
+    for transport in ("cuda", "shm-pinned"):
+        with pytest.raises(TransportUnavailableError, match="transport='shm'"):
+            first(Loader(config, socket=daemon.socket, dp_rank=0, dp_size=1, transport=transport))
     with grpc.insecure_channel("unix://" + daemon.socket) as ch:
         with pytest.raises(grpc.RpcError) as info:
             pb_grpc.LoaderStub(ch).OpenSession(pb.OpenSessionRequest(
