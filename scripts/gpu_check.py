@@ -36,12 +36,14 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import textwrap
 import time
 import traceback
+import urllib.request
 import warnings
 
 warnings.filterwarnings("ignore", message=".*not writable.*")  # torch views of the read-only shm ring
@@ -331,6 +333,35 @@ def steps_alone(torch, device, n, step):
     return time.perf_counter() - t0
 
 
+def free_port():
+    with socket.socket() as sk:
+        sk.bind(("127.0.0.1", 0))
+        return sk.getsockname()[1]
+
+
+def device_copies(metrics_addr):
+    """The daemon's dataloaderd_device_copy_seconds: count, mean and the
+    bucket bounds under which half and 99% of the copies fell."""
+    text = urllib.request.urlopen(f"http://{metrics_addr}/metrics", timeout=10).read().decode()
+    buckets, count, total = [], 0, 0.0
+    for line in text.splitlines():
+        if line.startswith("dataloaderd_device_copy_seconds_bucket"):
+            le = line.split('le="')[1].split('"')[0]
+            buckets.append((float(le), float(line.rsplit(" ", 1)[1])))
+        elif line.startswith("dataloaderd_device_copy_seconds_count"):
+            count = int(float(line.rsplit(" ", 1)[1]))
+        elif line.startswith("dataloaderd_device_copy_seconds_sum"):
+            total = float(line.rsplit(" ", 1)[1])
+    if not count:
+        return None
+
+    def under(q):
+        return next((le for le, n in buckets if n >= q * count), float("inf"))
+
+    return {"copies": count, "mean_us": round(total / count * 1e6, 1), "p50_under_us": under(0.5) * 1e6,
+            "p99_under_us": under(0.99) * 1e6}
+
+
 def gpu_step(torch, device, ms):
     """A callable that queues about ms of GPU work (torch.cuda._sleep, calibrated)."""
     if ms <= 0:
@@ -430,7 +461,8 @@ def main():
         sock = os.path.join(tmp, "d.sock")
         config = {"seq_len": args.seq_len, "batch_size": args.batch_size, "seed": 1, "logical_shards": 64,
                   "eos_id": 0, "datasets": [{"name": "web", "path": prefix, "format": "megatron"}]}
-        with running(args.daemon, sock, "--log-level", "warn") as proc:
+        metrics_addr = f"127.0.0.1:{free_port()}"
+        with running(args.daemon, sock, "--log-level", "warn", "--metrics-addr", metrics_addr) as proc:
             ref = stage("shm reference", shm_reference, config, sock, args.batches) or []
 
             if ref:
@@ -455,6 +487,7 @@ def main():
                     results.setdefault("steps_ratio", {})[p.name] = round(m["steps_ratio"], 3)
             stage("daemon GPU memory", daemon_memory, torch, config, sock, args.device, proc.pid, nbytes)
             stage("a trainer killed mid-run", killed_client, config, sock, args.device, proc.pid)
+            results["device_copies"] = stage("the daemon's device copies (metrics)", device_copies, metrics_addr)
             final = wait_gpu_mib(proc.pid, 0, 10)
             results["gpu_mib"]["daemon at the end"] = final
             if final is not None:
@@ -478,6 +511,11 @@ def main():
           f"the same steps alone (about {results.get('steps_alone_s', 0) * 1e3:.0f} ms); 1.00: the GPU never waits:")
     for k, v in results.get("steps_ratio", {}).items():
         print(f"  {k:<40}{v:8.3f}")
+    c = results.get("device_copies")
+    if c:
+        print(f"the daemon's copies into device slots (dataloaderd_device_copy_seconds, every cuda batch of the run): "
+              f"{c['copies']}, mean {c['mean_us']} us, half under {c['p50_under_us']:g} us, "
+              f"99% under {c['p99_under_us']:g} us")
     print("GPU memory (MiB, nvidia-smi per process):")
     for k, v in results["gpu_mib"].items():
         print(f"  {k:<40}{v}")

@@ -83,6 +83,11 @@ panel("Daemon resident memory",
       "Resident memory of the daemon process (the pages of shared-memory rings it has touched included).",
       [(f'process_resident_memory_bytes{{{SEL}}}', "{{instance}}")],
       "bytes", 12, 32)
+panel("Copy of a batch to its device slot (cuda)",
+      "Time a cuda session's producer took to copy one batch to the GPU and see it complete: p50 and p99. Tens of us is normal; more, a busy or throttled GPU link.",
+      [(f'histogram_quantile(0.5, sum by (le, instance) (rate(dataloaderd_device_copy_seconds_bucket{{{SEL}}}[{R}])))', "p50 {{instance}}"),
+       (f'histogram_quantile(0.99, sum by (le, instance) (rate(dataloaderd_device_copy_seconds_bucket{{{SEL}}}[{R}])))', "p99 {{instance}}")],
+      "s", 0, 40)
 dash = {
     "title": "dataloaderd",
     "uid": "dataloaderd",

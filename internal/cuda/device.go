@@ -120,7 +120,12 @@ type DeviceRing struct {
 	commits   atomic.Uint64
 	copied    atomic.Uint64
 	commitDur atomic.Int64
+	onCommit  func(took time.Duration)
 }
+
+// OnCommit sets a function called with the duration of every successful
+// Commit (copy and wait), for metrics. Set it before the first Commit.
+func (r *DeviceRing) OnCommit(f func(took time.Duration)) { r.onCommit = f }
 
 // NewRing allocates a ring of slots of slotBytes on GPU device. On failure
 // nothing stays allocated, and the error names the CUDA call and its result.
@@ -230,7 +235,11 @@ func (r *DeviceRing) Commit(i int) error {
 	}
 	r.commits.Add(1)
 	r.copied.Add(uint64(r.slotBytes))
-	r.commitDur.Add(int64(time.Since(start)))
+	took := time.Since(start)
+	r.commitDur.Add(int64(took))
+	if r.onCommit != nil {
+		r.onCommit(took)
+	}
 	return nil
 }
 

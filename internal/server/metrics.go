@@ -23,6 +23,7 @@ type metrics struct {
 	errors     *prometheus.CounterVec
 	ringBytes  prometheus.Gauge
 	devBytes   prometheus.Gauge
+	devCopy    prometheus.Histogram
 	skipped    *prometheus.CounterVec
 }
 
@@ -62,11 +63,17 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.devBytes = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "dataloaderd_device_ring_bytes", Help: "Bytes of GPU memory held by the device rings of open cuda sessions.",
 	})
+	m.devCopy = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "dataloaderd_device_copy_seconds",
+		Help: "Time a cuda session's producer took to copy one batch to its device slot and see the copy complete.",
+		// 10 us to 164 ms: a slot of MiBs copies in tens of us; more is a busy or throttled GPU link.
+		Buckets: prometheus.ExponentialBuckets(1e-5, 4, 8),
+	})
 	m.skipped = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "dataloaderd_text_records_skipped_total", Help: "Bad records of text datasets skipped (on_bad_record: skip), by dataset.",
 	}, []string{"dataset"})
 	reg.MustRegister(m.sessions, m.batches, m.tokens, m.lines, m.clientWait, m.readySlots,
-		m.stateSave, m.stateBytes, m.errors, m.ringBytes, m.devBytes, m.skipped)
+		m.stateSave, m.stateBytes, m.errors, m.ringBytes, m.devBytes, m.devCopy, m.skipped)
 	return m
 }
 

@@ -432,6 +432,7 @@ func (s *Server) deviceRing(device, slots, slotBytes int) (cuda.Ring, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cuda ring on device %d (%d slots of %d bytes): %w", device, slots, slotBytes, err)
 	}
+	r.OnCommit(func(took time.Duration) { s.metrics.devCopy.Observe(took.Seconds()) })
 	return r, nil
 }
 

@@ -16,6 +16,7 @@ import (
 	"unsafe"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -453,6 +454,14 @@ func TestCUDATransportOnFakeDriver(t *testing.T) {
 		}
 	}
 	waitSessions(t, d.srv, 0)
+	// Every batch of the three cuda sessions went through a timed device copy.
+	var copies dto.Metric
+	if err := d.srv.metrics.devCopy.Write(&copies); err != nil {
+		t.Fatal(err)
+	}
+	if n := copies.GetHistogram().GetSampleCount(); n < 3*6 {
+		t.Fatalf("dataloaderd_device_copy_seconds counted %d copies, want at least the 18 batches read", n)
+	}
 	if c := fake.Counts(); c.DeviceAllocs+c.HostAllocs+c.Streams+c.Events+c.Contexts != 0 || c.PageableCopies != 0 {
 		t.Fatalf("after close the fake driver holds %+v", c)
 	}
