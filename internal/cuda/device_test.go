@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestDeviceRingCommit(t *testing.T) {
@@ -125,16 +126,20 @@ func TestDeviceRingFailures(t *testing.T) {
 			checkNothingHeld(t, fake, devs, "NewRing with "+s.call+" failing")
 		}
 	}
-	for _, call := range []string{"cuMemcpyHtoDAsync_v2", "cuEventRecord", "cuEventSynchronize"} {
+	for _, call := range []string{"cuMemcpyHtoDAsync_v2", "cuEventRecord", "cuEventQuery", "cuEventSynchronize"} {
 		fake := NewFakeDriver()
 		devs := NewDevices(fake)
 		r, err := devs.NewRing(0, 3, 5000)
 		if err != nil {
 			t.Fatal(err)
 		}
+		if call == "cuEventSynchronize" {
+			fake.SetPendingQueries(1 << 30) // a copy that outlasts the polling: Commit sleeps on it
+		}
 		fake.FailNext(call, ErrIllegalAddress)
 		err = r.Commit(1)
 		checkCUDAError(t, err, call, ErrIllegalAddress)
+		fake.SetPendingQueries(0)
 		if err := r.Commit(1); err != nil {
 			t.Fatalf("Commit after a failed one: %v", err)
 		}
@@ -213,4 +218,45 @@ func TestFakeCopyIsAsync(t *testing.T) {
 	fake.StreamDestroy(ctx, s)
 	fake.HostFree(ctx, src)
 	fake.MemFree(ctx, p)
+}
+
+// TestCommitPollsThenSleeps: Commit polls the copy's event and returns as
+// soon as it completes; a copy still in flight after the polling budget is
+// waited for by sleeping on the event. Either way the slot is on the device.
+func TestCommitPollsThenSleeps(t *testing.T) {
+	for _, tc := range []struct {
+		pending   int
+		wantSyncs int
+	}{{0, 0}, {50, 0}, {1 << 30, 1}} {
+		fake := NewFakeDriver()
+		devs := NewDevices(fake)
+		r, err := devs.NewRing(0, 2, 4096)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fake.SetPendingQueries(tc.pending)
+		copy(r.Slot(1), bytes.Repeat([]byte{9}, r.SlotBytes()))
+		start := time.Now()
+		if err := r.Commit(1); err != nil {
+			t.Fatal(err)
+		}
+		took := time.Since(start)
+		if got := fake.Counts().Syncs; got != tc.wantSyncs {
+			t.Errorf("%d pending queries: %d sleeping waits, want %d", tc.pending, got, tc.wantSyncs)
+		}
+		if tc.wantSyncs == 1 && took < spinBudget(r.SlotBytes()) {
+			t.Errorf("slept on the event after %v, before the %v polling budget", took, spinBudget(r.SlotBytes()))
+		}
+		whole, err := fake.OpenIPC(r.IPCHandle())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(whole[r.Stride():r.Stride()+r.SlotBytes()], r.Slot(1)) {
+			t.Errorf("%d pending queries: the device slot does not hold the batch after Commit", tc.pending)
+		}
+		r.Close()
+	}
+	if b := spinBudget(1 << 20); b < 300*time.Microsecond || b > 320*time.Microsecond {
+		t.Errorf("polling budget for 1 MiB is %v, want 100 us + 1 MiB at 5 GB/s", b)
+	}
 }

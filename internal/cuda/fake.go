@@ -31,6 +31,8 @@ type FakeDriver struct {
 	fail      map[string]fakeFailure
 	pageable  int
 	copyBytes uint64
+	pending   int // queries each recorded event answers "not yet" before it completes
+	syncs     int
 }
 
 type fakeAlloc struct {
@@ -45,9 +47,10 @@ type fakeStream struct {
 }
 
 type fakeEvent struct {
-	dev    int
-	stream *fakeStream
-	upTo   int // the stream's op count when recorded
+	dev     int
+	stream  *fakeStream
+	upTo    int // the stream's op count when recorded
+	queries int // since it was recorded
 }
 
 type fakeFailure struct {
@@ -70,6 +73,8 @@ type FakeCounts struct {
 	PageableCopies int
 	// CopiedBytes counts host-to-device bytes copied.
 	CopiedBytes uint64
+	// Syncs counts cuEventSynchronize calls ever made.
+	Syncs int
 }
 
 // FakeDeviceBytes is the memory of each fake GPU.
@@ -109,7 +114,7 @@ func (f *FakeDriver) Counts() FakeCounts {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	c := FakeCounts{DeviceAllocs: len(f.dev), HostAllocs: len(f.host), Streams: len(f.streams), Events: len(f.events),
-		PrimaryRetains: f.retains, PageableCopies: f.pageable, CopiedBytes: f.copyBytes}
+		PrimaryRetains: f.retains, PageableCopies: f.pageable, CopiedBytes: f.copyBytes, Syncs: f.syncs}
 	for _, a := range f.dev {
 		c.DeviceBytes += len(a.mem)
 	}
@@ -483,7 +488,7 @@ func (f *FakeDriver) EventRecord(ctx Context, e Event, s Stream) error {
 	if ev == nil || st == nil {
 		return f.err("cuEventRecord", ErrInvalidHandle)
 	}
-	ev.stream, ev.upTo = st, len(st.ops)
+	ev.stream, ev.upTo, ev.queries = st, len(st.ops), 0
 	return nil
 }
 
@@ -494,6 +499,7 @@ func (f *FakeDriver) EventSynchronize(ctx Context, e Event) error {
 	if _, err := f.device("cuEventSynchronize", ctx); err != nil {
 		return err
 	}
+	f.syncs++
 	ev := f.events[e]
 	if ev == nil {
 		return f.err("cuEventSynchronize", ErrInvalidHandle)
@@ -504,7 +510,16 @@ func (f *FakeDriver) EventSynchronize(ctx Context, e Event) error {
 	return nil
 }
 
-// EventQuery implements Driver: a fake event completes when first asked.
+// SetPendingQueries makes every event recorded from now on answer n queries
+// with "not yet" before it completes, as a copy still in flight would.
+func (f *FakeDriver) SetPendingQueries(n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.pending = n
+}
+
+// EventQuery implements Driver: a fake event completes when first asked,
+// or after SetPendingQueries' count of queries.
 func (f *FakeDriver) EventQuery(ctx Context, e Event) (bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -514,6 +529,9 @@ func (f *FakeDriver) EventQuery(ctx Context, e Event) (bool, error) {
 	ev := f.events[e]
 	if ev == nil {
 		return false, f.err("cuEventQuery", ErrInvalidHandle)
+	}
+	if ev.queries++; ev.queries <= f.pending {
+		return false, nil
 	}
 	if ev.stream != nil {
 		ev.stream.run(ev.upTo)
