@@ -14,7 +14,8 @@ runs even when an earlier one failed, and the summary comes last:
 2. shm reference: the batches read over shm, copied: the bits to match.
 3. bit-identity: shm + .to(device), shm-pinned, cuda (control block and
    messages, views and clones) each deliver exactly the reference batches,
-   as int32 tensors on the device.
+   as int32 tensors on the device; so does a cuda session shared by a group
+   of two consumers, on GPUs 0 and 1 (both on 0 when there is one GPU).
 4. torch host-to-device copies of the same bytes in the same run (pageable
    and pinned, per batch and as one copy), and shm with no device copy (the
    daemon's own rate on this machine).
@@ -228,6 +229,24 @@ def bit_identity(path, ref):
         if count == len(ref):
             break
     check(same and count == len(ref), f"{path.name}: {count} batches on the device, bit-identical to shm")
+
+
+def group(torch, config, sock, ref):
+    """The two ranks of a tensor-parallel group share one cuda session, on
+    GPUs 0 and 1 (both on 0 with one GPU): each reads exactly the reference
+    batches, on its own GPU."""
+    devices = (0, 1 if torch.cuda.device_count() > 1 else 0)
+    kw = dict(dp_rank=0, dp_size=1, socket=sock, job="gpucheck-group", transport="cuda", consumers=2)
+    same, got = True, [0, 0]
+    with Loader(config, device=devices[0], **kw) as a, Loader(config, device=devices[1], **kw) as b:
+        its = [iter(a), iter(b)]
+        for i in range(len(ref)):
+            for r in (0, 1):
+                tok = next(its[r])["tokens"]
+                same = same and tok.device.index == devices[r] and torch.equal(tok.cpu(), torch.from_numpy(ref[i]))
+                got[r] += 1
+    check(same and got == [len(ref)] * 2,
+          f"a group of 2 consumers on GPUs {devices}: {got} batches, each on its GPU, bit-identical to shm")
 
 
 def measure(path, n, step, alone, nbytes_each, warm=20):
@@ -469,6 +488,7 @@ def main():
                 for p in paths(torch, config, sock, args.device) + [
                         Path("cuda, clones", torch, config, sock, args.device, "cuda", copy=True)]:
                     stage(f"bit-identity: {p.name}", bit_identity, p, ref)
+                stage("bit-identity: a cuda group of two consumers", group, torch, config, sock, ref)
                 rates = stage("torch host-to-device, same bytes", torch_baseline, torch, args.device, ref) or {}
                 results["rates_gbps"].update(rates)
             results["rates_gbps"]["shm, no device copy (daemon rate)"] = stage(

@@ -92,35 +92,46 @@ func (d *Devices) release(dev int) error {
 	return d.drv.ReleasePrimaryContext(dev)
 }
 
-// DeviceRing is a ring of slots in one GPU allocation, exported to the
-// trainer processes by CUDA IPC, with a pinned host staging slot for each
-// device slot. The producer writes a batch into Slot(i) (host memory), then
-// Commit(i) copies it to the GPU; clients read device slot i at offset
-// i*Stride() of the allocation that IPCHandle opens.
+// DeviceRing is a ring of slots in GPU memory, exported to the trainer
+// processes by CUDA IPC, with a pinned host staging slot for each slot. The
+// producer writes a batch into Slot(i) (host memory), then Commit(i) copies it
+// to the GPU; clients read device slot i at offset i*Stride() of the
+// allocation that IPCHandle opens.
 //
-// GPU memory per ring: DeviceBytes() of device memory plus DeviceBytes() of
-// pinned host memory (StagingBytes), and a share of the GPU's primary context.
+// A ring starts on one GPU. The consumers of a tensor-parallel group sit on
+// different GPUs of the node: AddDevice gives the ring one more allocation
+// on another GPU, and Commit then copies every batch to each of them, so each
+// consumer reads its batches from memory on its own GPU.
+//
+// GPU memory: SlotsBytes() on each of its GPUs (DeviceBytes() in all), the
+// same again of pinned host memory (StagingBytes), and a share of each GPU's
+// primary context.
 type DeviceRing struct {
 	devs      *Devices
-	dev       int
-	ctx       Context
 	slots     int
 	slotBytes int
 	stride    int
+	onCommit  func(took time.Duration)
 
-	mem     DevicePtr
-	handle  IPCMemHandle
+	mu      sync.Mutex // serializes Commit, AddDevice and Close
+	closed  bool
 	staging []byte
-	stream  Stream
-	events  []Event
-
-	mu     sync.Mutex // serializes Commit and Close
-	closed bool
+	gpus    []*gpuSlots // gpus[0] is the GPU the ring was made on
 
 	commits   atomic.Uint64
 	copied    atomic.Uint64
 	commitDur atomic.Int64
-	onCommit  func(took time.Duration)
+}
+
+// gpuSlots is a ring's allocation on one GPU, with the stream and events of
+// the copies into it.
+type gpuSlots struct {
+	dev    int
+	ctx    Context
+	mem    DevicePtr
+	handle IPCMemHandle
+	stream Stream
+	events []Event
 }
 
 // OnCommit sets a function called with the duration of every successful
@@ -133,38 +144,98 @@ func (d *Devices) NewRing(device, slots, slotBytes int) (_ *DeviceRing, err erro
 	if err := checkGeometry(slots, slotBytes); err != nil {
 		return nil, err
 	}
-	st := stride(slotBytes)
-	r := &DeviceRing{devs: d, dev: device, slots: slots, slotBytes: slotBytes, stride: st}
-	if r.ctx, err = d.acquire(device); err != nil {
-		return nil, fmt.Errorf("device ring on GPU %d: %w", device, err)
-	}
+	r := &DeviceRing{devs: d, slots: slots, slotBytes: slotBytes, stride: stride(slotBytes)}
 	defer func() {
 		if err != nil {
 			r.free() // the first error is the one worth reporting
 			err = fmt.Errorf("device ring of %d slots of %d bytes on GPU %d: %w", slots, slotBytes, device, err)
 		}
 	}()
-	drv := d.drv
-	if r.mem, err = drv.MemAlloc(r.ctx, slots*st); err != nil {
+	g, err := r.newGPU(device)
+	if err != nil {
 		return nil, err
 	}
-	if r.handle, err = drv.IPCGetMemHandle(r.ctx, r.mem); err != nil {
+	r.gpus = append(r.gpus, g)
+	// Pinned for every context (portable), so copies to other GPUs use it too.
+	if r.staging, err = d.drv.HostAlloc(g.ctx, slots*r.stride); err != nil {
 		return nil, err
 	}
-	if r.staging, err = drv.HostAlloc(r.ctx, slots*st); err != nil {
+	return r, nil
+}
+
+// newGPU allocates the ring's slots, a stream and an event per slot on GPU
+// device; on failure it frees what it made.
+func (r *DeviceRing) newGPU(device int) (_ *gpuSlots, err error) {
+	g := &gpuSlots{dev: device}
+	if g.ctx, err = r.devs.acquire(device); err != nil {
 		return nil, err
 	}
-	if r.stream, err = drv.StreamCreate(r.ctx); err != nil {
+	defer func() {
+		if err != nil {
+			if ferr := r.freeGPU(g); ferr != nil {
+				err = errors.Join(err, ferr)
+			}
+		}
+	}()
+	drv := r.devs.drv
+	if g.mem, err = drv.MemAlloc(g.ctx, r.slots*r.stride); err != nil {
 		return nil, err
 	}
-	for range slots {
-		e, err := drv.EventCreate(r.ctx)
+	if g.handle, err = drv.IPCGetMemHandle(g.ctx, g.mem); err != nil {
+		return nil, err
+	}
+	if g.stream, err = drv.StreamCreate(g.ctx); err != nil {
+		return nil, err
+	}
+	for range r.slots {
+		e, err := drv.EventCreate(g.ctx)
 		if err != nil {
 			return nil, err
 		}
-		r.events = append(r.events, e)
+		g.events = append(g.events, e)
 	}
-	return r, nil
+	return g, nil
+}
+
+// AddDevice gives the ring slots on GPU device too (nothing if it has them)
+// and copies every slot there, so the batches produced so far are on it as
+// well; from then on Commit copies each batch to every GPU of the ring. It
+// reports whether it allocated. On failure nothing of it stays allocated.
+func (r *DeviceRing) AddDevice(device int) (bool, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return false, ErrRingClosed
+	}
+	if r.gpu(device) != nil {
+		return false, nil
+	}
+	g, err := r.newGPU(device)
+	if err == nil {
+		drv := r.devs.drv
+		if err = drv.MemcpyHtoDAsync(g.ctx, g.mem, r.staging, g.stream); err == nil {
+			if err = drv.EventRecord(g.ctx, g.events[0], g.stream); err == nil {
+				err = r.await(g, g.events[0], len(r.staging))
+			}
+		}
+		if err != nil {
+			err = errors.Join(err, r.freeGPU(g))
+		}
+	}
+	if err != nil {
+		return false, fmt.Errorf("device ring of %d slots of %d bytes: adding GPU %d: %w", r.slots, r.slotBytes, device, err)
+	}
+	r.gpus = append(r.gpus, g)
+	return true, nil
+}
+
+func (r *DeviceRing) gpu(device int) *gpuSlots {
+	for _, g := range r.gpus {
+		if g.dev == device {
+			return g
+		}
+	}
+	return nil
 }
 
 // Slots implements Ring.
@@ -185,33 +256,57 @@ func (r *DeviceRing) Stride() int { return r.stride }
 // Path implements Ring: a device ring has no file; clients open IPCHandle.
 func (r *DeviceRing) Path() string { return "" }
 
-// Device is the GPU index the ring lives on.
-func (r *DeviceRing) Device() int { return r.dev }
+// Device is the GPU index the ring was made on.
+func (r *DeviceRing) Device() int { return r.gpus[0].dev }
 
-// IPCHandle is the 64-byte cudaIpcMemHandle of the allocation holding every
-// slot: a client opens it once (cuIpcOpenMemHandle) and reads slot i at
-// offset i*Stride().
-func (r *DeviceRing) IPCHandle() []byte {
-	h := r.handle
+// Devices lists the GPUs the ring has slots on, the first one first.
+func (r *DeviceRing) Devices() []int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]int, len(r.gpus))
+	for i, g := range r.gpus {
+		out[i] = g.dev
+	}
+	return out
+}
+
+// IPCHandle is the 64-byte cudaIpcMemHandle of the ring's allocation on GPU
+// device (nil if it has none there): a client opens it once
+// (cuIpcOpenMemHandle) and reads slot i at offset i*Stride().
+func (r *DeviceRing) IPCHandle(device int) []byte {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	g := r.gpu(device)
+	if g == nil {
+		return nil
+	}
+	h := g.handle
 	return h[:]
 }
 
-// DeviceBytes is the GPU memory the ring's allocation takes.
-func (r *DeviceRing) DeviceBytes() int { return r.slots * r.stride }
+// SlotsBytes is the GPU memory the ring takes on each of its GPUs.
+func (r *DeviceRing) SlotsBytes() int { return r.slots * r.stride }
+
+// DeviceBytes is the GPU memory the ring takes on all its GPUs.
+func (r *DeviceRing) DeviceBytes() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.gpus) * r.slots * r.stride
+}
 
 // StagingBytes is the pinned host memory the ring takes.
 func (r *DeviceRing) StagingBytes() int { return len(r.staging) }
 
-// MemInfo is the free and total memory of the ring's GPU, as the driver
-// reports it (every process's use counts).
+// MemInfo is the free and total memory of the GPU the ring was made on, as
+// the driver reports it (every process's use counts).
 func (r *DeviceRing) MemInfo() (free, total uint64, err error) {
-	return r.devs.drv.MemGetInfo(r.ctx)
+	return r.devs.drv.MemGetInfo(r.gpus[0].ctx)
 }
 
-// Commit copies slot i from staging to the GPU on the ring's stream and
-// returns once the copy is complete, so that a slot announced after Commit
-// holds the batch in device memory. The staging slot may be written again
-// as soon as Commit returns.
+// Commit copies slot i from staging to each GPU of the ring, on the ring's
+// stream there, and returns once every copy is complete, so that a slot
+// announced after Commit holds the batch in device memory. The staging slot
+// may be written again as soon as Commit returns.
 func (r *DeviceRing) Commit(i int) error {
 	if i < 0 || i >= r.slots {
 		return fmt.Errorf("commit slot %d of a %d-slot ring", i, r.slots)
@@ -222,19 +317,23 @@ func (r *DeviceRing) Commit(i int) error {
 		return ErrRingClosed
 	}
 	start := time.Now()
-	drv, dst := r.devs.drv, r.mem+DevicePtr(i*r.stride)
-	err := drv.MemcpyHtoDAsync(r.ctx, dst, r.Slot(i), r.stream)
-	if err == nil {
-		err = drv.EventRecord(r.ctx, r.events[i], r.stream)
+	drv := r.devs.drv
+	for _, g := range r.gpus {
+		err := drv.MemcpyHtoDAsync(g.ctx, g.mem+DevicePtr(i*r.stride), r.Slot(i), g.stream)
+		if err == nil {
+			err = drv.EventRecord(g.ctx, g.events[i], g.stream)
+		}
+		if err != nil {
+			return fmt.Errorf("commit slot %d to GPU %d: %w", i, g.dev, err)
+		}
 	}
-	if err == nil {
-		err = r.await(r.events[i])
-	}
-	if err != nil {
-		return fmt.Errorf("commit slot %d to GPU %d: %w", i, r.dev, err)
+	for _, g := range r.gpus {
+		if err := r.await(g, g.events[i], r.slotBytes); err != nil {
+			return fmt.Errorf("commit slot %d to GPU %d: %w", i, g.dev, err)
+		}
 	}
 	r.commits.Add(1)
-	r.copied.Add(uint64(r.slotBytes))
+	r.copied.Add(uint64(r.slotBytes * len(r.gpus)))
 	took := time.Since(start)
 	r.commitDur.Add(int64(took))
 	if r.onCommit != nil {
@@ -243,23 +342,23 @@ func (r *DeviceRing) Commit(i int) error {
 	return nil
 }
 
-// await returns once e has completed. It polls the event for as long as the
-// copy of a slot should take at a slow 5 GB/s (plus 100 us), then sleeps on
-// it. A sleeping wait is woken by an interrupt: on an H100 (in a VM) 1 MiB
-// commits that slept took 240 us on average, over 1% of them over 640 us,
-// against 65 us and 99% under 160 us polling (dataloaderd_device_copy_seconds,
-// docs/benchmarks.md). A copy held up by a busy link costs no more CPU than
-// the budget.
-func (r *DeviceRing) await(e Event) error {
+// await returns once e, recorded after a copy of n bytes to g, has
+// completed. It polls the event for as long as the copy should take at a
+// slow 5 GB/s (plus 100 us), then sleeps on it. A sleeping wait is woken by
+// an interrupt: on an H100 (in a VM) 1 MiB commits that slept took 240 us on
+// average, over 1% of them over 640 us, against 65 us and 99% under 160 us
+// polling (dataloaderd_device_copy_seconds, docs/benchmarks.md). A copy held
+// up by a busy link costs no more CPU than the budget.
+func (r *DeviceRing) await(g *gpuSlots, e Event, n int) error {
 	drv := r.devs.drv
-	deadline := time.Now().Add(spinBudget(r.slotBytes))
+	deadline := time.Now().Add(spinBudget(n))
 	for {
-		done, err := drv.EventQuery(r.ctx, e)
+		done, err := drv.EventQuery(g.ctx, e)
 		if err != nil || done {
 			return err
 		}
 		if time.Now().After(deadline) {
-			return drv.EventSynchronize(r.ctx, e)
+			return drv.EventSynchronize(g.ctx, e)
 		}
 	}
 }
@@ -270,15 +369,15 @@ func spinBudget(n int) time.Duration {
 	return 100*time.Microsecond + time.Duration(float64(n)/slowBytesPerSecond*float64(time.Second))
 }
 
-// CommitStats is how many commits the ring made, the bytes they copied and
-// the time they took in all (copy and wait), for the host-to-device rate.
+// CommitStats is how many commits the ring made, the bytes they copied (to
+// every GPU) and the time they took in all (copy and wait).
 func (r *DeviceRing) CommitStats() (commits, bytes uint64, took time.Duration) {
 	return r.commits.Load(), r.copied.Load(), time.Duration(r.commitDur.Load())
 }
 
 // Close waits for copies in flight and frees everything the ring holds: its
-// events, stream, pinned staging, device memory and its reference to the
-// GPU's context. Closing twice is harmless. Clients that still have the IPC
+// events, streams, pinned staging, device memory and its references to the
+// GPUs' contexts. Closing twice is harmless. Clients that still have an IPC
 // handle open should close it; the memory is theirs to unmap.
 func (r *DeviceRing) Close() error {
 	r.mu.Lock()
@@ -290,41 +389,68 @@ func (r *DeviceRing) Close() error {
 	return r.free()
 }
 
-// free releases whatever of the ring was made, in reverse order, and
-// returns the first error.
+// free releases whatever of the ring was made and returns the first error.
+// Staging is freed while the first GPU's context is still held.
 func (r *DeviceRing) free() error {
-	drv := r.devs.drv
 	var errs []error
-	if r.stream != 0 && len(r.events) > 0 {
-		// Nothing is in flight after a successful Commit; after a failed one
-		// a copy may still read staging, so wait for the stream to drain.
-		if err := drv.EventRecord(r.ctx, r.events[0], r.stream); err == nil {
-			errs = append(errs, drv.EventSynchronize(r.ctx, r.events[0]))
+	for i := len(r.gpus) - 1; i > 0; i-- {
+		errs = append(errs, r.freeGPU(r.gpus[i]))
+	}
+	if len(r.gpus) > 0 {
+		g := r.gpus[0]
+		errs = append(errs, r.drain(g))
+		if r.staging != nil {
+			errs = append(errs, r.devs.drv.HostFree(g.ctx, r.staging))
+			r.staging = nil
+		}
+		errs = append(errs, r.freeGPU(g))
+	}
+	r.gpus = nil
+	for _, err := range errs {
+		if err != nil {
+			return fmt.Errorf("close device ring: %w", err)
 		}
 	}
-	for _, e := range r.events {
-		errs = append(errs, drv.EventDestroy(r.ctx, e))
+	return nil
+}
+
+// drain waits for g's stream: nothing is in flight after a successful
+// Commit, but after a failed one a copy may still read staging.
+func (r *DeviceRing) drain(g *gpuSlots) error {
+	drv := r.devs.drv
+	if g.stream == 0 || len(g.events) == 0 {
+		return nil
 	}
-	r.events = nil
-	if r.stream != 0 {
-		errs = append(errs, drv.StreamDestroy(r.ctx, r.stream))
-		r.stream = 0
+	if err := drv.EventRecord(g.ctx, g.events[0], g.stream); err != nil {
+		return nil // nothing recorded: nothing to wait for that we could
 	}
-	if r.staging != nil {
-		errs = append(errs, drv.HostFree(r.ctx, r.staging))
-		r.staging = nil
+	return drv.EventSynchronize(g.ctx, g.events[0])
+}
+
+// freeGPU frees g's events, stream and memory and its context reference,
+// after its stream drained; it returns the first error, naming the GPU.
+func (r *DeviceRing) freeGPU(g *gpuSlots) error {
+	drv := r.devs.drv
+	errs := []error{r.drain(g)}
+	for _, e := range g.events {
+		errs = append(errs, drv.EventDestroy(g.ctx, e))
 	}
-	if r.mem != 0 {
-		errs = append(errs, drv.MemFree(r.ctx, r.mem))
-		r.mem = 0
+	g.events = nil
+	if g.stream != 0 {
+		errs = append(errs, drv.StreamDestroy(g.ctx, g.stream))
+		g.stream = 0
 	}
-	if r.ctx != 0 {
-		errs = append(errs, r.devs.release(r.dev))
-		r.ctx = 0
+	if g.mem != 0 {
+		errs = append(errs, drv.MemFree(g.ctx, g.mem))
+		g.mem = 0
+	}
+	if g.ctx != 0 {
+		errs = append(errs, r.devs.release(g.dev))
+		g.ctx = 0
 	}
 	for _, err := range errs {
 		if err != nil {
-			return fmt.Errorf("close device ring on GPU %d: %w", r.dev, err)
+			return fmt.Errorf("GPU %d: %w", g.dev, err)
 		}
 	}
 	return nil

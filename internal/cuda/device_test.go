@@ -22,7 +22,7 @@ func TestDeviceRingCommit(t *testing.T) {
 	if err != nil || total != FakeDeviceBytes || total-free0 != uint64(r.DeviceBytes()) {
 		t.Fatalf("MemInfo: free %d total %d err %v; want the ring's %d bytes used", free0, total, err, r.DeviceBytes())
 	}
-	h := r.IPCHandle()
+	h := r.IPCHandle(r.Device())
 	if len(h) != IPCHandleSize {
 		t.Fatalf("IPC handle is %d bytes, want %d", len(h), IPCHandleSize)
 	}
@@ -247,7 +247,7 @@ func TestCommitPollsThenSleeps(t *testing.T) {
 		if tc.wantSyncs == 1 && took < spinBudget(r.SlotBytes()) {
 			t.Errorf("slept on the event after %v, before the %v polling budget", took, spinBudget(r.SlotBytes()))
 		}
-		whole, err := fake.OpenIPC(r.IPCHandle())
+		whole, err := fake.OpenIPC(r.IPCHandle(r.Device()))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -258,5 +258,79 @@ func TestCommitPollsThenSleeps(t *testing.T) {
 	}
 	if b := spinBudget(1 << 20); b < 300*time.Microsecond || b > 320*time.Microsecond {
 		t.Errorf("polling budget for 1 MiB is %v, want 100 us + 1 MiB at 5 GB/s", b)
+	}
+}
+
+// TestDeviceRingOnTwoGPUs: a ring given a second GPU holds there the batches
+// committed before (copied when it was added) and after, on both GPUs; a GPU
+// it cannot add leaves nothing allocated and the ring serving; Close frees
+// both GPUs' memory and contexts.
+func TestDeviceRingOnTwoGPUs(t *testing.T) {
+	fake := NewFakeDriver()
+	devs := NewDevices(fake)
+	r, err := devs.NewRing(0, 3, 5000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fill := func(i int, b byte) {
+		copy(r.Slot(i), bytes.Repeat([]byte{b}, r.SlotBytes()))
+		if err := r.Commit(i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	slot := func(device, i int) []byte {
+		mem, err := fake.OpenIPC(r.IPCHandle(device))
+		if err != nil {
+			t.Fatalf("GPU %d: %v", device, err)
+		}
+		return mem[i*r.Stride() : i*r.Stride()+r.SlotBytes()]
+	}
+	fill(0, 1)
+	fill(1, 2)
+
+	fake.FailNext("cuMemAlloc_v2", ErrOutOfMemory)
+	if added, err := r.AddDevice(1); added || !errors.Is(err, ErrOutOfMemory) || !strings.Contains(err.Error(), "GPU 1") {
+		t.Fatalf("AddDevice with no memory on GPU 1: %v %v", added, err)
+	}
+	if c := fake.Counts(); c.DeviceAllocs != 1 || c.Contexts != 1 || c.Streams != 1 || r.IPCHandle(1) != nil {
+		t.Fatalf("a failed AddDevice left %+v", c)
+	}
+	if added, err := r.AddDevice(1); !added || err != nil {
+		t.Fatalf("AddDevice(1): %v %v", added, err)
+	}
+	for _, d := range []int{0, 1} {
+		if added, err := r.AddDevice(d); added || err != nil {
+			t.Fatalf("AddDevice(%d) of a GPU the ring has: %v %v", d, added, err)
+		}
+	}
+	if got := r.Devices(); len(got) != 2 || got[0] != 0 || got[1] != 1 || r.Device() != 0 {
+		t.Fatalf("Devices %v Device %d", got, r.Device())
+	}
+	if r.DeviceBytes() != 2*r.SlotsBytes() || fake.Counts().Contexts != 2 {
+		t.Fatalf("two GPUs: %d device bytes, %+v", r.DeviceBytes(), fake.Counts())
+	}
+	for i, b := range []byte{1, 2} {
+		if !bytes.Equal(slot(1, i), slot(0, i)) || slot(1, i)[0] != b {
+			t.Fatalf("slot %d committed before GPU 1 was added is not on it", i)
+		}
+	}
+	fill(2, 3)
+	fill(0, 4)
+	for _, d := range []int{0, 1} {
+		if slot(d, 2)[0] != 3 || slot(d, 0)[0] != 4 || !bytes.Equal(slot(d, 2), r.Slot(2)) {
+			t.Fatalf("GPU %d misses a batch committed after the second GPU was added", d)
+		}
+	}
+	if r.IPCHandle(5) != nil {
+		t.Fatal("IPC handle for a GPU the ring is not on")
+	}
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if c := fake.Counts(); c.DeviceAllocs+c.HostAllocs+c.Streams+c.Events+c.Contexts != 0 || devs.Contexts() != 0 {
+		t.Fatalf("after Close the fake holds %+v, %d contexts retained", c, devs.Contexts())
+	}
+	if _, err := r.AddDevice(1); !errors.Is(err, ErrRingClosed) {
+		t.Fatalf("AddDevice after Close: %v", err)
 	}
 }

@@ -86,7 +86,7 @@ func TestLibcudaBinding(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	handle := r.IPCHandle()
+	handle := r.IPCHandle(r.Device())
 	if string(handle[:8]) != "fakecuda" {
 		t.Fatalf("IPC handle %x", handle[:16])
 	}
@@ -101,7 +101,7 @@ func TestLibcudaBinding(t *testing.T) {
 	if free, total, err := r.MemInfo(); err != nil || total-free != 1 {
 		t.Fatalf("MemInfo %d %d %v: want one live allocation counted", free, total, err)
 	}
-	if done, err := drv.EventQuery(r.ctx, r.events[0]); err != nil {
+	if done, err := drv.EventQuery(r.gpus[0].ctx, r.gpus[0].events[0]); err != nil {
 		t.Fatalf("EventQuery: %v %v", done, err)
 	}
 	if err := r.Close(); err != nil {

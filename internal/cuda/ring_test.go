@@ -59,7 +59,7 @@ func ringImpls() []ringImpl {
 		name: "device-on-fake",
 		make: func(t *testing.T, n, b int) (Ring, error) { return devs.NewRing(1, n, b) },
 		client: func(t *testing.T, r Ring, i int) []byte {
-			mem, err := fake.OpenIPC(r.(*DeviceRing).IPCHandle())
+			mem, err := fake.OpenIPC(r.(*DeviceRing).IPCHandle(1))
 			if err != nil {
 				t.Fatal(err)
 			}

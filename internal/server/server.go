@@ -280,9 +280,11 @@ func (s *Server) openSession(ctx context.Context, req *pb.OpenSessionRequest) (*
 			return nil, err
 		}
 	}
+	// The consumers of a group must agree on all but their GPU: a cuda
+	// session puts its slots on each consumer's GPU.
 	ckey, err := proto.MarshalOptions{Deterministic: true}.Marshal(&pb.OpenSessionRequest{
 		Config: req.GetConfig(), DpSize: req.GetDpSize(), Consumers: uint32(consumers), Transport: transport,
-		ResumeFrom: req.GetResumeFrom(), ResumeStates: req.GetResumeStates(), Slots: uint32(slots), Device: req.GetDevice(),
+		ResumeFrom: req.GetResumeFrom(), ResumeStates: req.GetResumeStates(), Slots: uint32(slots),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errBadRequest, err)
@@ -304,11 +306,14 @@ func (s *Server) openSession(ctx context.Context, req *pb.OpenSessionRequest) (*
 				return nil, fmt.Errorf("%w: job %q dp_rank %d is open with another config, dp_size, consumer count, transport or resume point",
 					errConfigDiffers, key.job, key.dpRank)
 			}
+			if err := s.addDevice(ss, req.GetDevice()); err != nil {
+				return nil, err
+			}
 			c, err := ss.join()
 			if err != nil {
 				return nil, err
 			}
-			return s.describe(ss, c), nil
+			return s.describe(ss, c, req.GetDevice()), nil
 		}
 		made := s.opening[key]
 		if made == nil {
@@ -350,7 +355,7 @@ func (s *Server) openSession(ctx context.Context, req *pb.OpenSessionRequest) (*
 	c, _ := ss.join()
 	ss.log.Info("session opened", zap.Uint32("dp_size", req.GetDpSize()), zap.Int("consumers", consumers),
 		zap.String("transport", ss.transport), zap.Uint64("start_step", ss.pipeline.StartStep()))
-	return s.describe(ss, c), nil
+	return s.describe(ss, c, req.GetDevice()), nil
 }
 
 func (s *Server) newSession(key sessionKey, cfg stream.Config, req *pb.OpenSessionRequest, transport pb.Transport, consumers, slots int, ckey string) (*session, error) {
@@ -436,6 +441,24 @@ func (s *Server) deviceRing(device, slots, slotBytes int) (cuda.Ring, error) {
 	return r, nil
 }
 
+// addDevice gives a cuda session's ring slots on a joining consumer's GPU,
+// if it has none there; other sessions need nothing.
+func (s *Server) addDevice(ss *session, device uint32) error {
+	d, ok := ss.ring.(*cuda.DeviceRing)
+	if !ok {
+		return nil
+	}
+	added, err := d.AddDevice(int(device))
+	if err != nil {
+		return fmt.Errorf("job %q dp_rank %d: %w", ss.key.job, ss.key.dpRank, err)
+	}
+	if added {
+		s.metrics.devBytes.Add(float64(d.SlotsBytes()))
+		ss.log.Info("device ring extended to another GPU", zap.Uint32("device", device), zap.Ints("devices", d.Devices()))
+	}
+	return nil
+}
+
 // hooks follow a session's producer: they count what it serves and, on a
 // ring with a control block (shm, cuda), publish every batch and the end in
 // it.
@@ -480,14 +503,16 @@ func (s *Server) hooks(ss *session, lineTokens int) stream.Hooks {
 	}
 }
 
-func (s *Server) describe(ss *session, consumer int) *pb.OpenSessionResponse {
+// describe tells consumer what to map; device is the GPU it asked for (a
+// cuda ring has slots there).
+func (s *Server) describe(ss *session, consumer int, device uint32) *pb.OpenSessionResponse {
 	cfg := ss.corpus.Config()
 	return &pb.OpenSessionResponse{
 		SessionId: ss.id, Consumer: uint32(consumer), Transport: pb.Transport(pb.Transport_value[ss.transport]),
 		Ring: &pb.Ring{
 			Path: ss.ring.Path(), Slots: uint32(ss.ring.Slots()),
 			SlotBytes: uint64(ss.ring.SlotBytes()), SlotStride: uint64(ss.ring.Stride()), DataOffset: dataOffset(ss.ring),
-			IpcHandle: ipcHandle(ss.ring), Device: ringDevice(ss.ring),
+			IpcHandle: ipcHandle(ss.ring, device), Device: ringDevice(ss.ring, device),
 			ControlPath: ss.controlPath(), ControlBytes: ss.controlBytes(),
 		},
 		LineTokens: uint32(cfg.LineTokens()), BatchSize: cfg.BatchSize, StartStep: ss.pipeline.StartStep(),
@@ -562,18 +587,20 @@ func dataOffset(r cuda.Ring) uint64 {
 	return 0
 }
 
-// ipcHandle is a device ring's CUDA IPC handle; nil for other rings.
-func ipcHandle(r cuda.Ring) []byte {
+// ipcHandle is the CUDA IPC handle of a device ring's slots on GPU device;
+// nil for other rings.
+func ipcHandle(r cuda.Ring, device uint32) []byte {
 	if d, ok := r.(*cuda.DeviceRing); ok {
-		return d.IPCHandle()
+		return d.IPCHandle(int(device))
 	}
 	return nil
 }
 
-// ringDevice is a device ring's GPU index; 0 for other rings.
-func ringDevice(r cuda.Ring) uint32 {
-	if d, ok := r.(*cuda.DeviceRing); ok {
-		return uint32(d.Device())
+// ringDevice is the GPU of the device ring slots a consumer of GPU device
+// reads; 0 for other rings.
+func ringDevice(r cuda.Ring, device uint32) uint32 {
+	if _, ok := r.(*cuda.DeviceRing); ok {
+		return device
 	}
 	return 0
 }

@@ -354,6 +354,88 @@ func TestCorpusShared(t *testing.T) {
 	}
 }
 
+// TestCUDAGroupOnTwoGPUs: the two consumers of a tensor-parallel group on
+// GPUs 0 and 1 share one cuda session; each reads, through the IPC handle of
+// its own GPU, the batches an inline session of the same job sends, those
+// produced before it joined included. Closing frees both GPUs' memory.
+func TestCUDAGroupOnTwoGPUs(t *testing.T) {
+	fake := cuda.NewFakeDriver()
+	d := startDaemon(t, Config{OpenCUDA: func() (cuda.Driver, error) { return fake, nil }})
+	ctx := ctxT(t)
+	cfg := d.config(t)
+	const steps = 6
+	open := func(tr pb.Transport, job string, device, consumers uint32) (*pb.OpenSessionResponse, grpc.BidiStreamingClient[pb.BatchesRequest, pb.Batch]) {
+		o, err := d.client.OpenSession(ctx, &pb.OpenSessionRequest{Job: job, Config: cfg, DpRank: 0, DpSize: 1, Transport: tr,
+			Device: device, Consumers: consumers, Slots: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		bs, err := d.client.Batches(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bs.Send(&pb.BatchesRequest{Kind: &pb.BatchesRequest_Attach{Attach: &pb.Attach{SessionId: o.GetSessionId(), Consumer: o.GetConsumer()}}})
+		return o, bs
+	}
+	io, ibs := open(pb.Transport_TRANSPORT_INLINE, "i", 0, 1)
+	var want [][]byte
+	for range steps {
+		b, err := ibs.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, b.GetData())
+		ibs.Send(&pb.BatchesRequest{Kind: &pb.BatchesRequest_Release{Release: &pb.Release{Slot: b.GetSlot(), Step: b.GetStep()}}})
+	}
+	d.client.CloseSession(ctx, &pb.CloseSessionRequest{SessionId: io.GetSessionId()})
+
+	o0, bs0 := open(pb.Transport_TRANSPORT_CUDA, "tp", 0, 2)
+	// Let the producer fill the ring on GPU 0 before the second consumer joins.
+	time.Sleep(50 * time.Millisecond)
+	o1, bs1 := open(pb.Transport_TRANSPORT_CUDA, "tp", 1, 2)
+	if o0.GetSessionId() != o1.GetSessionId() || o1.GetConsumer() != 1 {
+		t.Fatalf("the second consumer did not join the group's session: %v %v", o0, o1)
+	}
+	if o0.GetRing().GetDevice() != 0 || o1.GetRing().GetDevice() != 1 || string(o0.GetRing().GetIpcHandle()) == string(o1.GetRing().GetIpcHandle()) {
+		t.Fatalf("consumers were not given their own GPU's slots: %v / %v", o0.GetRing(), o1.GetRing())
+	}
+	if c := fake.Counts(); c.Contexts != 2 || c.DeviceAllocs != 2 {
+		t.Fatalf("a ring on two GPUs holds %+v", c)
+	}
+	group := []*pb.OpenSessionResponse{o0, o1}
+	streams := []grpc.BidiStreamingClient[pb.BatchesRequest, pb.Batch]{bs0, bs1}
+	var mems [][]byte
+	for _, o := range group {
+		mem, err := fake.OpenIPC(o.GetRing().GetIpcHandle())
+		if err != nil {
+			t.Fatal(err)
+		}
+		mems = append(mems, mem)
+	}
+	for i := range steps {
+		for c, o := range group {
+			b, err := streams[c].Recv()
+			if err != nil {
+				t.Fatal(err)
+			}
+			off, n := int(b.GetSlot())*int(o.GetRing().GetSlotStride()), int(b.GetLines())*int(o.GetLineTokens())*4
+			if string(mems[c][off:off+n]) != string(want[i]) {
+				t.Fatalf("consumer %d (GPU %d): batch %d differs from inline", c, o.GetRing().GetDevice(), i+1)
+			}
+			streams[c].Send(&pb.BatchesRequest{Kind: &pb.BatchesRequest_Release{Release: &pb.Release{Slot: b.GetSlot(), Step: b.GetStep()}}})
+		}
+	}
+	for _, o := range []*pb.OpenSessionResponse{o0, o1} {
+		if _, err := d.client.CloseSession(ctx, &pb.CloseSessionRequest{SessionId: o.GetSessionId(), Consumer: o.GetConsumer()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitSessions(t, d.srv, 0)
+	if c := fake.Counts(); c.DeviceAllocs+c.HostAllocs+c.Streams+c.Events+c.Contexts != 0 {
+		t.Fatalf("after the group closed the fake driver holds %+v", c)
+	}
+}
+
 // TestCUDATransportOnFakeDriver: a cuda session on the fake driver serves,
 // through the device slots its IPC handle maps, the bytes an inline session
 // of the same job sends; closing it frees every device and pinned buffer.

@@ -247,3 +247,39 @@ def test_shm_pinned_batches_equal_shm(daemon_factory, client_standin, config, fa
     assert [s for s, _ in got] == list(range(1, 26))
     for (_, w), (_, g) in zip(want, got):
         assert np.array_equal(w, g), "a batch copied by shm-pinned differs from shm"
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["control-block", "messages"])
+def test_cuda_group_on_two_gpus(daemon_factory, standin, client_standin, config, fast):
+    # The two ranks of a tensor-parallel group, on GPUs 0 and 1, share one
+    # cuda session: each gets the group's batches in memory on its own GPU.
+    d = daemon_factory("--cuda-library", standin)
+    with Loader(config, dp_rank=0, dp_size=1, socket=d.socket, job="shm") as ref:
+        want = take(ref, 20)
+    kw = dict(dp_rank=0, dp_size=1, socket=d.socket, job="tp", transport="cuda", consumers=2, slots=3, fast=fast)
+    with Loader(config, device=0, **kw) as a, Loader(config, device=1, **kw) as b:
+        ia = iter(a)
+        first = next(ia)  # the session exists, its ring on GPU 0, before rank 1 joins
+        ib = iter(b)
+        got = {0: [(first["step"], np.array(first["tokens"]))], 1: []}
+        for _ in range(20):
+            batch = next(ib)
+            got[1].append((batch["step"], np.array(batch["tokens"])))
+            if len(got[0]) < 20:
+                batch = next(ia)
+                got[0].append((batch["step"], np.array(batch["tokens"])))
+        assert a._session.session_id == b._session.session_id
+        assert (a._dev_ring.device.index, b._dev_ring.device.index) == (0, 1)
+        assert len(device_files(d.proc.pid)) == 2, "not one device allocation per GPU of the group"
+        del first, batch, ia, ib  # device views (the generators hold the last) keep their mapping open
+    gc.collect()
+    for rank in (0, 1):
+        assert [s for s, _ in got[rank]] == list(range(1, 21))
+        for (_, w), (_, g) in zip(want, got[rank]):
+            assert np.array_equal(w, g), f"rank on GPU {rank} read a batch that differs from shm"
+    assert client_standin.fakecuda_python_live() == 0
+    for _ in range(100):
+        if not device_files(d.proc.pid):
+            break
+        time.sleep(0.05)
+    assert device_files(d.proc.pid) == [], "device memory left after the group closed"
