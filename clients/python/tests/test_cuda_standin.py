@@ -130,6 +130,16 @@ def device_files(pid):
     return glob.glob(f"/dev/shm/fakecuda-{pid}-*")
 
 
+def device_files_gone(pid):
+    """Whether the daemon's stand-in device memory is freed within 5 s (it
+    frees a ring once the session's producer has stopped)."""
+    for _ in range(100):
+        if not device_files(pid):
+            return True
+        time.sleep(0.05)
+    return False
+
+
 @pytest.mark.parametrize("fast", [True, False], ids=["control-block", "messages"])
 @pytest.mark.parametrize("copy", [False, True], ids=["views", "copies"])
 def test_cuda_batches_equal_shm(daemon_factory, standin, client_standin, config, fast, copy):
@@ -148,11 +158,7 @@ def test_cuda_batches_equal_shm(daemon_factory, standin, client_standin, config,
     # The client let go of everything it opened in the driver, and the daemon
     # freed the device ring and its control block when the session closed.
     assert client_standin.fakecuda_python_live() == 0
-    for _ in range(100):
-        if not device_files(d.proc.pid):
-            break
-        time.sleep(0.05)
-    assert device_files(d.proc.pid) == [], "device memory left after the session closed"
+    assert device_files_gone(d.proc.pid), "device memory left after the session closed"
     left = set(d.rings()) - d.before - rings_of_other_daemons(d.proc.pid)
     assert not left, f"ring or control files left after the sessions closed: {sorted(left)}"
 
@@ -278,8 +284,4 @@ def test_cuda_group_on_two_gpus(daemon_factory, standin, client_standin, config,
         for (_, w), (_, g) in zip(want, got[rank]):
             assert np.array_equal(w, g), f"rank on GPU {rank} read a batch that differs from shm"
     assert client_standin.fakecuda_python_live() == 0
-    for _ in range(100):
-        if not device_files(d.proc.pid):
-            break
-        time.sleep(0.05)
-    assert device_files(d.proc.pid) == [], "device memory left after the group closed"
+    assert device_files_gone(d.proc.pid), "device memory left after the group closed"
