@@ -108,10 +108,12 @@ func (d *Devices) release(dev int) error {
 // primary context.
 type DeviceRing struct {
 	devs      *Devices
+	first     int // the GPU it was made on
 	slots     int
 	slotBytes int
 	stride    int
 	onCommit  func(took time.Duration)
+	onBytes   func(delta int)
 
 	mu      sync.Mutex // serializes Commit, AddDevice and Close
 	closed  bool
@@ -138,13 +140,19 @@ type gpuSlots struct {
 // Commit (copy and wait), for metrics. Set it before the first Commit.
 func (r *DeviceRing) OnCommit(f func(took time.Duration)) { r.onCommit = f }
 
+// OnDeviceBytes sets a function called with the change of DeviceBytes when
+// AddDevice allocates on another GPU (positive) and when Close frees the
+// ring (negative), under the ring's lock, for metrics. Set it right after
+// NewRing; the first GPU's bytes are the caller's to count.
+func (r *DeviceRing) OnDeviceBytes(f func(delta int)) { r.onBytes = f }
+
 // NewRing allocates a ring of slots of slotBytes on GPU device. On failure
 // nothing stays allocated, and the error names the CUDA call and its result.
 func (d *Devices) NewRing(device, slots, slotBytes int) (_ *DeviceRing, err error) {
 	if err := checkGeometry(slots, slotBytes); err != nil {
 		return nil, err
 	}
-	r := &DeviceRing{devs: d, slots: slots, slotBytes: slotBytes, stride: stride(slotBytes)}
+	r := &DeviceRing{devs: d, first: device, slots: slots, slotBytes: slotBytes, stride: stride(slotBytes)}
 	defer func() {
 		if err != nil {
 			r.free() // the first error is the one worth reporting
@@ -226,6 +234,9 @@ func (r *DeviceRing) AddDevice(device int) (bool, error) {
 		return false, fmt.Errorf("device ring of %d slots of %d bytes: adding GPU %d: %w", r.slots, r.slotBytes, device, err)
 	}
 	r.gpus = append(r.gpus, g)
+	if r.onBytes != nil {
+		r.onBytes(r.slots * r.stride)
+	}
 	return true, nil
 }
 
@@ -257,7 +268,7 @@ func (r *DeviceRing) Stride() int { return r.stride }
 func (r *DeviceRing) Path() string { return "" }
 
 // Device is the GPU index the ring was made on.
-func (r *DeviceRing) Device() int { return r.gpus[0].dev }
+func (r *DeviceRing) Device() int { return r.first }
 
 // Devices lists the GPUs the ring has slots on, the first one first.
 func (r *DeviceRing) Devices() []int {
@@ -300,6 +311,11 @@ func (r *DeviceRing) StagingBytes() int { return len(r.staging) }
 // MemInfo is the free and total memory of the GPU the ring was made on, as
 // the driver reports it (every process's use counts).
 func (r *DeviceRing) MemInfo() (free, total uint64, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return 0, 0, ErrRingClosed
+	}
 	return r.devs.drv.MemGetInfo(r.gpus[0].ctx)
 }
 
@@ -386,6 +402,9 @@ func (r *DeviceRing) Close() error {
 		return nil
 	}
 	r.closed = true
+	if r.onBytes != nil {
+		r.onBytes(-len(r.gpus) * r.slots * r.stride)
+	}
 	return r.free()
 }
 

@@ -333,4 +333,7 @@ func TestDeviceRingOnTwoGPUs(t *testing.T) {
 	if _, err := r.AddDevice(1); !errors.Is(err, ErrRingClosed) {
 		t.Fatalf("AddDevice after Close: %v", err)
 	}
+	if _, _, err := r.MemInfo(); !errors.Is(err, ErrRingClosed) || r.Device() != 0 {
+		t.Fatalf("after Close: MemInfo %v, Device %d", err, r.Device())
+	}
 }

@@ -41,11 +41,12 @@ func toStatus(err error) error {
 	case errors.Is(err, context.DeadlineExceeded):
 		code = codes.DeadlineExceeded
 	case errors.Is(err, stream.ErrInvalidConfig), errors.Is(err, source.ErrInvalid),
-		errors.Is(err, errBadRequest), errors.Is(err, cuda.ErrGeometry), errors.Is(err, stream.ErrUnknownSlot):
+		errors.Is(err, errBadRequest), errors.Is(err, cuda.ErrGeometry), errors.Is(err, stream.ErrUnknownSlot),
+		errors.Is(err, cuda.ErrNoSuchDevice):
 		code = codes.InvalidArgument
 	case errors.Is(err, state.ErrMismatch), errors.Is(err, errConfigDiffers), errors.Is(err, stream.ErrStep):
 		code = codes.FailedPrecondition
-	case errors.Is(err, errNoSession):
+	case errors.Is(err, errNoSession), errors.Is(err, cuda.ErrRingClosed):
 		code = codes.NotFound
 	case errors.Is(err, errSessionExists), errors.Is(err, errTooMany):
 		code = codes.AlreadyExists

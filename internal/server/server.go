@@ -198,9 +198,6 @@ func (s *Server) drop(ss *session, why string) {
 	ss.stop(s.metrics.clientWait)
 	s.metrics.sessions.Dec()
 	s.metrics.ringBytes.Sub(float64(ss.ring.Slots() * ss.ring.Stride()))
-	if d, ok := ss.ring.(*cuda.DeviceRing); ok {
-		s.metrics.devBytes.Sub(float64(d.DeviceBytes()))
-	}
 	s.metrics.readySlots.DeleteLabelValues(ss.labels()...)
 	ss.log.Info("session closed", zap.String("why", why))
 }
@@ -306,11 +303,14 @@ func (s *Server) openSession(ctx context.Context, req *pb.OpenSessionRequest) (*
 				return nil, fmt.Errorf("%w: job %q dp_rank %d is open with another config, dp_size, consumer count, transport or resume point",
 					errConfigDiffers, key.job, key.dpRank)
 			}
-			if err := s.addDevice(ss, req.GetDevice()); err != nil {
-				return nil, err
-			}
 			c, err := ss.join()
 			if err != nil {
+				return nil, err
+			}
+			// After the join, so a refused one allocates nothing. A consumer
+			// whose GPU cannot be added never attaches: the session is
+			// reclaimed after --attach-within, as for one that died.
+			if err := s.addDevice(ss, req.GetDevice()); err != nil {
 				return nil, err
 			}
 			return s.describe(ss, c, req.GetDevice()), nil
@@ -349,9 +349,6 @@ func (s *Server) openSession(ctx context.Context, req *pb.OpenSessionRequest) (*
 	s.mu.Unlock()
 	s.metrics.sessions.Inc()
 	s.metrics.ringBytes.Add(float64(ss.ring.Slots() * ss.ring.Stride()))
-	if d, ok := ss.ring.(*cuda.DeviceRing); ok {
-		s.metrics.devBytes.Add(float64(d.DeviceBytes()))
-	}
 	c, _ := ss.join()
 	ss.log.Info("session opened", zap.Uint32("dp_size", req.GetDpSize()), zap.Int("consumers", consumers),
 		zap.String("transport", ss.transport), zap.Uint64("start_step", ss.pipeline.StartStep()))
@@ -438,6 +435,10 @@ func (s *Server) deviceRing(device, slots, slotBytes int) (cuda.Ring, error) {
 		return nil, fmt.Errorf("cuda ring on device %d (%d slots of %d bytes): %w", device, slots, slotBytes, err)
 	}
 	r.OnCommit(func(took time.Duration) { s.metrics.devCopy.Observe(took.Seconds()) })
+	// The ring counts its other GPUs and its freeing itself: a consumer may
+	// join on another GPU until the moment the session closes.
+	r.OnDeviceBytes(func(delta int) { s.metrics.devBytes.Add(float64(delta)) })
+	s.metrics.devBytes.Add(float64(r.SlotsBytes()))
 	return r, nil
 }
 
@@ -453,7 +454,6 @@ func (s *Server) addDevice(ss *session, device uint32) error {
 		return fmt.Errorf("job %q dp_rank %d: %w", ss.key.job, ss.key.dpRank, err)
 	}
 	if added {
-		s.metrics.devBytes.Add(float64(d.SlotsBytes()))
 		ss.log.Info("device ring extended to another GPU", zap.Uint32("device", device), zap.Ints("devices", d.Devices()))
 	}
 	return nil

@@ -436,6 +436,63 @@ func TestCUDAGroupOnTwoGPUs(t *testing.T) {
 	}
 }
 
+// TestCUDAJoinsThatFail: a join refused (duplicate session) allocates nothing
+// on the GPU it came from; a consumer on a GPU the driver does not have is
+// refused with InvalidArgument naming it; dataloaderd_device_ring_bytes
+// counts each ring once per GPU and is back to 0 once every session went,
+// reclaimed ones included.
+func TestCUDAJoinsThatFail(t *testing.T) {
+	fake := cuda.NewFakeDriver()
+	d := startDaemon(t, Config{OpenCUDA: func() (cuda.Driver, error) { return fake, nil }, AttachWithin: 200 * time.Millisecond})
+	ctx := ctxT(t)
+	go d.srv.Reap(ctx)
+	cfg := d.config(t)
+	gauge := func() float64 {
+		var m dto.Metric
+		if err := d.srv.metrics.devBytes.Write(&m); err != nil {
+			t.Fatal(err)
+		}
+		return m.GetGauge().GetValue()
+	}
+	open := func(job string, device, consumers uint32) (*pb.OpenSessionResponse, error) {
+		return d.client.OpenSession(ctx, &pb.OpenSessionRequest{Job: job, Config: cfg, DpSize: 1, Transport: pb.Transport_TRANSPORT_CUDA,
+			Device: device, Consumers: consumers, Slots: 2})
+	}
+	o, err := open("one", 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ringBytes := float64(o.GetRing().GetSlots()) * float64(o.GetRing().GetSlotStride())
+	if _, err := open("one", 1, 1); code(err) != codes.AlreadyExists {
+		t.Fatalf("a second open of a one-consumer session from GPU 1: %v", err)
+	}
+	if c := fake.Counts(); c.DeviceAllocs != 1 || c.Contexts != 1 || gauge() != ringBytes {
+		t.Fatalf("a refused join from GPU 1 allocated: %+v, gauge %v for a %v-byte ring", c, gauge(), ringBytes)
+	}
+	if _, err := open("group", 0, 2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := open("group", 1, 2); err != nil {
+		t.Fatal(err)
+	}
+	if gauge() != 3*ringBytes {
+		t.Fatalf("gauge %v with rings on GPU 0, and on GPUs 0 and 1, of %v bytes each", gauge(), ringBytes)
+	}
+	if _, err := open("bad", 0, 2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := open("bad", 7, 2); code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "GPU 7") {
+		t.Fatalf("a consumer on GPU 7 of a 2-GPU driver: %v", err)
+	}
+	if _, err := d.client.CloseSession(ctx, &pb.CloseSessionRequest{SessionId: o.GetSessionId()}); err != nil {
+		t.Fatal(err)
+	}
+	waitSessions(t, d.srv, 0) // the others never attached: reclaimed
+	if c := fake.Counts(); c.DeviceAllocs+c.HostAllocs+c.Streams+c.Events+c.Contexts != 0 || gauge() != 0 {
+		t.Fatalf("after every session went the fake driver holds %+v and the gauge reads %v", c, gauge())
+	}
+}
+
 // TestCUDATransportOnFakeDriver: a cuda session on the fake driver serves,
 // through the device slots its IPC handle maps, the bytes an inline session
 // of the same job sends; closing it frees every device and pinned buffer.
