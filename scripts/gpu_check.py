@@ -374,11 +374,12 @@ def device_copies(metrics_addr):
     if not count:
         return None
 
-    def under(q):
-        return next((le for le, n in buckets if n >= q * count), float("inf"))
+    def under(q):  # None: above the largest finite bucket
+        le = next((le for le, n in buckets if n >= q * count), None)
+        return None if le in (None, float("inf")) else le * 1e6
 
-    return {"copies": count, "mean_us": round(total / count * 1e6, 1), "p50_under_us": under(0.5) * 1e6,
-            "p99_under_us": under(0.99) * 1e6}
+    return {"copies": count, "mean_us": round(total / count * 1e6, 1), "p50_under_us": under(0.5),
+            "p99_under_us": under(0.99)}
 
 
 def gpu_step(torch, device, ms):
@@ -399,7 +400,7 @@ def gpu_step(torch, device, ms):
     return lambda: torch.cuda._sleep(n)
 
 
-def daemon_memory(torch, config, sock, device, pid, slots_bytes):
+def daemon_memory(torch, config, sock, device, pid):
     """The daemon's GPU memory: idle, with one cuda session open, after it closed."""
     mib = results["gpu_mib"]
     torch.cuda.synchronize()
@@ -505,7 +506,7 @@ def main():
                     results["waits_us"][p.name] = m["wait_us"]
                     results.setdefault("first_batch_ms", {})[p.name] = m["first_batch_ms"]
                     results.setdefault("steps_ratio", {})[p.name] = round(m["steps_ratio"], 3)
-            stage("daemon GPU memory", daemon_memory, torch, config, sock, args.device, proc.pid, nbytes)
+            stage("daemon GPU memory", daemon_memory, torch, config, sock, args.device, proc.pid)
             stage("a trainer killed mid-run", killed_client, config, sock, args.device, proc.pid)
             results["device_copies"] = stage("the daemon's device copies (metrics)", device_copies, metrics_addr)
             final = wait_gpu_mib(proc.pid, 0, 10)
@@ -534,8 +535,8 @@ def main():
     c = results.get("device_copies")
     if c:
         print(f"the daemon's copies into device slots (dataloaderd_device_copy_seconds, every cuda batch of the run): "
-              f"{c['copies']}, mean {c['mean_us']} us, half under {c['p50_under_us']:g} us, "
-              f"99% under {c['p99_under_us']:g} us")
+              f"{c['copies']}, mean {c['mean_us']} us, half under {c['p50_under_us']} us, "
+              f"99% under {c['p99_under_us']} us (None: above the largest bucket)")
     print("GPU memory (MiB, nvidia-smi per process):")
     for k, v in results["gpu_mib"].items():
         print(f"  {k:<40}{v}")

@@ -285,3 +285,25 @@ def test_cuda_group_on_two_gpus(daemon_factory, standin, client_standin, config,
             assert np.array_equal(w, g), f"rank on GPU {rank} read a batch that differs from shm"
     assert client_standin.fakecuda_python_live() == 0
     assert device_files_gone(d.proc.pid), "device memory left after the group closed"
+
+
+def test_shm_pinned_open_failure_leaves_nothing(daemon_factory, client_standin, config, monkeypatch):
+    # torch failing after the ring was registered (here: making the copy
+    # stream) raises torch's error, unregisters the ring, closes the session
+    # at the daemon, and a new loader of the same job opens at once.
+    d = daemon_factory()
+    real = _cuda._torch
+
+    def broken():
+        t = real()
+        t.cuda.Stream = lambda device=None: (_ for _ in ()).throw(RuntimeError("CUDA error: out of memory"))
+        return t
+
+    monkeypatch.setattr(_cuda, "_torch", broken)
+    with pytest.raises(RuntimeError, match="out of memory"):
+        with Loader(config, dp_rank=0, dp_size=1, socket=d.socket, job="p", transport="shm-pinned") as ld:
+            next(iter(ld))
+    assert client_standin.fakecuda_python_live() == 0, "the ring stayed registered after a failed open"
+    monkeypatch.setattr(_cuda, "_torch", real)
+    with Loader(config, dp_rank=0, dp_size=1, socket=d.socket, job="p", transport="shm-pinned") as ld:
+        assert next(iter(ld))["step"] == 1

@@ -358,14 +358,22 @@ class PinnedShm:
             warnings.simplefilter("ignore", UserWarning)
             self._host = [torch.from_numpy(ring.batch(i, full)) for i in range(slots)]
         self._ctx = self._drv.retain(device)
+        registered = False
         try:
             with self._drv.in_context(self._ctx):
                 self._drv.call("host_register", ctypes.c_void_p(self._ptr), self._size,
                                _CU_MEMHOSTREGISTER_PORTABLE | _CU_MEMHOSTREGISTER_READ_ONLY)
+            registered = True
+            self._stream = torch.cuda.Stream(device=self.device)
         except BaseException:
-            self._drv.release(device)
+            self._host = []  # views of the mapping, which the caller unmaps next
+            try:
+                if registered:
+                    with self._drv.in_context(self._ctx):
+                        self._drv.call("host_unregister", ctypes.c_void_p(self._ptr))
+            finally:
+                self._drv.release(device)
             raise
-        self._stream = torch.cuda.Stream(device=self.device)
 
     def fetch(self, slot: int, lines: int) -> Tuple[Any, Any]:
         """Copies a batch to the GPU: (int32 tensor [lines, line_tokens], event)."""

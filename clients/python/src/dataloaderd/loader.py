@@ -145,7 +145,8 @@ class Loader:
                     self._dev_ring = _cuda.IpcRing(s.ring.ipc_handle, s.ring.slots, s.ring.slot_stride,
                                                    s.line_tokens, s.ring.device)
                     self._fence = _cuda.ReleaseFence(s.ring.device, max_held=_fence_hold(s.ring.slots))
-                except DataloaderdError:
+                except Exception:  # torch's own errors too: nothing of the session may stay
+                    self._fence = None
                     if self._dev_ring is not None:
                         self._dev_ring.close()
                         self._dev_ring = None
@@ -161,7 +162,7 @@ class Loader:
                     if self.transport == "shm-pinned":
                         self._pinned = _cuda.PinnedShm(self._ring, self.device)
                         self._fence = _cuda.ReleaseFence(self.device, max_held=_fence_hold(s.ring.slots))
-                except (OSError, ValueError, DataloaderdError) as e:
+                except Exception as e:  # torch's own errors too: nothing of the session may stay
                     self._fence = None
                     for part in (self._pinned, self._ring, self._ctl):
                         if part is not None:
@@ -169,7 +170,7 @@ class Loader:
                     self._pinned = self._ring = self._ctl = None
                     self._stub.CloseSession(pb.CloseSessionRequest(session_id=s.session_id, consumer=s.consumer),
                                             timeout=self._timeout)
-                    if isinstance(e, DataloaderdError):
+                    if not isinstance(e, (OSError, ValueError)):
                         raise
                     raise DataloaderdError(
                         f"cannot map the ring {s.ring.path} ({e}): is the daemon on another machine or in "
@@ -258,6 +259,10 @@ class Loader:
                 else:
                     self._release(*self._held)
                 self._held = None
+            if self._fence is not None:
+                # Slots whose GPU work (or copy) finished go back before we block.
+                for held in self._fence.completed():
+                    self._release(*held)
             start = time.perf_counter_ns()
             self._waiting_since = time.monotonic()
             try:
