@@ -13,6 +13,8 @@ BIN := $(CURDIR)/bin
 GRPCIO_VERSION := 1.85.1
 PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
+# Pinned linters: staticcheck for Go (make lint).
+STATICCHECK_VERSION := v0.8.2
 
 PROTO_DIR := api/proto/dataloader/v1
 PY_PROTO_DIR := clients/python/src/dataloaderd/_proto
@@ -22,7 +24,7 @@ PY_PROTO_DIR := clients/python/src/dataloaderd/_proto
 # The tokenizer conformance targets and their variables (used by test-python).
 include mk/tokenize.mk
 
-.PHONY: all setup build test test-go test-python vet bench bench-quick bench-go demo generate generate-check clean
+.PHONY: all setup build test test-go test-python vet lint lint-go staticcheck bench bench-quick bench-go demo generate generate-check clean
 
 all: build
 
@@ -37,6 +39,7 @@ $(VENV)/.stamp: clients/python/pyproject.toml Makefile
 $(TOOLS)/.stamp: Makefile
 	GOBIN=$(TOOLS) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
 	GOBIN=$(TOOLS) $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
+	GOBIN=$(TOOLS) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 	touch $@
 
 setup: $(VENV)/.stamp $(TOOLS)/.stamp
@@ -48,14 +51,21 @@ build:
 vet:
 	$(GO) vet ./...
 
-test-go: vet
+staticcheck: $(TOOLS)/.stamp
+	$(TOOLS)/staticcheck ./...
+
+# lint: every static check make test runs.
+lint-go: vet staticcheck
+lint: lint-go
+
+test-go:
 	$(GO) test -race -count=1 ./...
 
 test-python: build $(VENV)/.stamp $(VENV)/.tokenize-stamp $(TOKENIZE_VOCAB)/.stamp
 	DATALOADERD_BIN=$(BIN)/dataloaderd DATALOADERD_TOKENIZER_VOCAB=$(TOKENIZE_VOCAB) \
 		$(PY) -m pytest -q clients/python/tests
 
-test: setup generate-check generate-tokenize-check test-tokenize test-go test-python
+test: setup generate-check generate-tokenize-check lint test-tokenize test-go test-python
 
 # generate writes the Go and Python stubs into OUT (default: in place).
 OUT ?= .

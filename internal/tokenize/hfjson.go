@@ -211,14 +211,14 @@ func hfPreTokenizer(p *hfStep, steps []preStep) ([]preStep, bool, error) {
 		return steps, true, nil
 	case "Split":
 		if p.Pattern.Regex == nil {
-			return nil, false, fmt.Errorf("Split: only a Regex pattern is supported")
+			return nil, false, fmt.Errorf("pre-tokenizer Split: only a Regex pattern is supported")
 		}
 		if p.Behavior != "Isolated" || p.Invert {
-			return nil, false, fmt.Errorf("Split: behavior %q, invert %v; only Isolated, not inverted, is supported", p.Behavior, p.Invert)
+			return nil, false, fmt.Errorf("pre-tokenizer Split: behavior %q, invert %v; only Isolated, not inverted, is supported", p.Behavior, p.Invert)
 		}
 		s, err := splitterFor(*p.Pattern.Regex)
 		if err != nil {
-			return nil, false, fmt.Errorf("Split: %w", err)
+			return nil, false, fmt.Errorf("pre-tokenizer Split: %w", err)
 		}
 		return append(steps, preStep{split: s}), false, nil
 	}
