@@ -18,6 +18,9 @@ STATICCHECK_VERSION := v0.8.2
 
 PROTO_DIR := api/proto/dataloader/v1
 PY_PROTO_DIR := clients/python/src/dataloaderd/_proto
+# The ring control block's layout: one spec, and what layoutgen makes of it.
+RING_SPEC := api/ring/v1/control_block.json
+RING_LAYOUT := internal/ring/layout.go clients/python/src/dataloaderd/_ring_layout.py docs/control-block.md
 
 .DEFAULT_GOAL := all
 
@@ -67,10 +70,13 @@ test-python: build $(VENV)/.stamp $(VENV)/.tokenize-stamp $(TOKENIZE_VOCAB)/.sta
 
 test: setup generate-check generate-tokenize-check lint test-tokenize test-go test-python
 
-# generate writes the Go and Python stubs into OUT (default: in place).
+# generate writes the Go and Python stubs, and the ring layout's constants
+# and doc, into OUT (default: in place).
 OUT ?= .
 generate: setup
-	mkdir -p $(OUT)/$(PROTO_DIR) $(OUT)/$(PY_PROTO_DIR)
+	mkdir -p $(OUT)/$(PROTO_DIR) $(OUT)/$(PY_PROTO_DIR) $(OUT)/internal/ring $(OUT)/clients/python/src/dataloaderd $(OUT)/docs
+	$(GO) run ./internal/ring/layoutgen -spec $(RING_SPEC) -go $(OUT)/internal/ring/layout.go \
+		-py $(OUT)/clients/python/src/dataloaderd/_ring_layout.py -md $(OUT)/docs/control-block.md
 	PATH=$(TOOLS):$$PATH $(PY) -m grpc_tools.protoc -I api/proto \
 		--go_out=$(OUT)/api/proto --go_opt=paths=source_relative \
 		--go-grpc_out=$(OUT)/api/proto --go-grpc_opt=paths=source_relative \
@@ -86,6 +92,7 @@ generate-check: setup
 	$(MAKE) --no-print-directory generate OUT=$$tmp && \
 	diff -ru $(PROTO_DIR) $$tmp/$(PROTO_DIR) -x '*.proto' && \
 	diff -ru $(PY_PROTO_DIR) $$tmp/$(PY_PROTO_DIR) -x '__init__.py' -x '__pycache__' && \
+	for f in $(RING_LAYOUT); do diff -u $$f $$tmp/$$f || exit 1; done && \
 	echo "generated code is up to date"
 
 # The benchmark has an environment of its own for the loaders it compares

@@ -24,6 +24,7 @@ import (
 
 	"github.com/dataloaderd/dataloaderd/internal/cuda"
 	"github.com/dataloaderd/dataloaderd/internal/server"
+	"github.com/dataloaderd/dataloaderd/internal/session"
 	"github.com/dataloaderd/dataloaderd/internal/stream"
 )
 
@@ -54,8 +55,8 @@ func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
 func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
 func parseServe(args []string, stderr io.Writer) (daemonConfig, error) {
-	cfg := daemonConfig{Socket: defaultSocket(), ShmDir: "/dev/shm", Slots: server.DefaultSlots,
-		AttachWithin: server.DefaultAttachWithin.String(), LogLevel: "info", StopTimeout: "10s",
+	cfg := daemonConfig{Socket: defaultSocket(), ShmDir: "/dev/shm", Slots: session.DefaultSlots,
+		AttachWithin: session.DefaultAttachWithin.String(), LogLevel: "info", StopTimeout: "10s",
 		TokenizeWorkers: runtime.NumCPU(), TokenCacheMB: 1024, BatchScheduling: true, CUDALibrary: cuda.DefaultLibrary}
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -65,7 +66,7 @@ func parseServe(args []string, stderr io.Writer) (daemonConfig, error) {
 	var allow multiFlag
 	fs.Var(&allow, "allow-root", "directory clients may name data, resume and save paths under (repeatable; default: any path)")
 	shmDir := fs.String("shm-dir", "", "directory of the shared-memory rings (default /dev/shm)")
-	slots := fs.Int("slots", 0, fmt.Sprintf("ring slots per session when the client asks for none (default %d)", server.DefaultSlots))
+	slots := fs.Int("slots", 0, fmt.Sprintf("ring slots per session when the client asks for none (default %d)", session.DefaultSlots))
 	attach := fs.Duration("attach-within", 0, "reclaim a session whose consumer has not opened its batch stream after this long (default 1m)")
 	logLevel := fs.String("log-level", "", "debug, info, warn or error (default info)")
 	stopTimeout := fs.Duration("stop-timeout", 0, "longest wait for streams to end on SIGTERM (default 10s)")
@@ -137,27 +138,17 @@ func newLogger(level string) (*zap.Logger, error) {
 	return zc.Build()
 }
 
+// serve runs the daemon until ctx ends: it reads the settings, builds each
+// component and runs the gRPC server, the session reaper and the metrics
+// server as tasks, the first failure stopping the rest.
 func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	cfg, err := parseServe(args, stderr)
 	if err != nil {
 		return err
 	}
-	attachWithin, err := time.ParseDuration(cfg.AttachWithin)
-	if err != nil || attachWithin <= 0 {
-		return fmt.Errorf("attach_within %q: want a positive duration such as 1m", cfg.AttachWithin)
-	}
-	stopTimeout, err := time.ParseDuration(cfg.StopTimeout)
-	if err != nil || stopTimeout <= 0 {
-		return fmt.Errorf("stop_timeout %q: want a positive duration such as 10s", cfg.StopTimeout)
-	}
-	if cfg.Slots < 2 || cfg.Slots > server.MaxSlots {
-		return fmt.Errorf("slots must be in [2, %d], got %d", server.MaxSlots, cfg.Slots)
-	}
-	if cfg.TokenizeWorkers < 1 || cfg.TokenizeWorkers > 4096 {
-		return fmt.Errorf("tokenize_workers must be in [1, 4096], got %d", cfg.TokenizeWorkers)
-	}
-	if cfg.TokenCacheMB < 16 {
-		return fmt.Errorf("token_cache_mb must be at least 16, got %d", cfg.TokenCacheMB)
+	attachWithin, stopTimeout, err := cfg.check()
+	if err != nil {
+		return err
 	}
 	log, err := newLogger(cfg.LogLevel)
 	if err != nil {
@@ -175,14 +166,15 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	srv, err := server.New(server.Config{
-		Logger: log.Named("server"), Registry: reg, AllowRoots: cfg.AllowRoots,
+	sessions, err := session.New(session.Config{
+		Logger: log.Named("session"), Registry: reg, AllowRoots: cfg.AllowRoots,
 		ShmDir: cfg.ShmDir, Slots: cfg.Slots, AttachWithin: attachWithin, Resources: res,
 		OpenCUDA: func() (cuda.Driver, error) { return cuda.OpenDriver(cfg.CUDALibrary) },
 	})
 	if err != nil {
 		return err
 	}
+	srv := server.New(server.Config{Logger: log.Named("server"), Sessions: sessions})
 	lis, cleanup, err := server.Listen(cfg.Socket)
 	if err != nil {
 		return err
@@ -194,49 +186,92 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 			return fmt.Errorf("metrics-addr: %w", err)
 		}
 	}
+	d := &daemon{log: log, srv: srv, sessions: sessions, reg: reg, stopTimeout: stopTimeout}
+	return d.run(ctx, cfg, lis, metricsLis)
+}
 
+// check validates the settings flags cannot type, and returns the durations.
+func (cfg daemonConfig) check() (attachWithin, stopTimeout time.Duration, err error) {
+	attachWithin, err = time.ParseDuration(cfg.AttachWithin)
+	if err != nil || attachWithin <= 0 {
+		return 0, 0, fmt.Errorf("attach_within %q: want a positive duration such as 1m", cfg.AttachWithin)
+	}
+	stopTimeout, err = time.ParseDuration(cfg.StopTimeout)
+	if err != nil || stopTimeout <= 0 {
+		return 0, 0, fmt.Errorf("stop_timeout %q: want a positive duration such as 10s", cfg.StopTimeout)
+	}
+	switch {
+	case cfg.Slots < 2 || cfg.Slots > session.MaxSlots:
+		return 0, 0, fmt.Errorf("slots must be in [2, %d], got %d", session.MaxSlots, cfg.Slots)
+	case cfg.TokenizeWorkers < 1 || cfg.TokenizeWorkers > 4096:
+		return 0, 0, fmt.Errorf("tokenize_workers must be in [1, 4096], got %d", cfg.TokenizeWorkers)
+	case cfg.TokenCacheMB < 16:
+		return 0, 0, fmt.Errorf("token_cache_mb must be at least 16, got %d", cfg.TokenCacheMB)
+	}
+	return attachWithin, stopTimeout, nil
+}
+
+// daemon is the running daemon's components.
+type daemon struct {
+	log         *zap.Logger
+	srv         *server.Server
+	sessions    *session.Manager
+	reg         *prometheus.Registry
+	stopTimeout time.Duration
+}
+
+// run serves on lis (and /metrics on metricsLis, if not nil) until ctx
+// ends or a task fails; then it stops the server, closes every session and
+// waits up to stopTimeout for the streams to end.
+func (d *daemon) run(ctx context.Context, cfg daemonConfig, lis, metricsLis net.Listener) error {
 	g := grpc.NewServer()
-	srv.Register(g)
+	d.srv.Register(g)
 	eg, ctx := errgroup.WithContext(ctx)
 	eg.Go(func() error { return g.Serve(lis) })
-	eg.Go(func() error { return srv.Reap(ctx) })
+	eg.Go(func() error { return d.sessions.Reap(ctx) })
 	if metricsLis != nil {
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		eg.Go(func() error {
-			if err := hs.Serve(metricsLis); !errors.Is(err, http.ErrServerClosed) {
-				return err
-			}
-			return nil
-		})
-		eg.Go(func() error {
-			<-ctx.Done()
-			sctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
-			defer cancel()
-			return hs.Shutdown(sctx)
-		})
+		d.serveMetrics(ctx, eg, metricsLis)
 	}
 	eg.Go(func() error {
 		<-ctx.Done()
-		log.Info("stopping")
-		srv.Shutdown()
+		d.log.Info("stopping")
+		d.srv.Shutdown()
+		d.sessions.Shutdown()
 		stopped := make(chan struct{})
 		go func() { g.GracefulStop(); close(stopped) }()
 		select {
 		case <-stopped:
-		case <-time.After(stopTimeout):
+		case <-time.After(d.stopTimeout):
 			g.Stop()
 		}
 		return ctx.Err()
 	})
-	srv.SetServing()
-	log.Info("serving", zap.String("socket", lis.Addr().String()), zap.String("metrics_addr", cfg.MetricsAddr),
+	d.srv.SetServing()
+	d.log.Info("serving", zap.String("socket", lis.Addr().String()), zap.String("metrics_addr", cfg.MetricsAddr),
 		zap.Strings("allow_roots", cfg.AllowRoots), zap.String("version", version))
 	if len(cfg.AllowRoots) == 0 {
-		log.Warn("no --allow-root given: clients may name any path the daemon can read or write")
+		d.log.Warn("no --allow-root given: clients may name any path the daemon can read or write")
 	}
-	err = eg.Wait()
-	log.Info("stopped", zap.Error(err))
+	err := eg.Wait()
+	d.log.Info("stopped", zap.Error(err))
 	return err
+}
+
+// serveMetrics adds the /metrics server and its shutdown to eg.
+func (d *daemon) serveMetrics(ctx context.Context, eg *errgroup.Group, lis net.Listener) {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(d.reg, promhttp.HandlerOpts{Registry: d.reg}))
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	eg.Go(func() error {
+		if err := hs.Serve(lis); !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return nil
+	})
+	eg.Go(func() error {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), d.stopTimeout)
+		defer cancel()
+		return hs.Shutdown(sctx)
+	})
 }

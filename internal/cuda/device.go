@@ -8,89 +8,11 @@ import (
 	"time"
 )
 
-// Committer is a ring whose slots reach their readers only when committed.
-// After writing batch bytes into Slot(i), the producer calls Commit(i) and
-// announces slot i only once it returns nil. A ring without Commit (shm,
-// memory) is readable as soon as it is written. Commit(i) on a DeviceRing
-// copies the whole slot, so any bytes past the batch are stale, as they are
-// in the other rings.
-type Committer interface {
-	Commit(i int) error
-}
-
 // ErrRingClosed is returned by Commit after Close.
 var ErrRingClosed = errors.New("ring is closed")
 
 // ErrNoSuchDevice marks a GPU index that the driver does not see.
 var ErrNoSuchDevice = errors.New("no such GPU")
-
-// Devices makes device rings on the GPUs of one driver. A CUDA context costs
-// hundreds of MiB of GPU memory and a few hundred ms to create, so every ring
-// on a GPU shares its primary context (the one PyTorch uses in the trainer
-// processes too): it is retained for the first ring on the GPU and released
-// when the last one closes. Make one Devices per process.
-type Devices struct {
-	drv Driver
-
-	mu  sync.Mutex
-	ctx map[int]*primary
-}
-
-type primary struct {
-	ctx   Context
-	rings int
-}
-
-// NewDevices returns a Devices over drv.
-func NewDevices(drv Driver) *Devices {
-	return &Devices{drv: drv, ctx: map[int]*primary{}}
-}
-
-// Driver is the driver the rings use.
-func (d *Devices) Driver() Driver { return d.drv }
-
-// Contexts is the number of GPUs whose primary context is retained.
-func (d *Devices) Contexts() int {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return len(d.ctx)
-}
-
-func (d *Devices) acquire(dev int) (Context, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if p := d.ctx[dev]; p != nil {
-		p.rings++
-		return p.ctx, nil
-	}
-	n, err := d.drv.DeviceCount()
-	if err != nil {
-		return 0, err
-	}
-	if dev < 0 || dev >= n {
-		return 0, fmt.Errorf("%w: GPU %d asked for, the driver sees %d (CUDA_VISIBLE_DEVICES applies)", ErrNoSuchDevice, dev, n)
-	}
-	ctx, err := d.drv.RetainPrimaryContext(dev)
-	if err != nil {
-		return 0, err
-	}
-	d.ctx[dev] = &primary{ctx: ctx, rings: 1}
-	return ctx, nil
-}
-
-func (d *Devices) release(dev int) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	p := d.ctx[dev]
-	if p == nil {
-		return nil
-	}
-	if p.rings--; p.rings > 0 {
-		return nil
-	}
-	delete(d.ctx, dev)
-	return d.drv.ReleasePrimaryContext(dev)
-}
 
 // DeviceRing is a ring of slots in GPU memory, exported to the trainer
 // processes by CUDA IPC, with a pinned host staging slot for each slot. The
@@ -152,7 +74,7 @@ func (d *Devices) NewRing(device, slots, slotBytes int) (_ *DeviceRing, err erro
 	if err := checkGeometry(slots, slotBytes); err != nil {
 		return nil, err
 	}
-	r := &DeviceRing{devs: d, first: device, slots: slots, slotBytes: slotBytes, stride: stride(slotBytes)}
+	r := &DeviceRing{devs: d, first: device, slots: slots, slotBytes: slotBytes, stride: pageStride(slotBytes)}
 	defer func() {
 		if err != nil {
 			r.free() // the first error is the one worth reporting
@@ -249,23 +171,21 @@ func (r *DeviceRing) gpu(device int) *gpuSlots {
 	return nil
 }
 
-// Slots implements Ring.
+// Slots is the number of slots.
 func (r *DeviceRing) Slots() int { return r.slots }
 
-// Slot implements Ring: slot i's pinned host staging memory, which the
-// producer writes and Commit copies to the GPU.
+// Slot is slot i's pinned host staging memory, which the producer writes and
+// Commit copies to the GPU.
 func (r *DeviceRing) Slot(i int) []byte {
 	return r.staging[i*r.stride : i*r.stride+r.slotBytes : i*r.stride+r.slotBytes]
 }
 
-// SlotBytes implements Ring.
+// SlotBytes is the size of a slot.
 func (r *DeviceRing) SlotBytes() int { return r.slotBytes }
 
-// Stride implements Ring: also the distance between device slots.
+// Stride is the distance between the starts of two slots, in staging and on
+// every GPU: a multiple of the page size.
 func (r *DeviceRing) Stride() int { return r.stride }
-
-// Path implements Ring: a device ring has no file; clients open IPCHandle.
-func (r *DeviceRing) Path() string { return "" }
 
 // Device is the GPU index the ring was made on.
 func (r *DeviceRing) Device() int { return r.first }
@@ -322,7 +242,9 @@ func (r *DeviceRing) MemInfo() (free, total uint64, err error) {
 // Commit copies slot i from staging to each GPU of the ring, on the ring's
 // stream there, and returns once every copy is complete, so that a slot
 // announced after Commit holds the batch in device memory. The staging slot
-// may be written again as soon as Commit returns.
+// may be written again as soon as Commit returns. The producer announces a
+// slot only once its Commit returned nil; Commit copies the whole slot, so
+// bytes past a short batch are stale, as in the other rings.
 func (r *DeviceRing) Commit(i int) error {
 	if i < 0 || i >= r.slots {
 		return fmt.Errorf("commit slot %d of a %d-slot ring", i, r.slots)
@@ -360,11 +282,10 @@ func (r *DeviceRing) Commit(i int) error {
 
 // await returns once e, recorded after a copy of n bytes to g, has
 // completed. It polls the event for as long as the copy should take at a
-// slow 5 GB/s (plus 100 us), then sleeps on it. A sleeping wait is woken by
-// an interrupt: on an H100 (in a VM) 1 MiB commits that slept took 240 us on
-// average, over 1% of them over 640 us, against 65 us and 99% under 160 us
-// polling (dataloaderd_device_copy_seconds, docs/benchmarks.md). A copy held
-// up by a busy link costs no more CPU than the budget.
+// slow 5 GB/s (plus 100 us), then sleeps on it: a sleeping wait is woken by
+// an interrupt, which made commits several times slower on the GPU measured
+// (docs/benchmarks.md, "GPU delivery"). A copy held up by a busy link costs
+// no more CPU than the budget.
 func (r *DeviceRing) await(g *gpuSlots, e Event, n int) error {
 	drv := r.devs.drv
 	deadline := time.Now().Add(spinBudget(n))
@@ -475,9 +396,4 @@ func (r *DeviceRing) freeGPU(g *gpuSlots) error {
 	return nil
 }
 
-var (
-	_ Ring      = (*DeviceRing)(nil)
-	_ Committer = (*DeviceRing)(nil)
-	_ Driver    = (*FakeDriver)(nil)
-	_ Driver    = (*libcuda)(nil)
-)
+var _ Driver = (*libcuda)(nil)

@@ -1,4 +1,4 @@
-package cuda
+package cuda_test
 
 import (
 	"bytes"
@@ -6,25 +6,28 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dataloaderd/dataloaderd/internal/cuda"
+	"github.com/dataloaderd/dataloaderd/internal/cuda/cudatest"
 )
 
 func TestDeviceRingCommit(t *testing.T) {
-	fake := NewFakeDriver()
-	devs := NewDevices(fake)
+	fake := cudatest.NewDriver()
+	devs := cuda.NewDevices(fake)
 	r, err := devs.NewRing(0, 4, 10000)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Device() != 0 || r.Path() != "" || r.DeviceBytes() != 4*r.Stride() || r.StagingBytes() != 4*r.Stride() {
-		t.Fatalf("device %d path %q device bytes %d staging bytes %d", r.Device(), r.Path(), r.DeviceBytes(), r.StagingBytes())
+	if r.Device() != 0 || r.DeviceBytes() != 4*r.Stride() || r.StagingBytes() != 4*r.Stride() {
+		t.Fatalf("device %d device bytes %d staging bytes %d", r.Device(), r.DeviceBytes(), r.StagingBytes())
 	}
 	free0, total, err := r.MemInfo()
-	if err != nil || total != FakeDeviceBytes || total-free0 != uint64(r.DeviceBytes()) {
+	if err != nil || total != cudatest.DeviceBytes || total-free0 != uint64(r.DeviceBytes()) {
 		t.Fatalf("MemInfo: free %d total %d err %v; want the ring's %d bytes used", free0, total, err, r.DeviceBytes())
 	}
 	h := r.IPCHandle(r.Device())
-	if len(h) != IPCHandleSize {
-		t.Fatalf("IPC handle is %d bytes, want %d", len(h), IPCHandleSize)
+	if len(h) != cuda.IPCHandleSize {
+		t.Fatalf("IPC handle is %d bytes, want %d", len(h), cuda.IPCHandleSize)
 	}
 	whole, err := fake.OpenIPC(h)
 	if err != nil || len(whole) != r.DeviceBytes() {
@@ -62,8 +65,8 @@ func TestDeviceRingCommit(t *testing.T) {
 	if c := fake.Counts(); c.DeviceAllocs+c.HostAllocs+c.Streams+c.Events+c.Contexts != 0 || devs.Contexts() != 0 {
 		t.Fatalf("after Close the fake holds %+v, %d contexts retained", c, devs.Contexts())
 	}
-	if err := r.Commit(0); !errors.Is(err, ErrRingClosed) {
-		t.Fatalf("Commit after Close: %v, want ErrRingClosed", err)
+	if err := r.Commit(0); !errors.Is(err, cuda.ErrRingClosed) {
+		t.Fatalf("Commit after Close: %v, want cuda.ErrRingClosed", err)
 	}
 	if _, err := fake.OpenIPC(h); err == nil {
 		t.Fatal("IPC handle still opens after Close")
@@ -73,9 +76,9 @@ func TestDeviceRingCommit(t *testing.T) {
 // TestPrimaryContextShared checks that rings on one GPU share one retained
 // primary context, released with the last ring.
 func TestPrimaryContextShared(t *testing.T) {
-	fake := NewFakeDriver()
-	devs := NewDevices(fake)
-	var rings []*DeviceRing
+	fake := cudatest.NewDriver()
+	devs := cuda.NewDevices(fake)
+	var rings []*cuda.DeviceRing
 	for _, dev := range []int{1, 1, 0, 1} {
 		r, err := devs.NewRing(dev, 2, 4096)
 		if err != nil {
@@ -84,7 +87,7 @@ func TestPrimaryContextShared(t *testing.T) {
 		rings = append(rings, r)
 	}
 	if c := fake.Counts(); c.PrimaryRetains != 2 || c.Contexts != 2 || devs.Contexts() != 2 {
-		t.Fatalf("4 rings on 2 GPUs: %d retains, %d held, %d in Devices; want 2", c.PrimaryRetains, c.Contexts, devs.Contexts())
+		t.Fatalf("4 rings on 2 GPUs: %d retains, %d held, %d in cuda.Devices; want 2", c.PrimaryRetains, c.Contexts, devs.Contexts())
 	}
 	for i, r := range rings {
 		if err := r.Close(); err != nil {
@@ -95,8 +98,8 @@ func TestPrimaryContextShared(t *testing.T) {
 			t.Fatalf("after closing %d rings %d contexts held, want %d", i+1, got, want)
 		}
 	}
-	if _, err := devs.NewRing(2, 2, 4096); !errors.Is(err, ErrNoSuchDevice) || !strings.Contains(err.Error(), "GPU 2") {
-		t.Fatalf("ring on GPU 2 of 2: %v, want ErrNoSuchDevice naming GPU 2", err)
+	if _, err := devs.NewRing(2, 2, 4096); !errors.Is(err, cuda.ErrNoSuchDevice) || !strings.Contains(err.Error(), "GPU 2") {
+		t.Fatalf("ring on GPU 2 of 2: %v, want cuda.ErrNoSuchDevice naming GPU 2", err)
 	}
 }
 
@@ -113,22 +116,22 @@ func TestDeviceRingFailures(t *testing.T) {
 		{"cuStreamCreate", 0}, {"cuEventCreate", 0}, {"cuEventCreate", 2},
 	}
 	for _, s := range openSteps {
-		for _, res := range []Result{ErrOutOfMemory, ErrNotPermitted} {
-			fake := NewFakeDriver()
-			devs := NewDevices(fake)
+		for _, res := range []cuda.Result{cuda.ErrOutOfMemory, cuda.ErrNotPermitted} {
+			fake := cudatest.NewDriver()
+			devs := cuda.NewDevices(fake)
 			fake.FailAfter(s.call, s.after, res)
 			r, err := devs.NewRing(0, 3, 5000)
 			if err == nil {
 				r.Close()
 				t.Fatalf("%s failing with %s: NewRing succeeded", s.call, res.Name())
 			}
-			checkCUDAError(t, err, s.call, res)
+			cuda.CheckError(t, err, s.call, res)
 			checkNothingHeld(t, fake, devs, "NewRing with "+s.call+" failing")
 		}
 	}
 	for _, call := range []string{"cuMemcpyHtoDAsync_v2", "cuEventRecord", "cuEventQuery", "cuEventSynchronize"} {
-		fake := NewFakeDriver()
-		devs := NewDevices(fake)
+		fake := cudatest.NewDriver()
+		devs := cuda.NewDevices(fake)
 		r, err := devs.NewRing(0, 3, 5000)
 		if err != nil {
 			t.Fatal(err)
@@ -136,9 +139,9 @@ func TestDeviceRingFailures(t *testing.T) {
 		if call == "cuEventSynchronize" {
 			fake.SetPendingQueries(1 << 30) // a copy that outlasts the polling: Commit sleeps on it
 		}
-		fake.FailNext(call, ErrIllegalAddress)
+		fake.FailNext(call, cuda.ErrIllegalAddress)
 		err = r.Commit(1)
-		checkCUDAError(t, err, call, ErrIllegalAddress)
+		cuda.CheckError(t, err, call, cuda.ErrIllegalAddress)
 		fake.SetPendingQueries(0)
 		if err := r.Commit(1); err != nil {
 			t.Fatalf("Commit after a failed one: %v", err)
@@ -150,14 +153,14 @@ func TestDeviceRingFailures(t *testing.T) {
 	}
 	// A failing free is reported, and everything else is still freed.
 	for _, call := range []string{"cuEventDestroy_v2", "cuStreamDestroy_v2", "cuMemFreeHost", "cuMemFree_v2", "cuDevicePrimaryCtxRelease_v2"} {
-		fake := NewFakeDriver()
-		devs := NewDevices(fake)
+		fake := cudatest.NewDriver()
+		devs := cuda.NewDevices(fake)
 		r, err := devs.NewRing(0, 3, 5000)
 		if err != nil {
 			t.Fatal(err)
 		}
-		fake.FailNext(call, ErrInvalidContext)
-		checkCUDAError(t, r.Close(), call, ErrInvalidContext)
+		fake.FailNext(call, cuda.ErrInvalidContext)
+		cuda.CheckError(t, r.Close(), call, cuda.ErrInvalidContext)
 		c := fake.Counts()
 		leaked := map[string]int{"cuEventDestroy_v2": c.Events, "cuStreamDestroy_v2": c.Streams, "cuMemFreeHost": c.HostAllocs,
 			"cuMemFree_v2": c.DeviceAllocs, "cuDevicePrimaryCtxRelease_v2": c.Contexts}
@@ -168,29 +171,17 @@ func TestDeviceRingFailures(t *testing.T) {
 	}
 }
 
-func checkCUDAError(t *testing.T, err error, call string, res Result) {
-	t.Helper()
-	var ce *Error
-	if !errors.As(err, &ce) || ce.Call != call || !errors.Is(err, res) {
-		t.Errorf("%s failing with %s: got %v", call, res.Name(), err)
-		return
-	}
-	if msg := err.Error(); !strings.Contains(msg, call) || !strings.Contains(msg, res.Name()) {
-		t.Errorf("error %q does not name %s and %s", msg, call, res.Name())
-	}
-}
-
-func checkNothingHeld(t *testing.T, fake *FakeDriver, devs *Devices, what string) {
+func checkNothingHeld(t *testing.T, fake *cudatest.Driver, devs *cuda.Devices, what string) {
 	t.Helper()
 	if c := fake.Counts(); c.DeviceAllocs+c.HostAllocs+c.Streams+c.Events+c.Contexts != 0 || devs.Contexts() != 0 {
-		t.Errorf("%s: fake still holds %+v, %d contexts in Devices", what, c, devs.Contexts())
+		t.Errorf("%s: fake still holds %+v, %d contexts in cuda.Devices", what, c, devs.Contexts())
 	}
 }
 
 // A copy that is queued but not waited for must not show on the device:
 // the fake models asynchrony, so a Commit that forgot to wait would fail.
 func TestFakeCopyIsAsync(t *testing.T) {
-	fake := NewFakeDriver()
+	fake := cudatest.NewDriver()
 	ctx, _ := fake.RetainPrimaryContext(0)
 	defer fake.ReleasePrimaryContext(0)
 	p, _ := fake.MemAlloc(ctx, 4)
@@ -228,8 +219,8 @@ func TestCommitPollsThenSleeps(t *testing.T) {
 		pending   int
 		wantSyncs int
 	}{{0, 0}, {50, 0}, {1 << 30, 1}} {
-		fake := NewFakeDriver()
-		devs := NewDevices(fake)
+		fake := cudatest.NewDriver()
+		devs := cuda.NewDevices(fake)
 		r, err := devs.NewRing(0, 2, 4096)
 		if err != nil {
 			t.Fatal(err)
@@ -244,8 +235,8 @@ func TestCommitPollsThenSleeps(t *testing.T) {
 		if got := fake.Counts().Syncs; got != tc.wantSyncs {
 			t.Errorf("%d pending queries: %d sleeping waits, want %d", tc.pending, got, tc.wantSyncs)
 		}
-		if tc.wantSyncs == 1 && took < spinBudget(r.SlotBytes()) {
-			t.Errorf("slept on the event after %v, before the %v polling budget", took, spinBudget(r.SlotBytes()))
+		if tc.wantSyncs == 1 && took < cuda.SpinBudget(r.SlotBytes()) {
+			t.Errorf("slept on the event after %v, before the %v polling budget", took, cuda.SpinBudget(r.SlotBytes()))
 		}
 		whole, err := fake.OpenIPC(r.IPCHandle(r.Device()))
 		if err != nil {
@@ -256,7 +247,7 @@ func TestCommitPollsThenSleeps(t *testing.T) {
 		}
 		r.Close()
 	}
-	if b := spinBudget(1 << 20); b < 300*time.Microsecond || b > 320*time.Microsecond {
+	if b := cuda.SpinBudget(1 << 20); b < 300*time.Microsecond || b > 320*time.Microsecond {
 		t.Errorf("polling budget for 1 MiB is %v, want 100 us + 1 MiB at 5 GB/s", b)
 	}
 }
@@ -266,8 +257,8 @@ func TestCommitPollsThenSleeps(t *testing.T) {
 // it cannot add leaves nothing allocated and the ring serving; Close frees
 // both GPUs' memory and contexts.
 func TestDeviceRingOnTwoGPUs(t *testing.T) {
-	fake := NewFakeDriver()
-	devs := NewDevices(fake)
+	fake := cudatest.NewDriver()
+	devs := cuda.NewDevices(fake)
 	r, err := devs.NewRing(0, 3, 5000)
 	if err != nil {
 		t.Fatal(err)
@@ -288,8 +279,8 @@ func TestDeviceRingOnTwoGPUs(t *testing.T) {
 	fill(0, 1)
 	fill(1, 2)
 
-	fake.FailNext("cuMemAlloc_v2", ErrOutOfMemory)
-	if added, err := r.AddDevice(1); added || !errors.Is(err, ErrOutOfMemory) || !strings.Contains(err.Error(), "GPU 1") {
+	fake.FailNext("cuMemAlloc_v2", cuda.ErrOutOfMemory)
+	if added, err := r.AddDevice(1); added || !errors.Is(err, cuda.ErrOutOfMemory) || !strings.Contains(err.Error(), "GPU 1") {
 		t.Fatalf("AddDevice with no memory on GPU 1: %v %v", added, err)
 	}
 	if c := fake.Counts(); c.DeviceAllocs != 1 || c.Contexts != 1 || c.Streams != 1 || r.IPCHandle(1) != nil {
@@ -304,7 +295,7 @@ func TestDeviceRingOnTwoGPUs(t *testing.T) {
 		}
 	}
 	if got := r.Devices(); len(got) != 2 || got[0] != 0 || got[1] != 1 || r.Device() != 0 {
-		t.Fatalf("Devices %v Device %d", got, r.Device())
+		t.Fatalf("cuda.Devices %v Device %d", got, r.Device())
 	}
 	if r.DeviceBytes() != 2*r.SlotsBytes() || fake.Counts().Contexts != 2 {
 		t.Fatalf("two GPUs: %d device bytes, %+v", r.DeviceBytes(), fake.Counts())
@@ -330,10 +321,10 @@ func TestDeviceRingOnTwoGPUs(t *testing.T) {
 	if c := fake.Counts(); c.DeviceAllocs+c.HostAllocs+c.Streams+c.Events+c.Contexts != 0 || devs.Contexts() != 0 {
 		t.Fatalf("after Close the fake holds %+v, %d contexts retained", c, devs.Contexts())
 	}
-	if _, err := r.AddDevice(1); !errors.Is(err, ErrRingClosed) {
+	if _, err := r.AddDevice(1); !errors.Is(err, cuda.ErrRingClosed) {
 		t.Fatalf("AddDevice after Close: %v", err)
 	}
-	if _, _, err := r.MemInfo(); !errors.Is(err, ErrRingClosed) || r.Device() != 0 {
+	if _, _, err := r.MemInfo(); !errors.Is(err, cuda.ErrRingClosed) || r.Device() != 0 {
 		t.Fatalf("after Close: MemInfo %v, Device %d", err, r.Device())
 	}
 }

@@ -112,7 +112,7 @@ func TestLibcudaBinding(t *testing.T) {
 	}
 	// A call without a context current fails with the driver's own name.
 	_, err = drv.MemAlloc(0, 10)
-	checkCUDAError(t, err, "cuMemAlloc_v2", ErrInvalidContext)
+	CheckError(t, err, "cuMemAlloc_v2", ErrInvalidContext)
 	if _, err := devs.NewRing(0, 2, 1<<31); !errors.Is(err, ErrOutOfMemory) || live() != 0 {
 		t.Fatalf("2 GiB slots on a 1 GiB fake: %v, %d live", err, live())
 	}
@@ -122,7 +122,7 @@ func TestLibcudaInitFails(t *testing.T) {
 	lib := buildFakeLib(t)
 	t.Setenv("FAKECUDA_INIT_RESULT", "100")
 	_, err := OpenDriver(lib)
-	checkCUDAError(t, err, "cuInit", ErrNoDevice)
+	CheckError(t, err, "cuInit", ErrNoDevice)
 	if !strings.Contains(err.Error(), "no CUDA-capable device") {
 		t.Fatalf("error %q lacks the driver's description", err)
 	}

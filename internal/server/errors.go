@@ -8,21 +8,11 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/dataloaderd/dataloaderd/internal/cuda"
+	"github.com/dataloaderd/dataloaderd/internal/ring"
+	"github.com/dataloaderd/dataloaderd/internal/session"
 	"github.com/dataloaderd/dataloaderd/internal/source"
 	"github.com/dataloaderd/dataloaderd/internal/state"
 	"github.com/dataloaderd/dataloaderd/internal/stream"
-)
-
-// Errors the server itself raises.
-var (
-	errNoSession     = errors.New("no such session")
-	errSessionExists = errors.New("session already open")
-	errConfigDiffers = errors.New("session open with another config")
-	errTooMany       = errors.New("more consumers than the session declared")
-	errOutsideRoots  = errors.New("path outside every allowed root")
-	errShuttingDown  = errors.New("daemon is shutting down")
-	errBadRequest    = errors.New("bad request")
-	errNoTransport   = errors.New("transport not available on this daemon")
 )
 
 // toStatus maps a domain error to the gRPC status a client sees. It is the
@@ -41,20 +31,20 @@ func toStatus(err error) error {
 	case errors.Is(err, context.DeadlineExceeded):
 		code = codes.DeadlineExceeded
 	case errors.Is(err, stream.ErrInvalidConfig), errors.Is(err, source.ErrInvalid),
-		errors.Is(err, errBadRequest), errors.Is(err, cuda.ErrGeometry), errors.Is(err, stream.ErrUnknownSlot),
-		errors.Is(err, cuda.ErrNoSuchDevice):
+		errors.Is(err, session.ErrBadRequest), errors.Is(err, ring.ErrGeometry), errors.Is(err, cuda.ErrGeometry),
+		errors.Is(err, stream.ErrUnknownSlot), errors.Is(err, cuda.ErrNoSuchDevice):
 		code = codes.InvalidArgument
-	case errors.Is(err, state.ErrMismatch), errors.Is(err, errConfigDiffers), errors.Is(err, stream.ErrStep):
+	case errors.Is(err, state.ErrMismatch), errors.Is(err, session.ErrConfigDiffers), errors.Is(err, stream.ErrStep):
 		code = codes.FailedPrecondition
-	case errors.Is(err, errNoSession), errors.Is(err, cuda.ErrRingClosed):
+	case errors.Is(err, session.ErrNoSession), errors.Is(err, cuda.ErrRingClosed):
 		code = codes.NotFound
-	case errors.Is(err, errSessionExists), errors.Is(err, errTooMany):
+	case errors.Is(err, session.ErrSessionExists), errors.Is(err, session.ErrTooMany):
 		code = codes.AlreadyExists
-	case errors.Is(err, errOutsideRoots):
+	case errors.Is(err, session.ErrOutsideRoots):
 		code = codes.PermissionDenied
-	case errors.Is(err, errShuttingDown), errors.Is(err, stream.ErrClosed):
+	case errors.Is(err, session.ErrShuttingDown), errors.Is(err, stream.ErrClosed):
 		code = codes.Unavailable
-	case errors.Is(err, errNoTransport), errors.Is(err, cuda.ErrNoDriver):
+	case errors.Is(err, session.ErrNoTransport), errors.Is(err, cuda.ErrNoDriver):
 		code = codes.Unimplemented
 	case errors.Is(err, cuda.ErrOutOfMemory):
 		code = codes.ResourceExhausted

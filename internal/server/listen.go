@@ -12,6 +12,9 @@ import (
 	"time"
 )
 
+// ErrSocketPath marks a socket path that cannot be listened on.
+var ErrSocketPath = errors.New("bad socket path")
+
 // MaxSocketPath is the longest unix socket path Linux accepts (sun_path is
 // 108 bytes, one of them the terminating NUL).
 const MaxSocketPath = 107
@@ -21,11 +24,11 @@ const MaxSocketPath = 107
 func SocketPath(addr string) (string, error) {
 	p := strings.TrimPrefix(strings.TrimPrefix(addr, "unix://"), "unix:")
 	if p == "" {
-		return "", fmt.Errorf("%w: socket path is empty", errBadRequest)
+		return "", fmt.Errorf("%w: socket path is empty", ErrSocketPath)
 	}
 	if len(p) > MaxSocketPath {
 		return "", fmt.Errorf("%w: socket path %q is %d bytes, longer than the %d a unix socket allows; choose a shorter path",
-			errBadRequest, p, len(p), MaxSocketPath)
+			ErrSocketPath, p, len(p), MaxSocketPath)
 	}
 	return p, nil
 }

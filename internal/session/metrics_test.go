@@ -1,7 +1,9 @@
-package server
+package session
 
 import (
 	"encoding/json"
+	"flag"
+	"fmt"
 	"os"
 	"regexp"
 	"strings"
@@ -18,10 +20,8 @@ import (
 	"github.com/dataloaderd/dataloaderd/internal/text"
 )
 
-// TestMetricsLintedAndDocumented lints every server metric and checks that
-// docs/metrics.md lists it.
-// exported is a registry with every server metric, each vector with one
-// child (vectors show up only once they have one).
+// exported is a registry with every metric of a Manager, each vector with
+// one child (vectors show up only once they have one).
 func exported(t *testing.T) *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	m := newMetrics(reg)
@@ -36,6 +36,8 @@ func exported(t *testing.T) *prometheus.Registry {
 	return reg
 }
 
+// TestMetricsLintedAndDocumented lints every metric and checks that
+// docs/metrics.md lists it.
 func TestMetricsLintedAndDocumented(t *testing.T) {
 	reg := exported(t)
 	problems, err := promlint.NewWithMetricFamilies(mustGather(t, reg)).Lint()
@@ -49,14 +51,40 @@ func TestMetricsLintedAndDocumented(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fams := mustGather(t, reg)
-	if len(fams) != 16 {
-		t.Errorf("%d metric families registered; update this test and docs/metrics.md", len(fams))
-	}
-	for _, f := range fams {
+	for _, f := range mustGather(t, reg) {
 		if !strings.Contains(string(doc), "`"+f.GetName()+"`") {
 			t.Errorf("metric %s is not in docs/metrics.md", f.GetName())
 		}
+	}
+}
+
+var update = flag.Bool("update", false, "rewrite testdata/metrics.golden from the metrics registered now")
+
+// TestMetricsGolden: the metrics, their types, help and label names are
+// those of testdata/metrics.golden: a dashboard or alert built on them
+// breaks on any change, so a change must be deliberate (go test
+// ./internal/session -run TestMetricsGolden -update, and docs/metrics.md).
+func TestMetricsGolden(t *testing.T) {
+	var b strings.Builder
+	for _, f := range mustGather(t, exported(t)) {
+		var labels []string
+		for _, l := range f.GetMetric()[0].GetLabel() {
+			labels = append(labels, l.GetName())
+		}
+		fmt.Fprintf(&b, "%s{%s} %s %q\n", f.GetName(), strings.Join(labels, ","), strings.ToLower(f.GetType().String()), f.GetHelp())
+	}
+	const golden = "testdata/metrics.golden"
+	if *update {
+		if err := os.WriteFile(golden, []byte(b.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.String() != string(want) {
+		t.Errorf("exported metrics differ from %s:\n got:\n%s\nwant:\n%s", golden, b.String(), want)
 	}
 }
 
@@ -73,11 +101,34 @@ func mustGather(t *testing.T, reg *prometheus.Registry) []*dto.MetricFamily {
 // names metrics the daemon exports (its own, and the process collector's) and
 // groups or filters by labels they carry or that Prometheus adds.
 func TestDashboardQueriesExportedMetrics(t *testing.T) {
+	series, labels := exportedSeries(t)
+	dash := readDashboard(t)
+	used := checkPanels(t, dash.Panels, series, labels)
+	b, err := os.ReadFile("../../deploy/grafana-dashboard.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	legend := regexp.MustCompile(`\{\{\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*\}\}`)
+	for _, l := range legend.FindAllStringSubmatch(string(b), -1) {
+		if !labels[l[1]] {
+			t.Errorf("a legend shows label %q, which is on no exported series", l[1])
+		}
+	}
+	// The panels that answer "do the GPUs wait?" must be there.
+	for _, n := range []string{"dataloaderd_client_wait_seconds_bucket", "dataloaderd_ready_slots", "dataloaderd_lines_served_total"} {
+		if !used[n] {
+			t.Errorf("the dashboard does not show %s", n)
+		}
+	}
+}
+
+// exportedSeries are the series names the daemon exports (its own, and the
+// process collector's), and the labels on them or that Prometheus adds.
+func exportedSeries(t *testing.T) (series, labels map[string]bool) {
 	reg := exported(t)
 	reg.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-
-	series := map[string]bool{}
-	labels := map[string]bool{"job": true, "instance": true, "le": true} // added by Prometheus, and histogram buckets
+	series = map[string]bool{}
+	labels = map[string]bool{"job": true, "instance": true, "le": true} // added by Prometheus, and histogram buckets
 	for _, f := range mustGather(t, reg) {
 		series[f.GetName()] = true
 		if f.GetType() == dto.MetricType_HISTOGRAM {
@@ -91,16 +142,18 @@ func TestDashboardQueriesExportedMetrics(t *testing.T) {
 			}
 		}
 	}
+	return series, labels
+}
 
+type panel struct {
+	Title   string
+	Targets []struct{ Expr string }
+}
+
+func readDashboard(t *testing.T) (dash struct{ Panels []panel }) {
 	b, err := os.ReadFile("../../deploy/grafana-dashboard.json")
 	if err != nil {
 		t.Fatal(err)
-	}
-	var dash struct {
-		Panels []struct {
-			Title   string
-			Targets []struct{ Expr string }
-		}
 	}
 	if err := json.Unmarshal(b, &dash); err != nil {
 		t.Fatalf("deploy/grafana-dashboard.json: %v", err)
@@ -108,12 +161,17 @@ func TestDashboardQueriesExportedMetrics(t *testing.T) {
 	if len(dash.Panels) == 0 {
 		t.Fatal("the dashboard has no panels")
 	}
+	return dash
+}
+
+// checkPanels checks every panel's queries against the exported series and
+// labels, and returns the series the panels use.
+func checkPanels(t *testing.T, panels []panel, series, labels map[string]bool) map[string]bool {
 	name := regexp.MustCompile(`\b(?:dataloaderd|process|go)_[a-z_]+\b`)
 	grouping := regexp.MustCompile(`\b(?:by|without)\s*\(([^)]*)\)`)
 	matcher := regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)\s*(?:=~|!~|!=|=)\s*"`)
-	legend := regexp.MustCompile(`\{\{\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*\}\}`)
 	used := map[string]bool{}
-	for _, p := range dash.Panels {
+	for _, p := range panels {
 		if len(p.Targets) == 0 {
 			t.Errorf("panel %q has no query", p.Title)
 		}
@@ -142,17 +200,7 @@ func TestDashboardQueriesExportedMetrics(t *testing.T) {
 			}
 		}
 	}
-	for _, l := range legend.FindAllStringSubmatch(string(b), -1) {
-		if !labels[l[1]] {
-			t.Errorf("a legend shows label %q, which is on no exported series", l[1])
-		}
-	}
-	// The panels that answer "do the GPUs wait?" must be there.
-	for _, n := range []string{"dataloaderd_client_wait_seconds_bucket", "dataloaderd_ready_slots", "dataloaderd_lines_served_total"} {
-		if !used[n] {
-			t.Errorf("the dashboard does not show %s", n)
-		}
-	}
+	return used
 }
 
 // TestWarnCompressed: the daemon warns of compressed files read whole and of

@@ -1,11 +1,10 @@
-package server
+package session
 
 import (
+	"encoding/json"
+	"fmt"
 	"sync"
 
-	"google.golang.org/protobuf/proto"
-
-	pb "github.com/dataloaderd/dataloaderd/api/proto/dataloader/v1"
 	"github.com/dataloaderd/dataloaderd/internal/stream"
 )
 
@@ -33,10 +32,11 @@ func newCorpora(res *stream.Resources) *corpora {
 }
 
 // acquire returns the corpus of cfg, opening it if no session holds it.
-func (c *corpora) acquire(wire *pb.JobConfig, cfg stream.Config) (*stream.Corpus, func(), error) {
-	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(wire)
+// Corpora are shared by the whole config: a job's ranks ask for the same.
+func (c *corpora) acquire(cfg stream.Config) (*stream.Corpus, func(), error) {
+	b, err := json.Marshal(cfg)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("%w: %v", ErrBadRequest, err)
 	}
 	key := string(b)
 	c.mu.Lock()

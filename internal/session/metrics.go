@@ -1,4 +1,4 @@
-package server
+package session
 
 import (
 	"sync"
@@ -9,7 +9,7 @@ import (
 	"github.com/dataloaderd/dataloaderd/internal/stream"
 )
 
-// metrics are the server's Prometheus metrics, registered on the registry
+// metrics are the daemon's Prometheus metrics, registered on the registry
 // main builds; docs/metrics.md lists each one.
 type metrics struct {
 	sessions   prometheus.Gauge
@@ -17,10 +17,10 @@ type metrics struct {
 	tokens     *prometheus.CounterVec
 	lines      *prometheus.CounterVec
 	clientWait *waitHistogram
+	errors     *prometheus.CounterVec
 	readySlots *prometheus.GaugeVec
 	stateSave  prometheus.Histogram
 	stateBytes prometheus.Histogram
-	errors     *prometheus.CounterVec
 	ringBytes  prometheus.Gauge
 	devBytes   prometheus.Gauge
 	devCopy    prometheus.Histogram
@@ -42,6 +42,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "dataloaderd_lines_served_total", Help: "Lines (seq_len+1 tokens) served, by dataset.",
 		}, []string{"dataset"}),
 		clientWait: newWaitHistogram(),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dataloaderd_errors_total", Help: "Errors returned to clients, by gRPC code.",
+		}, []string{"kind"}),
 		readySlots: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "dataloaderd_ready_slots", Help: "Batches produced and not yet handed to the session's first consumer.",
 		}, []string{"training_job", "dp_rank"}),
@@ -53,9 +56,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "dataloaderd_state_size_bytes", Help: "Size of a saved rank state.",
 			Buckets: prometheus.ExponentialBuckets(256, 4, 10),
 		}),
-		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "dataloaderd_errors_total", Help: "Errors returned to clients, by gRPC code.",
-		}, []string{"kind"}),
 		ringBytes: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "dataloaderd_ring_bytes", Help: "Bytes of ring memory held by open sessions.",
 		}),

@@ -1,4 +1,4 @@
-package cuda
+package ring
 
 import (
 	"encoding/binary"
@@ -35,7 +35,12 @@ func mapClient(t *testing.T, r interface{ Path() string }) *clientView {
 
 func (c *clientView) u64(off int) uint64 { return binary.LittleEndian.Uint64(c.mem[off:]) }
 func (c *clientView) u32(off int) uint32 { return binary.LittleEndian.Uint32(c.mem[off:]) }
-func (c *clientView) consumer(i int) int { return int(c.u32(72)) + i*128 }
+func (c *clientView) consumer(i int) int {
+	return int(c.u32(HeaderConsumerRecords)) + i*ConsumerRecordBytes
+}
+
+// slotRec is the offset of slot i's record.
+func slotRec(i int) int { return HeaderBytes + i*SlotRecordBytes }
 
 func TestControlLayout(t *testing.T) {
 	r, err := NewShmRing(t.TempDir(), "ring", 5, 3000, 3)
@@ -44,31 +49,32 @@ func TestControlLayout(t *testing.T) {
 	}
 	defer r.Close()
 	c := mapClient(t, r)
-	if string(c.mem[:8]) != "DLDRING\x01" || c.u32(8) != 1 || c.u32(12) != 5 || c.u32(64) != 3 {
-		t.Fatalf("header: magic %q version %d slots %d consumers %d", c.mem[:8], c.u32(8), c.u32(12), c.u32(64))
+	if string(c.mem[:8]) != Magic || c.u32(HeaderVersion) != Version || c.u32(HeaderSlots) != 5 || c.u32(HeaderConsumers) != 3 {
+		t.Fatalf("header: magic %q version %d slots %d consumers %d", c.mem[:8], c.u32(HeaderVersion), c.u32(HeaderSlots), c.u32(HeaderConsumers))
 	}
-	if int(c.u64(16)) != r.DataOffset() || int(c.u64(24)) != r.Stride() || r.DataOffset()%os.Getpagesize() != 0 {
-		t.Fatalf("data offset %d stride %d; ring says %d, %d", c.u64(16), c.u64(24), r.DataOffset(), r.Stride())
+	if int(c.u64(HeaderDataOffset)) != r.DataOffset() || int(c.u64(HeaderStride)) != r.Stride() || r.DataOffset()%os.Getpagesize() != 0 {
+		t.Fatalf("data offset %d stride %d; ring says %d, %d", c.u64(HeaderDataOffset), c.u64(HeaderStride), r.DataOffset(), r.Stride())
 	}
-	if c.u32(68) != 128 || c.u32(72) < 128+5*16 || c.u32(72)%128 != 0 || c.consumer(3) > r.DataOffset() {
-		t.Fatalf("records: slots at %d, consumers at %d, data at %d", c.u32(68), c.u32(72), r.DataOffset())
+	if c.u32(HeaderSlotRecords) != HeaderBytes || c.u32(HeaderConsumerRecords) < HeaderBytes+5*SlotRecordBytes ||
+		c.u32(HeaderConsumerRecords)%ConsumerRecordAlign != 0 || c.consumer(3) > r.DataOffset() {
+		t.Fatalf("records: slots at %d, consumers at %d, data at %d", c.u32(HeaderSlotRecords), c.u32(HeaderConsumerRecords), r.DataOffset())
 	}
 	ctl := r.Control()
 	r.Slot(3)[0] = 42
 	ctl.Publish(9, 3, 7)
-	if c.u64(32) != 9 || c.u64(128+3*16) != 9 || c.u32(128+3*16+8) != 7 || c.mem[r.DataOffset()+3*r.Stride()] != 42 {
-		t.Fatalf("after publish: published %d, slot 3 step %d lines %d", c.u64(32), c.u64(128+48), c.u32(128+56))
+	if c.u64(HeaderPublished) != 9 || c.u64(slotRec(3)+SlotRecordStep) != 9 || c.u32(slotRec(3)+SlotRecordLines) != 7 || c.mem[r.DataOffset()+3*r.Stride()] != 42 {
+		t.Fatalf("after publish: published %d, slot 3 step %d lines %d", c.u64(HeaderPublished), c.u64(slotRec(3)+SlotRecordStep), c.u32(slotRec(3)+SlotRecordLines))
 	}
-	seq := c.u32(52)
-	ctl.Finish(ControlEnded, 9)
-	if c.u32(48) != ControlEnded || c.u64(40) != 9 || c.u32(52) == seq {
-		t.Fatalf("after finish: state %d end %d seq %d (was %d)", c.u32(48), c.u64(40), c.u32(52), seq)
+	seq := c.u32(HeaderPublishSeq)
+	ctl.Finish(StateEnded, 9)
+	if c.u32(HeaderState) != StateEnded || c.u64(HeaderEndStep) != 9 || c.u32(HeaderPublishSeq) == seq {
+		t.Fatalf("after finish: state %d end %d seq %d (was %d)", c.u32(HeaderState), c.u64(HeaderEndStep), c.u32(HeaderPublishSeq), seq)
 	}
 	// Consumer 2 releases step 8 and reports two waits.
-	binary.LittleEndian.PutUint64(c.mem[c.consumer(2):], 8)
-	binary.LittleEndian.PutUint64(c.mem[c.consumer(2)+16:], 2)
-	binary.LittleEndian.PutUint64(c.mem[c.consumer(2)+24:], 5000)
-	binary.LittleEndian.PutUint32(c.mem[c.consumer(2)+32+4:], 2)
+	binary.LittleEndian.PutUint64(c.mem[c.consumer(2)+ConsumerRecordReleased:], 8)
+	binary.LittleEndian.PutUint64(c.mem[c.consumer(2)+ConsumerRecordWaitCount:], 2)
+	binary.LittleEndian.PutUint64(c.mem[c.consumer(2)+ConsumerRecordWaitSumNs:], 5000)
+	binary.LittleEndian.PutUint32(c.mem[c.consumer(2)+ConsumerRecordWaitBuckets+4:], 2)
 	if ctl.Released(2) != 8 || ctl.Released(1) != 0 {
 		t.Fatalf("released: %d %d", ctl.Released(2), ctl.Released(1))
 	}
@@ -99,15 +105,15 @@ func TestControlWakeups(t *testing.T) {
 		woke <- time.Since(start)
 	}()
 	time.Sleep(20 * time.Millisecond)
-	rel := (*uint32)(unsafe.Pointer(&c.mem[56]))
+	rel := (*uint32)(unsafe.Pointer(&c.mem[HeaderReleaseSeq]))
 	atomic.AddUint32(rel, 1)
 	futexWake(rel)
 	if d := <-woke; d > 5*time.Second {
 		t.Fatalf("release watcher slept %v: not woken", d)
 	}
 
-	pub := (*uint32)(unsafe.Pointer(&c.mem[52]))
-	binary.LittleEndian.PutUint32(c.mem[c.consumer(0)+8:], 1) // waiting
+	pub := (*uint32)(unsafe.Pointer(&c.mem[HeaderPublishSeq]))
+	binary.LittleEndian.PutUint32(c.mem[c.consumer(0)+ConsumerRecordWaiting:], 1)
 	v := atomic.LoadUint32(pub)
 	go func() {
 		time.Sleep(20 * time.Millisecond)
@@ -118,7 +124,7 @@ func TestControlWakeups(t *testing.T) {
 	if d := time.Since(start); d > 5*time.Second {
 		t.Fatalf("client slept %v: Publish did not wake it", d)
 	}
-	if c.u64(32) != 1 {
+	if c.u64(HeaderPublished) != 1 {
 		t.Fatal("woken before the step was published")
 	}
 }
@@ -134,18 +140,19 @@ func TestControlFile(t *testing.T) {
 		t.Fatalf("file %v (size %d), err %v", fi, f.Size(), err)
 	}
 	c := mapClient(t, f)
-	if string(c.mem[:8]) != "DLDRING\x01" || c.u32(12) != 4 || c.u32(64) != 2 || c.u64(16) != 0 || c.u64(24) != 1<<20 {
-		t.Fatalf("header: magic %q slots %d consumers %d data offset %d stride %d", c.mem[:8], c.u32(12), c.u32(64), c.u64(16), c.u64(24))
+	if string(c.mem[:8]) != Magic || c.u32(HeaderSlots) != 4 || c.u32(HeaderConsumers) != 2 || c.u64(HeaderDataOffset) != 0 ||
+		c.u64(HeaderStride) != 1<<20 {
+		t.Fatalf("header: magic %q slots %d consumers %d data offset %d stride %d", c.mem[:8], c.u32(HeaderSlots), c.u32(HeaderConsumers), c.u64(HeaderDataOffset), c.u64(HeaderStride))
 	}
-	if c.consumer(1)+128 > f.Size() {
-		t.Fatalf("consumer 1's record ends at %d, past the file's %d bytes", c.consumer(1)+128, f.Size())
+	if c.consumer(1)+ConsumerRecordBytes > f.Size() {
+		t.Fatalf("consumer 1's record ends at %d, past the file's %d bytes", c.consumer(1)+ConsumerRecordBytes, f.Size())
 	}
 	ctl := f.Control()
 	ctl.Publish(6, 1, 3)
-	if c.u64(32) != 6 || c.u64(128+16) != 6 || c.u32(128+16+8) != 3 {
-		t.Fatalf("after publish: published %d, slot 1 step %d lines %d", c.u64(32), c.u64(128+16), c.u32(128+24))
+	if c.u64(HeaderPublished) != 6 || c.u64(slotRec(1)+SlotRecordStep) != 6 || c.u32(slotRec(1)+SlotRecordLines) != 3 {
+		t.Fatalf("after publish: published %d, slot 1 step %d lines %d", c.u64(HeaderPublished), c.u64(slotRec(1)+SlotRecordStep), c.u32(slotRec(1)+SlotRecordLines))
 	}
-	binary.LittleEndian.PutUint64(c.mem[c.consumer(1):], 5)
+	binary.LittleEndian.PutUint64(c.mem[c.consumer(1)+ConsumerRecordReleased:], 5)
 	if ctl.Released(1) != 5 || ctl.Released(0) != 0 {
 		t.Fatalf("released: %d, %d", ctl.Released(0), ctl.Released(1))
 	}

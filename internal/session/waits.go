@@ -1,33 +1,33 @@
-package server
+package session
 
 import (
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/dataloaderd/dataloaderd/internal/cuda"
+	"github.com/dataloaderd/dataloaderd/internal/ring"
 )
 
 // waitHistogram is dataloaderd_client_wait_seconds. Clients on the stream
 // report each wait with their release; clients on the shared-memory control
 // block keep their own cumulative bucket counts in it, which are read at
 // scrape time and kept when their session closes. Both end in one histogram
-// with the buckets of cuda.WaitBucketNs.
+// with the buckets of ring.WaitBucketNs.
 type waitHistogram struct {
 	desc *prometheus.Desc
 
 	mu      sync.Mutex
-	buckets [cuda.WaitBuckets]uint64 // cumulative
+	buckets [ring.WaitBuckets]uint64 // cumulative
 	count   uint64
 	sumNs   float64
-	live    map[*cuda.Control]struct{}
+	live    map[*ring.Control]struct{}
 }
 
 func newWaitHistogram() *waitHistogram {
 	return &waitHistogram{
 		desc: prometheus.NewDesc("dataloaderd_client_wait_seconds",
 			"Time a client waited for its next batch, as the client measured it.", nil, nil),
-		live: map[*cuda.Control]struct{}{},
+		live: map[*ring.Control]struct{}{},
 	}
 }
 
@@ -36,7 +36,7 @@ func (w *waitHistogram) observe(ns uint64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for i := range w.buckets {
-		if float64(ns) <= cuda.WaitBucketNs(i) {
+		if float64(ns) <= ring.WaitBucketNs[i] {
 			w.buckets[i]++
 		}
 	}
@@ -45,7 +45,7 @@ func (w *waitHistogram) observe(ns uint64) {
 }
 
 // track starts reading a control block's wait counts.
-func (w *waitHistogram) track(c *cuda.Control) {
+func (w *waitHistogram) track(c *ring.Control) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.live[c] = struct{}{}
@@ -53,7 +53,7 @@ func (w *waitHistogram) track(c *cuda.Control) {
 
 // retire keeps a control block's final counts and stops reading it; call it
 // before the ring is unmapped.
-func (w *waitHistogram) retire(c *cuda.Control) {
+func (w *waitHistogram) retire(c *ring.Control) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if _, ok := w.live[c]; !ok {
@@ -63,7 +63,7 @@ func (w *waitHistogram) retire(c *cuda.Control) {
 	addControl(c, &w.buckets, &w.count, &w.sumNs)
 }
 
-func addControl(c *cuda.Control, buckets *[cuda.WaitBuckets]uint64, count *uint64, sumNs *float64) {
+func addControl(c *ring.Control, buckets *[ring.WaitBuckets]uint64, count *uint64, sumNs *float64) {
 	for i := 0; i < c.Consumers(); i++ {
 		b, n, s := c.WaitStats(i)
 		var cum uint64
@@ -89,7 +89,7 @@ func (w *waitHistogram) Collect(ch chan<- prometheus.Metric) {
 	w.mu.Unlock()
 	upper := make(map[float64]uint64, len(buckets))
 	for i, n := range buckets {
-		upper[cuda.WaitBucketNs(i)/1e9] = n
+		upper[ring.WaitBucketNs[i]/1e9] = n
 	}
 	ch <- prometheus.MustNewConstHistogram(w.desc, count, sum/1e9, upper)
 }

@@ -1,4 +1,4 @@
-package cuda
+package ring
 
 import (
 	"errors"
@@ -29,13 +29,13 @@ type ShmRing struct {
 // NewShmRing creates dir/name, sizes it for the control block of consumers
 // and the slots, and maps it. The file must not exist yet.
 func NewShmRing(dir, name string, slots, slotBytes, consumers int) (*ShmRing, error) {
-	if err := checkGeometry(slots, slotBytes); err != nil {
+	if err := CheckGeometry(slots, slotBytes); err != nil {
 		return nil, err
 	}
 	if err := checkConsumers(consumers); err != nil {
 		return nil, err
 	}
-	st := stride(slotBytes)
+	st := StrideFor(slotBytes)
 	data := controlBytes(slots, consumers)
 	path := filepath.Join(dir, name)
 	mem, err := createShared(path, data+slots*st)
@@ -47,11 +47,21 @@ func NewShmRing(dir, name string, slots, slotBytes, consumers int) (*ShmRing, er
 	return r, nil
 }
 
-// Control is the ring's control block.
+// Control implements Ring: the block at the start of the ring's file.
 func (r *ShmRing) Control() *Control { return r.ctl }
 
 // DataOffset is the file offset of slot 0 (the size of the control block).
 func (r *ShmRing) DataOffset() int { return r.data }
+
+// Layout implements Ring: clients map the file, the control block at its
+// start and the slots from DataOffset.
+func (r *ShmRing) Layout(int) Layout {
+	return Layout{Path: r.path, DataOffset: r.data, Slots: r.slots, SlotBytes: r.slotBytes, Stride: r.stride,
+		ControlPath: r.path, ControlBytes: r.data}
+}
+
+// AddReader implements Ring: every local process maps the same file.
+func (r *ShmRing) AddReader(int) (bool, error) { return false, nil }
 
 // Slots implements Ring.
 func (r *ShmRing) Slots() int { return r.slots }
@@ -68,7 +78,7 @@ func (r *ShmRing) SlotBytes() int { return r.slotBytes }
 // Stride implements Ring.
 func (r *ShmRing) Stride() int { return r.stride }
 
-// Path implements Ring.
+// Path is the ring's file.
 func (r *ShmRing) Path() string { return r.path }
 
 // Close unmaps the ring and removes its file; clients that still map it keep

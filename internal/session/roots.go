@@ -1,4 +1,4 @@
-package server
+package session
 
 import (
 	"fmt"
@@ -37,7 +37,7 @@ func (r roots) check(what, p string) error {
 	}
 	abs, err := filepath.Abs(p)
 	if err != nil {
-		return fmt.Errorf("%w: %s %q: %v", errOutsideRoots, what, p, err)
+		return fmt.Errorf("%w: %s %q: %v", ErrOutsideRoots, what, p, err)
 	}
 	abs = resolveExisting(abs)
 	for _, root := range r {
@@ -46,7 +46,7 @@ func (r roots) check(what, p string) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("%w: %s %q is not under any --allow-root (%s)", errOutsideRoots, what, p, strings.Join(r, ", "))
+	return fmt.Errorf("%w: %s %q is not under any --allow-root (%s)", ErrOutsideRoots, what, p, strings.Join(r, ", "))
 }
 
 // resolveExisting resolves symlinks in the longest existing prefix of p.

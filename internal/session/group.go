@@ -1,4 +1,4 @@
-package server
+package session
 
 import (
 	"context"
@@ -11,8 +11,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/dataloaderd/dataloaderd/internal/cuda"
-	"github.com/dataloaderd/dataloaderd/internal/state"
+	"github.com/dataloaderd/dataloaderd/internal/ring"
 	"github.com/dataloaderd/dataloaderd/internal/stream"
 )
 
@@ -29,17 +28,16 @@ type session struct {
 	id        string
 	key       sessionKey
 	dpSize    uint32
-	configKey string
-	transport string
+	groupKey  string
+	transport Transport
 	corpus    *stream.Corpus
 	// releaseCorpus gives the shared corpus back.
 	releaseCorpus func()
 	pipeline      *stream.Pipeline
-	ring          cuda.Ring
-	// ctl is the ring's control block: in the ring file (shm) or in ctlFile
-	// (cuda); nil for inline.
-	ctl      *cuda.Control
-	ctlFile  *cuda.ControlFile
+	ring          ring.Ring
+	// ctl is the ring's control block (shm, cuda); nil when batches go by
+	// messages only (inline, or a cuda ring without a control file).
+	ctl      *ring.Control
 	datasets []string
 	cancel   context.CancelFunc
 	done     chan struct{} // closed when the producer has stopped
@@ -65,10 +63,10 @@ func (s *session) join() (int, error) {
 	if s.joined == len(s.attached) {
 		if len(s.attached) == 1 {
 			return 0, fmt.Errorf("%w: job %q dp_rank %d is already open (duplicate session); close it first or declare consumers > 1 for a tensor/pipeline-parallel group",
-				errSessionExists, s.key.job, s.key.dpRank)
+				ErrSessionExists, s.key.job, s.key.dpRank)
 		}
 		return 0, fmt.Errorf("%w: job %q dp_rank %d declared %d consumers and all have joined",
-			errTooMany, s.key.job, s.key.dpRank, len(s.attached))
+			ErrTooMany, s.key.job, s.key.dpRank, len(s.attached))
 	}
 	s.joined++
 	return s.joined - 1, nil
@@ -80,11 +78,11 @@ func (s *session) attach(c uint32) error {
 	defer s.mu.Unlock()
 	switch {
 	case int(c) >= s.joined:
-		return fmt.Errorf("%w: consumer %d has not joined session %s", errBadRequest, c, s.id)
+		return fmt.Errorf("%w: consumer %d has not joined session %s", ErrBadRequest, c, s.id)
 	case s.attached[c]:
-		return fmt.Errorf("%w: consumer %d of session %s already has a batch stream", errSessionExists, c, s.id)
+		return fmt.Errorf("%w: consumer %d of session %s already has a batch stream", ErrSessionExists, c, s.id)
 	case s.closed[c]:
-		return fmt.Errorf("%w: consumer %d of session %s has closed", errNoSession, c, s.id)
+		return fmt.Errorf("%w: consumer %d of session %s has closed", ErrNoSession, c, s.id)
 	}
 	s.attached[c] = true
 	return nil
@@ -96,7 +94,7 @@ func (s *session) closeConsumer(c uint32) (bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if int(c) >= s.joined {
-		return false, fmt.Errorf("%w: consumer %d has not joined session %s", errBadRequest, c, s.id)
+		return false, fmt.Errorf("%w: consumer %d has not joined session %s", ErrBadRequest, c, s.id)
 	}
 	s.closed[c] = true
 	for i := 0; i < s.joined; i++ {
@@ -107,8 +105,8 @@ func (s *session) closeConsumer(c uint32) (bool, error) {
 	return true, nil
 }
 
-// unattachedSince reports whether some joined consumer never attached a
-// batch stream within d of the session opening.
+// stale reports whether some joined consumer never attached a batch stream
+// within d of the session opening.
 func (s *session) stale(now time.Time, d time.Duration) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -137,56 +135,9 @@ func (s *session) stop(waits *waitHistogram) {
 	if err := s.ring.Close(); err != nil {
 		s.log.Warn("closing ring", zap.Error(err))
 	}
-	if s.ctlFile != nil {
-		if err := s.ctlFile.Close(); err != nil {
-			s.log.Warn("closing control block", zap.Error(err))
-		}
-	}
 	s.releaseCorpus()
-}
-
-// controlPath is the file holding the session's control block; "" for inline.
-func (s *session) controlPath() string {
-	switch {
-	case s.ctlFile != nil:
-		return s.ctlFile.Path()
-	case s.ctl != nil:
-		return s.ring.Path()
-	}
-	return ""
-}
-
-// controlBytes is how much of controlPath clients map.
-func (s *session) controlBytes() uint64 {
-	switch {
-	case s.ctlFile != nil:
-		return uint64(s.ctlFile.Size())
-	case s.ctl != nil:
-		return dataOffset(s.ring) // the shm ring's own block, before its slots
-	}
-	return 0
 }
 
 func (s *session) labels() []string {
 	return []string{s.key.job, strconv.FormatUint(uint64(s.key.dpRank), 10)}
-}
-
-// restore builds the state a session resumes from, if any.
-func restore(fp state.Fingerprint, folder string, blobs [][]byte) (*state.Restored, error) {
-	var names []string
-	switch {
-	case folder != "":
-		var err error
-		blobs, names, err = state.ReadFolder(folder)
-		if err != nil {
-			return nil, err
-		}
-	case len(blobs) > 0:
-		for i := range blobs {
-			names = append(names, fmt.Sprintf("resume_states[%d]", i))
-		}
-	default:
-		return nil, nil
-	}
-	return state.Merge(fp, names, blobs)
 }

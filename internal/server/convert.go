@@ -1,0 +1,73 @@
+package server
+
+import (
+	"fmt"
+
+	pb "github.com/dataloaderd/dataloaderd/api/proto/dataloader/v1"
+	"github.com/dataloaderd/dataloaderd/internal/session"
+	"github.com/dataloaderd/dataloaderd/internal/stream"
+)
+
+// transports maps the wire's transports to the domain's; unspecified is shm.
+var transports = map[pb.Transport]session.Transport{
+	pb.Transport_TRANSPORT_UNSPECIFIED: session.Shm,
+	pb.Transport_TRANSPORT_SHM:         session.Shm,
+	pb.Transport_TRANSPORT_INLINE:      session.Inline,
+	pb.Transport_TRANSPORT_CUDA:        session.CUDA,
+}
+
+// requestFrom converts an OpenSession request into the domain's.
+func requestFrom(req *pb.OpenSessionRequest) (session.Request, error) {
+	cfg, err := configFrom(req.GetConfig())
+	if err != nil {
+		return session.Request{}, err
+	}
+	t, ok := transports[req.GetTransport()]
+	if !ok {
+		return session.Request{}, fmt.Errorf("%w: transport %v is not supported (shm, inline or cuda)", session.ErrBadRequest, req.GetTransport())
+	}
+	return session.Request{
+		Job: req.GetJob(), DPRank: req.GetDpRank(), DPSize: req.GetDpSize(), Consumers: int(req.GetConsumers()),
+		Transport: t, Slots: int(req.GetSlots()), Device: int(req.GetDevice()),
+		ResumeFrom: req.GetResumeFrom(), ResumeStates: req.GetResumeStates(), Config: cfg,
+	}, nil
+}
+
+// configFrom converts the wire config into the stream package's.
+func configFrom(c *pb.JobConfig) (stream.Config, error) {
+	if c == nil {
+		return stream.Config{}, fmt.Errorf("%w: config is missing", stream.ErrInvalidConfig)
+	}
+	out := stream.Config{
+		SeqLen: c.GetSeqLen(), BatchSize: c.GetBatchSize(), Seed: c.GetSeed(), LogicalShards: c.GetLogicalShards(),
+		EOS: c.GetEosId(), BOS: c.GetBosId(), Pad: c.GetPadId(), Epochs: c.GetEpochs(), ShuffleWindow: c.GetShuffleWindow(),
+	}
+	for _, d := range c.GetDatasets() {
+		out.Datasets = append(out.Datasets, stream.Dataset{
+			Name: d.GetName(), Path: d.GetPath(), Format: d.GetFormat(), Weight: d.GetWeight(), Dtype: d.GetDtype(),
+			Field: d.GetField(), Tokenizer: d.GetTokenizer(), OnBadRecord: d.GetOnBadRecord(),
+		})
+	}
+	return out, nil
+}
+
+// wireTransports maps the domain's transports back to the wire's.
+var wireTransports = map[session.Transport]pb.Transport{
+	session.Shm:    pb.Transport_TRANSPORT_SHM,
+	session.Inline: pb.Transport_TRANSPORT_INLINE,
+	session.CUDA:   pb.Transport_TRANSPORT_CUDA,
+}
+
+// openedTo converts an opened session into the OpenSession response.
+func openedTo(o session.Opened) *pb.OpenSessionResponse {
+	l := o.Ring
+	return &pb.OpenSessionResponse{
+		SessionId: o.ID, Consumer: uint32(o.Consumer), Transport: wireTransports[o.Transport],
+		Ring: &pb.Ring{
+			Path: l.Path, Slots: uint32(l.Slots), SlotBytes: uint64(l.SlotBytes), SlotStride: uint64(l.Stride),
+			DataOffset: uint64(l.DataOffset), IpcHandle: l.IPCHandle, Device: uint32(l.Device),
+			ControlPath: l.ControlPath, ControlBytes: uint64(l.ControlBytes),
+		},
+		LineTokens: uint32(o.LineTokens), BatchSize: o.BatchSize, StartStep: o.StartStep,
+	}
+}

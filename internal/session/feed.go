@@ -1,0 +1,142 @@
+package session
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// Feed is one consumer's attached batch stream. A consumer takes batches
+// either by messages (Next, then Release of each) or, with a control block,
+// from the ring itself (Watch applies the releases it writes there). Detach
+// when the stream ends.
+type Feed struct {
+	m  *Manager
+	ss *session
+	c  int
+}
+
+// Attach marks consumer's batch stream of session id live. With control,
+// the consumer reads announcements from and writes releases to the ring's
+// control block, which the session's ring must then have.
+func (m *Manager) Attach(id string, consumer int, control bool) (*Feed, error) {
+	ss, err := m.lookup(id)
+	if err != nil {
+		return nil, err
+	}
+	if control && ss.ctl == nil {
+		// Refused before the consumer counts as attached: the session and
+		// its other consumers are not affected.
+		return nil, fmt.Errorf("%w: shm_control needs a ring with a control block (shm or cuda); session %s is %s",
+			ErrBadRequest, ss.id, ss.transport)
+	}
+	if err := ss.attach(uint32(consumer)); err != nil {
+		return nil, err
+	}
+	return &Feed{m: m, ss: ss, c: consumer}, nil
+}
+
+// Next blocks until the consumer's next batch is ready: its slot, and on
+// the inline transport its bytes, which stay valid until the consumer
+// releases the slot. After the rank's last batch it returns End.
+func (f *Feed) Next(ctx context.Context) (Batch, error) {
+	b, err := f.ss.pipeline.Next(ctx, f.c)
+	if err != nil {
+		return Batch{}, err
+	}
+	if b.End {
+		return Batch{Step: b.Step, End: true}, nil
+	}
+	out := Batch{Step: b.Step, Slot: b.Slot, Lines: b.Lines}
+	if f.ss.transport == Inline {
+		// The slot is held until the consumer releases it: no copy is needed.
+		out.Data = f.ss.ring.Slot(b.Slot)[:b.Lines*f.ss.corpus.Config().LineTokens()*tokenBytes]
+	}
+	return out, nil
+}
+
+// Release gives slot back after step; waitNs is how long the consumer
+// waited for that batch (0: not measured).
+func (f *Feed) Release(slot int, step, waitNs uint64) error {
+	if err := f.ss.pipeline.Release(f.c, slot, step); err != nil {
+		f.ss.log.Warn("bad release", zap.Int("consumer", f.c), zap.Error(err))
+		return err
+	}
+	if waitNs > 0 {
+		f.m.metrics.clientWait.observe(waitNs)
+	}
+	return nil
+}
+
+// Watch serves a consumer that reads the ring's control block: it applies
+// the releases the consumer writes there until the producer stops, and
+// returns the rank's last step, or the production error. It sleeps on the
+// release futex, woken by the consumer when the producer waits for a slot,
+// else every watchPoll.
+func (f *Feed) Watch(ctx context.Context) (uint64, error) {
+	ss, ctl := f.ss, f.ss.ctl
+	stop := context.AfterFunc(ctx, ctl.WakeReleaseWatchers)
+	defer stop()
+	ended := make(chan struct{})
+	var last uint64
+	var endErr error
+	go func() {
+		defer close(ended)
+		last, endErr = ss.pipeline.Wait(ctx)
+	}()
+	var applied uint64
+	backoff := minWatchPoll
+	for {
+		seq := ctl.ReleaseSeq()
+		if r := ctl.Released(f.c); r > applied {
+			if err := ss.pipeline.ReleaseThrough(f.c, r); err != nil {
+				ss.log.Warn("bad release", zap.Int("consumer", f.c), zap.Error(err))
+				return 0, err
+			}
+			applied = r
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-ended:
+			return last, endErr
+		default:
+		}
+		// While the producer waits for a slot, look again soon even if no
+		// consumer wakes us: a wake-up can be lost (a consumer's release
+		// store and its look at "producer waiting" are not ordered, see the
+		// client's _control.py), so back off from minWatchPoll instead of
+		// sleeping a whole watchPoll.
+		timeout := watchPoll
+		if ctl.ProducerWaiting() {
+			timeout = backoff
+			backoff = min(2*backoff, watchPoll)
+		} else {
+			backoff = minWatchPoll
+		}
+		ctl.WaitRelease(seq, timeout)
+	}
+}
+
+// watchPoll is how often a release watcher looks at the control block when
+// nobody wakes it and the producer does not wait: releases then only move
+// the saved state's base. minWatchPoll is its first look while the producer
+// waits for a slot.
+const (
+	watchPoll    = 20 * time.Millisecond
+	minWatchPoll = 50 * time.Microsecond
+)
+
+// Detach ends the consumer's stream. A consumer whose stream ends without
+// having closed the session has gone away (died, or cancelled): its session
+// and ring are reclaimed, for every consumer of it.
+func (f *Feed) Detach(cause error) {
+	f.ss.mu.Lock()
+	closed := f.ss.closed[f.c]
+	f.ss.mu.Unlock()
+	if !closed {
+		f.m.drop(f.ss, fmt.Sprintf("consumer %d's batch stream ended without close: %v", f.c, cause))
+	}
+}

@@ -1,0 +1,256 @@
+// Package session is the lifecycle of dataloaderd's sessions: one per
+// (job, data-parallel rank), read by the consumers of one tensor or
+// pipeline-parallel group. A Manager opens a session (or joins a consumer to
+// it), attaches each consumer's batch stream as a Feed, applies releases,
+// gives and saves the rank's state, reclaims sessions whose consumers went
+// away, and shares the opened corpora between the sessions of one config.
+//
+// It knows nothing of gRPC: internal/server translates the wire into
+// Requests and Feeds and maps this package's errors to status codes.
+package session
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/dataloaderd/dataloaderd/internal/cuda"
+	"github.com/dataloaderd/dataloaderd/internal/ring"
+	"github.com/dataloaderd/dataloaderd/internal/stream"
+)
+
+// Defaults of Config fields left zero, and the largest ring.
+const (
+	DefaultSlots        = 8
+	MaxSlots            = 256
+	DefaultAttachWithin = time.Minute
+	DefaultShmDir       = "/dev/shm"
+)
+
+// Config is what a Manager is built from; main fills it from flags.
+type Config struct {
+	Logger   *zap.Logger
+	Registry prometheus.Registerer
+	// AllowRoots confines dataset, resume and save paths; empty: no confinement.
+	AllowRoots []string
+	// ShmDir holds the shared-memory rings and control files.
+	ShmDir string
+	// Slots is the ring size of sessions that do not ask for one.
+	Slots int
+	// AttachWithin is how long a joined consumer may take to open its batch
+	// stream before its session is reclaimed.
+	AttachWithin time.Duration
+	// OpenCUDA opens the CUDA driver, on the first session asking for the
+	// cuda transport; nil means cuda.OpenDriver("") (libcuda.so.1).
+	OpenCUDA func() (cuda.Driver, error)
+	// Resources are the tokenizers, workers and cache that text datasets
+	// share; nil makes a default set (a worker per core, a 1 GiB cache).
+	Resources *stream.Resources
+}
+
+// Manager holds every session of the daemon. Its methods are safe for
+// concurrent use.
+type Manager struct {
+	cfg     Config
+	log     *zap.Logger
+	roots   roots
+	metrics *metrics
+	corpora *corpora
+	devices func() (*cuda.Devices, error)
+
+	mu       sync.Mutex
+	sessions map[sessionKey]*session
+	byID     map[string]*session
+	// opening holds a channel per key whose session is being made, closed
+	// when it is made (or failed).
+	opening  map[sessionKey]chan struct{}
+	stopping bool
+}
+
+// New builds a Manager and registers its metrics.
+func New(cfg Config) (*Manager, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	if cfg.Registry == nil {
+		cfg.Registry = prometheus.NewRegistry()
+	}
+	if cfg.ShmDir == "" {
+		cfg.ShmDir = DefaultShmDir
+	}
+	if cfg.Slots == 0 {
+		cfg.Slots = DefaultSlots
+	}
+	if cfg.AttachWithin == 0 {
+		cfg.AttachWithin = DefaultAttachWithin
+	}
+	if cfg.OpenCUDA == nil {
+		cfg.OpenCUDA = func() (cuda.Driver, error) { return cuda.OpenDriver("") }
+	}
+	if cfg.Resources == nil {
+		cfg.Resources = stream.NewResources(0, 1<<30, nil)
+	}
+	r, err := newRoots(cfg.AllowRoots)
+	if err != nil {
+		return nil, err
+	}
+	m := &Manager{
+		cfg: cfg, log: cfg.Logger, roots: r, metrics: newMetrics(cfg.Registry),
+		corpora:  newCorpora(cfg.Resources),
+		sessions: map[sessionKey]*session{}, byID: map[string]*session{}, opening: map[sessionKey]chan struct{}{},
+	}
+	m.metrics.registerResources(cfg.Registry, cfg.Resources)
+	cfg.Resources.OnSkip = skipLogger(cfg.Logger, m.metrics)
+	m.corpora.opened = wholeFileLogger(cfg.Logger)
+	open := cfg.OpenCUDA
+	m.devices = sync.OnceValues(func() (*cuda.Devices, error) {
+		drv, err := open()
+		if err != nil {
+			return nil, err
+		}
+		return cuda.NewDevices(drv), nil
+	})
+	return m, nil
+}
+
+// Sessions is the number of open sessions.
+func (m *Manager) Sessions() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.sessions)
+}
+
+// Shutdown refuses new sessions, closes every open one (their feeds end
+// with ErrClosed) and removes their rings.
+func (m *Manager) Shutdown() {
+	m.mu.Lock()
+	m.stopping = true
+	all := make([]*session, 0, len(m.sessions))
+	for _, ss := range m.sessions {
+		all = append(all, ss)
+	}
+	m.mu.Unlock()
+	for _, ss := range all {
+		m.drop(ss, "daemon shutting down")
+	}
+}
+
+// Reap runs until ctx ends, reclaiming sessions whose consumers never
+// attached a batch stream within AttachWithin.
+func (m *Manager) Reap(ctx context.Context) error {
+	t := time.NewTicker(m.cfg.AttachWithin / 4)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case now := <-t.C:
+			m.mu.Lock()
+			var stale []*session
+			for _, ss := range m.sessions {
+				if ss.stale(now, m.cfg.AttachWithin) {
+					stale = append(stale, ss)
+				}
+			}
+			m.mu.Unlock()
+			for _, ss := range stale {
+				m.drop(ss, "a consumer never attached its batch stream")
+			}
+		}
+	}
+}
+
+// drop removes a session and frees everything it holds; dropping twice is
+// harmless.
+func (m *Manager) drop(ss *session, why string) {
+	m.mu.Lock()
+	if m.byID[ss.id] != ss {
+		m.mu.Unlock()
+		return
+	}
+	delete(m.byID, ss.id)
+	delete(m.sessions, ss.key)
+	m.mu.Unlock()
+	ss.stop(m.metrics.clientWait)
+	m.metrics.sessions.Dec()
+	m.metrics.ringBytes.Sub(float64(ss.ring.Slots() * ss.ring.Stride()))
+	m.metrics.readySlots.DeleteLabelValues(ss.labels()...)
+	ss.log.Info("session closed", zap.String("why", why))
+}
+
+func (m *Manager) lookup(id string) (*session, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ss := m.byID[id]
+	if ss == nil {
+		return nil, fmt.Errorf("%w: %q (closed, reclaimed, or never opened)", ErrNoSession, id)
+	}
+	return ss, nil
+}
+
+// CountError counts an error in dataloaderd_errors_total under kind: the
+// status code a client was given (the server counts those), or "producer"
+// for a rank whose production failed.
+func (m *Manager) CountError(kind string) { m.metrics.errors.WithLabelValues(kind).Inc() }
+
+// Close marks a consumer of session id closed; the session goes once every
+// joined consumer closed it.
+func (m *Manager) Close(id string, consumer int) error {
+	ss, err := m.lookup(id)
+	if err != nil {
+		return err
+	}
+	last, err := ss.closeConsumer(uint32(consumer))
+	if err != nil {
+		return err
+	}
+	if last {
+		m.drop(ss, "closed by its consumers")
+	}
+	return nil
+}
+
+// hooks follow a session's producer: they count what it serves and, on a
+// ring with a control block (shm, cuda), publish every batch and the end in
+// it.
+func (m *Manager) hooks(ss *session, lineTokens int) stream.Hooks {
+	// The session's series, looked up once rather than per batch.
+	lines := make([]prometheus.Counter, len(ss.datasets))
+	tokens := make([]prometheus.Counter, len(ss.datasets))
+	for d, name := range ss.datasets {
+		lines[d] = m.metrics.lines.WithLabelValues(name)
+		tokens[d] = m.metrics.tokens.WithLabelValues(name)
+	}
+	ready := m.metrics.readySlots.WithLabelValues(ss.labels()...)
+	ctl := ss.ctl
+	h := stream.Hooks{
+		Produced: func(b stream.Batch) {
+			if ctl != nil {
+				ctl.Publish(b.Step, b.Slot, b.Lines)
+			}
+			m.metrics.batches.Inc()
+			for d, n := range b.DatasetLines {
+				if n > 0 {
+					lines[d].Add(float64(n))
+					tokens[d].Add(float64(n * lineTokens))
+				}
+			}
+			ready.Set(float64(ss.pipeline.Ready(0)))
+		},
+	}
+	if ctl != nil {
+		h.Finished = func(step uint64, err error) {
+			if err != nil {
+				ctl.Finish(ring.StateFailed, step)
+			} else {
+				ctl.Finish(ring.StateEnded, step)
+			}
+		}
+		h.SlotWait = ctl.SetProducerWaiting
+	}
+	return h
+}

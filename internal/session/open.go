@@ -1,0 +1,210 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/dataloaderd/dataloaderd/internal/state"
+	"github.com/dataloaderd/dataloaderd/internal/stream"
+)
+
+// tokenBytes is the size of a token in a slot: batches are little-endian
+// int32 tokens.
+const tokenBytes = 4
+
+// Open opens the session of req's (job, data-parallel rank), or joins the
+// consumer to it when it is open: the processes of a tensor or
+// pipeline-parallel group start together, so while one of them makes the
+// session the others wait for it and then join.
+func (m *Manager) Open(ctx context.Context, req Request) (Opened, error) {
+	o, err := m.open(ctx, req)
+	if err != nil {
+		m.log.Info("open session refused", zap.String("job", req.Job), zap.Uint32("dp_rank", req.DPRank), zap.Error(err))
+	}
+	return o, err
+}
+
+func (m *Manager) open(ctx context.Context, req Request) (Opened, error) {
+	if err := req.resolve(m.cfg.Slots); err != nil {
+		return Opened{}, err
+	}
+	if err := m.checkPaths(req); err != nil {
+		return Opened{}, err
+	}
+	group, err := req.groupKey()
+	if err != nil {
+		return Opened{}, err
+	}
+	key := sessionKey{job: req.Job, dpRank: req.DPRank}
+	m.mu.Lock()
+	for {
+		if m.stopping {
+			m.mu.Unlock()
+			return Opened{}, ErrShuttingDown
+		}
+		if ss := m.sessions[key]; ss != nil {
+			m.mu.Unlock()
+			return m.join(ss, group, req.Device)
+		}
+		made := m.opening[key]
+		if made == nil {
+			break
+		}
+		m.mu.Unlock()
+		select {
+		case <-made:
+		case <-ctx.Done():
+			return Opened{}, ctx.Err()
+		}
+		m.mu.Lock()
+	}
+	made := make(chan struct{})
+	m.opening[key] = made
+	m.mu.Unlock()
+
+	ss, err := m.newSession(key, req, group)
+	m.mu.Lock()
+	delete(m.opening, key)
+	close(made)
+	if err != nil {
+		m.mu.Unlock()
+		return Opened{}, err
+	}
+	if m.stopping {
+		m.mu.Unlock()
+		ss.stop(m.metrics.clientWait)
+		return Opened{}, ErrShuttingDown
+	}
+	m.sessions[key] = ss
+	m.byID[ss.id] = ss
+	m.mu.Unlock()
+	m.metrics.sessions.Inc()
+	m.metrics.ringBytes.Add(float64(ss.ring.Slots() * ss.ring.Stride()))
+	c, _ := ss.join()
+	ss.log.Info("session opened", zap.Uint32("dp_size", req.DPSize), zap.Int("consumers", req.Consumers),
+		zap.Stringer("transport", ss.transport), zap.Uint64("start_step", ss.pipeline.StartStep()))
+	return ss.describe(c, req.Device), nil
+}
+
+// join adds a consumer to an open session, after checking that it asks for
+// what the session's other consumers asked for.
+func (m *Manager) join(ss *session, group string, device int) (Opened, error) {
+	if len(ss.attached) > 1 && ss.groupKey != group {
+		return Opened{}, fmt.Errorf("%w: job %q dp_rank %d is open with another config, dp_size, consumer count, transport or resume point",
+			ErrConfigDiffers, ss.key.job, ss.key.dpRank)
+	}
+	c, err := ss.join()
+	if err != nil {
+		return Opened{}, err
+	}
+	// After the join, so a refused one allocates nothing. A consumer whose
+	// GPU cannot be added never attaches: the session is reclaimed after
+	// AttachWithin, as for one that died.
+	added, err := ss.ring.AddReader(device)
+	if err != nil {
+		return Opened{}, fmt.Errorf("job %q dp_rank %d: %w", ss.key.job, ss.key.dpRank, err)
+	}
+	if added {
+		ss.log.Info("ring extended to another GPU", zap.Int("device", device))
+	}
+	return ss.describe(c, device), nil
+}
+
+// checkPaths refuses a request naming a path outside the allowed roots.
+func (m *Manager) checkPaths(req Request) error {
+	for _, d := range req.Config.Datasets {
+		if err := m.roots.check(fmt.Sprintf("dataset %q path", d.Name), d.Path); err != nil {
+			return err
+		}
+		if strings.ContainsRune(d.Tokenizer, filepath.Separator) {
+			if err := m.roots.check(fmt.Sprintf("dataset %q tokenizer", d.Name), d.Tokenizer); err != nil {
+				return err
+			}
+		}
+	}
+	if req.ResumeFrom != "" {
+		return m.roots.check("resume_from", req.ResumeFrom)
+	}
+	return nil
+}
+
+// newSession opens (or shares) the corpus, restores the state to resume
+// from, makes the ring and starts the producer.
+func (m *Manager) newSession(key sessionKey, req Request, group string) (*session, error) {
+	corpus, release, err := m.corpora.acquire(req.Config)
+	if err != nil {
+		return nil, err
+	}
+	from, err := restore(corpus.Fingerprint(), req.ResumeFrom, req.ResumeStates)
+	if err != nil {
+		release()
+		return nil, err
+	}
+	rank, err := stream.NewRank(corpus, req.DPRank, req.DPSize, from)
+	if err != nil {
+		release()
+		return nil, err
+	}
+	id := newSessionID()
+	cfg := corpus.Config()
+	r, err := m.newRing(ringSpec{id: id, transport: req.Transport, device: req.Device, slots: req.Slots,
+		slotBytes: int(cfg.BatchSize) * cfg.LineTokens() * tokenBytes, consumers: req.Consumers})
+	if err != nil {
+		release()
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ss := &session{
+		id: id, key: key, dpSize: req.DPSize, groupKey: group, transport: req.Transport,
+		corpus: corpus, releaseCorpus: release, ring: r, ctl: r.Control(), datasets: corpus.DatasetNames(),
+		cancel: cancel, done: make(chan struct{}),
+		attached: make([]bool, req.Consumers), closed: make([]bool, req.Consumers), opened: time.Now(),
+		log: m.log.With(zap.String("session", id), zap.String("job", key.job), zap.Uint32("dp_rank", key.dpRank)),
+	}
+	ss.pipeline = stream.NewPipeline(rank, r, req.Consumers)
+	ss.pipeline.SetHooks(m.hooks(ss, cfg.LineTokens()))
+	if ss.ctl != nil {
+		m.metrics.clientWait.track(ss.ctl)
+	}
+	go func() {
+		defer close(ss.done)
+		if err := ss.pipeline.Run(ctx); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, stream.ErrClosed) {
+			ss.log.Error("producer stopped", zap.Error(err))
+			m.metrics.errors.WithLabelValues("producer").Inc()
+		}
+	}()
+	return ss, nil
+}
+
+// describe tells consumer c, on GPU device, what it joined and what to map.
+func (s *session) describe(c, device int) Opened {
+	cfg := s.corpus.Config()
+	return Opened{ID: s.id, Consumer: c, Transport: s.transport, Ring: s.ring.Layout(device),
+		LineTokens: cfg.LineTokens(), BatchSize: cfg.BatchSize, StartStep: s.pipeline.StartStep()}
+}
+
+// restore builds the state a session resumes from, if any.
+func restore(fp state.Fingerprint, folder string, blobs [][]byte) (*state.Restored, error) {
+	var names []string
+	switch {
+	case folder != "":
+		var err error
+		blobs, names, err = state.ReadFolder(folder)
+		if err != nil {
+			return nil, err
+		}
+	case len(blobs) > 0:
+		for i := range blobs {
+			names = append(names, fmt.Sprintf("resume_states[%d]", i))
+		}
+	default:
+		return nil, nil
+	}
+	return state.Merge(fp, names, blobs)
+}

@@ -1,0 +1,141 @@
+package session
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/dataloaderd/dataloaderd/internal/ring"
+	"github.com/dataloaderd/dataloaderd/internal/stream"
+)
+
+// Transport is how a session's batches reach its consumers.
+type Transport int
+
+// Transports.
+const (
+	// Shm: a ring in a shared-memory file every local consumer maps.
+	Shm Transport = iota + 1
+	// Inline: batch bytes inside the stream's messages.
+	Inline
+	// CUDA: a ring of GPU slots shared over CUDA IPC.
+	CUDA
+)
+
+func (t Transport) String() string {
+	switch t {
+	case Shm:
+		return "shm"
+	case Inline:
+		return "inline"
+	case CUDA:
+		return "cuda"
+	}
+	return fmt.Sprintf("transport(%d)", int(t))
+}
+
+// Request opens a session, or joins the consumer to the session of its
+// (job, data-parallel rank).
+type Request struct {
+	Job            string
+	DPRank, DPSize uint32
+	// Consumers is the number of processes (one tensor or pipeline-parallel
+	// group) that read every batch; 0 means 1.
+	Consumers int
+	// Transport: 0 means Shm.
+	Transport Transport
+	// Slots is the ring's size; 0 means the daemon's default.
+	Slots int
+	// Device is the GPU the consumer reads from (cuda).
+	Device int
+	// ResumeFrom is a checkpoint folder holding every rank file of a saved
+	// world; ResumeStates are rank states given inline. At most one is set.
+	ResumeFrom   string
+	ResumeStates [][]byte
+	Config       stream.Config
+}
+
+// Opened tells a consumer what it joined and what to map.
+type Opened struct {
+	ID        string
+	Consumer  int
+	Transport Transport
+	Ring      ring.Layout
+	// LineTokens is the tokens of a line (seq_len + 1); BatchSize the lines
+	// of a full batch.
+	LineTokens int
+	BatchSize  uint32
+	// StartStep is the step the session starts after (the resumed one).
+	StartStep uint64
+}
+
+// Snapshot is a rank's encoded state after a step.
+type Snapshot struct {
+	State          []byte
+	DPRank, DPSize uint32
+}
+
+// Saved is a state file written by Save.
+type Saved struct {
+	Path  string
+	Bytes int
+}
+
+// Batch tells a message-mode consumer that slot Slot holds step Step's
+// Lines lines; Data is their bytes on the inline transport. End says the
+// rank's iteration is over after Step.
+type Batch struct {
+	Step  uint64
+	Slot  int
+	Lines int
+	Data  []byte
+	End   bool
+}
+
+// resolve fills the request's defaults and checks what it can without
+// opening anything.
+func (r *Request) resolve(defaultSlots int) error {
+	if err := r.Config.Validate(); err != nil {
+		return err
+	}
+	if err := r.Config.ValidateRank(r.DPRank, r.DPSize); err != nil {
+		return err
+	}
+	if r.Transport == 0 {
+		r.Transport = Shm
+	}
+	if r.Transport < Shm || r.Transport > CUDA {
+		return fmt.Errorf("%w: transport %v is not supported (shm, inline or cuda)", ErrBadRequest, r.Transport)
+	}
+	if r.Slots == 0 {
+		r.Slots = defaultSlots
+	}
+	if r.Slots < 2 || r.Slots > MaxSlots {
+		return fmt.Errorf("%w: slots must be in [2, %d], got %d", ErrBadRequest, MaxSlots, r.Slots)
+	}
+	if r.Consumers == 0 {
+		r.Consumers = 1
+	}
+	if r.Device < 0 {
+		return fmt.Errorf("%w: device must be >= 0, got %d", ErrBadRequest, r.Device)
+	}
+	return nil
+}
+
+// groupKey is what the consumers of one group must agree on: all of the
+// request but the job and rank (the session's key) and the consumer's GPU
+// (a cuda ring gets slots on each consumer's GPU).
+func (r *Request) groupKey() (string, error) {
+	b, err := json.Marshal(struct {
+		Config       stream.Config
+		DPSize       uint32
+		Consumers    int
+		Transport    Transport
+		Slots        int
+		ResumeFrom   string
+		ResumeStates [][]byte
+	}{r.Config, r.DPSize, r.Consumers, r.Transport, r.Slots, r.ResumeFrom, r.ResumeStates})
+	if err != nil {
+		return "", fmt.Errorf("%w: %v", ErrBadRequest, err)
+	}
+	return string(b), nil
+}

@@ -1,0 +1,108 @@
+package session
+
+import (
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/dataloaderd/dataloaderd/internal/cuda"
+	"github.com/dataloaderd/dataloaderd/internal/ring"
+)
+
+// ringSpec is the ring a session asks for.
+type ringSpec struct {
+	id        string // the session's, names its files
+	transport Transport
+	device    int // the first consumer's GPU (cuda)
+	slots     int
+	slotBytes int
+	consumers int
+}
+
+// newRing makes the ring of a transport: the only place that knows which
+// kind of ring each transport has.
+func (m *Manager) newRing(sp ringSpec) (ring.Ring, error) {
+	if err := ring.CheckGeometry(sp.slots, sp.slotBytes); err != nil {
+		return nil, err
+	}
+	switch sp.transport {
+	case Shm:
+		return ring.NewShmRing(m.cfg.ShmDir, "dataloaderd-"+sp.id, sp.slots, sp.slotBytes, sp.consumers)
+	case CUDA:
+		return m.newDeviceRing(sp)
+	default:
+		return ring.NewMemRing(sp.slots, sp.slotBytes)
+	}
+}
+
+// newDeviceRing makes a ring of device slots on the first consumer's GPU,
+// opening the CUDA driver on first use, with a control block in a file of
+// its own beside it. Without one (no writable shm directory), batches go by
+// messages.
+func (m *Manager) newDeviceRing(sp ringSpec) (ring.Ring, error) {
+	devs, err := m.devices()
+	if err != nil {
+		return nil, fmt.Errorf("%w: cuda: %w; the shm and inline transports work without a GPU", ErrNoTransport, err)
+	}
+	r, err := devs.NewRing(sp.device, sp.slots, sp.slotBytes)
+	if err != nil {
+		return nil, fmt.Errorf("cuda ring on device %d (%d slots of %d bytes): %w", sp.device, sp.slots, sp.slotBytes, err)
+	}
+	r.OnCommit(func(took time.Duration) { m.metrics.devCopy.Observe(took.Seconds()) })
+	// The ring counts its other GPUs and its freeing itself: a consumer may
+	// join on another GPU until the moment the session closes.
+	r.OnDeviceBytes(func(delta int) { m.metrics.devBytes.Add(float64(delta)) })
+	m.metrics.devBytes.Add(float64(r.SlotsBytes()))
+	d := &deviceRing{DeviceRing: r}
+	d.ctl, err = ring.NewControlFile(m.cfg.ShmDir, "dataloaderd-"+sp.id+".ctl", sp.slots, sp.consumers, r.Stride())
+	if err != nil {
+		m.log.Warn("cuda session without a control block: batches go by messages", zap.String("session", sp.id), zap.Error(err))
+		d.ctl = nil
+	}
+	return d, nil
+}
+
+// deviceRing is a cuda.DeviceRing as a ring.Ring: its slots on each
+// consumer's GPU, and its control block in a file of its own (nil: batches
+// go by messages).
+type deviceRing struct {
+	*cuda.DeviceRing
+	ctl *ring.ControlFile
+}
+
+// Control implements ring.Ring.
+func (d *deviceRing) Control() *ring.Control {
+	if d.ctl == nil {
+		return nil
+	}
+	return d.ctl.Control()
+}
+
+// Layout implements ring.Ring: the IPC handle of the slots on the
+// consumer's GPU, and the control file.
+func (d *deviceRing) Layout(device int) ring.Layout {
+	l := ring.Layout{Slots: d.Slots(), SlotBytes: d.SlotBytes(), Stride: d.Stride(),
+		IPCHandle: d.IPCHandle(device), Device: device}
+	if d.ctl != nil {
+		l.ControlPath, l.ControlBytes = d.ctl.Path(), d.ctl.Size()
+	}
+	return l
+}
+
+// AddReader implements ring.Ring: the ring gets slots on the consumer's GPU
+// unless it has them there.
+func (d *deviceRing) AddReader(device int) (bool, error) { return d.AddDevice(device) }
+
+// Close implements ring.Ring: the device memory, then the control file.
+func (d *deviceRing) Close() error {
+	err := d.DeviceRing.Close()
+	if d.ctl != nil {
+		if cerr := d.ctl.Close(); err == nil {
+			err = cerr
+		}
+	}
+	return err
+}
+
+var _ ring.Ring = (*deviceRing)(nil)

@@ -1,0 +1,57 @@
+package session
+
+import (
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/dataloaderd/dataloaderd/internal/state"
+)
+
+// State is session id's rank state after step, encoded as a state file
+// holds it. The step must be one the session's consumers have been handed
+// and not older than the last one they all released.
+func (m *Manager) State(id string, step uint64) (Snapshot, error) {
+	ss, err := m.lookup(id)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	st, err := ss.pipeline.State(step)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	b, err := state.Encode(ss.pipeline.Fingerprint(), st)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	return Snapshot{State: b, DPRank: st.DPRank, DPSize: st.DPSize}, nil
+}
+
+// Save writes session id's rank state after step into
+// <folder>/dataloader/rank-<r>-of-<W>.json, atomically.
+func (m *Manager) Save(id string, step uint64, folder string) (Saved, error) {
+	start := time.Now()
+	ss, err := m.lookup(id)
+	if err != nil {
+		return Saved{}, err
+	}
+	if folder == "" {
+		return Saved{}, fmt.Errorf("%w: folder is empty", ErrBadRequest)
+	}
+	if err := m.roots.check("save folder", folder); err != nil {
+		return Saved{}, err
+	}
+	st, err := ss.pipeline.State(step)
+	if err != nil {
+		return Saved{}, err
+	}
+	path, n, err := state.Save(folder, ss.pipeline.Fingerprint(), st)
+	if err != nil {
+		return Saved{}, err
+	}
+	m.metrics.stateSave.Observe(time.Since(start).Seconds())
+	m.metrics.stateBytes.Observe(float64(n))
+	ss.log.Info("state saved", zap.String("path", path), zap.Uint64("step", st.Step), zap.Int("bytes", n))
+	return Saved{Path: path, Bytes: n}, nil
+}
