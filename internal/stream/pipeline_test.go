@@ -61,42 +61,7 @@ func TestPipelineConsumers(t *testing.T) {
 		}
 	}()
 
-	line := cfg.LineTokens()
-	var held [2][]Batch
-	for step := 0; step < 30; step++ {
-		for c := 0; c < 2; c++ {
-			b, err := p.Next(ctx, c)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if b.Step != uint64(step+1) {
-				t.Fatalf("consumer %d got step %d, want %d", c, b.Step, step+1)
-			}
-			got := int32s(ring.Slot(b.Slot))[:b.Lines*line]
-			if !reflect.DeepEqual(got, want[step]) {
-				t.Fatalf("consumer %d step %d differs from the rank's own batch", c, b.Step)
-			}
-			held[c] = append(held[c], b)
-		}
-		if step == 10 {
-			// The ring is full with both consumers holding slots: the producer
-			// must not get ahead by more than the ring.
-			if r := p.Ready(0); r > 2 {
-				t.Fatalf("%d batches ready with a 3-slot ring", r)
-			}
-		}
-		// Consumer 0 releases at once, consumer 1 one step late.
-		b0 := held[0][len(held[0])-1]
-		if err := p.Release(0, b0.Slot, b0.Step); err != nil {
-			t.Fatal(err)
-		}
-		if len(held[1]) > 1 {
-			b1 := held[1][len(held[1])-2]
-			if err := p.Release(1, b1.Slot, b1.Step); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	held := consumeTwo(t, ctx, p, ring, want[:30], cfg.LineTokens())
 	if err := p.Release(0, 0, 9999); !errors.Is(err, ErrUnknownSlot) {
 		t.Fatalf("release of an unknown step: %v", err)
 	}
@@ -130,6 +95,48 @@ func TestPipelineConsumers(t *testing.T) {
 	if got := run(t, resumed, cfg, 5); !reflect.DeepEqual(got, want[30:35]) {
 		t.Fatal("resume from the pipeline's state at step 30 differs from steps 31-35")
 	}
+}
+
+// consumeTwo takes the batches of want from p as two consumers, checking
+// each against want: consumer 0 releases each at once, consumer 1 one step
+// late. It returns the batches each was handed.
+func consumeTwo(t *testing.T, ctx context.Context, p *Pipeline, ring Slots, want [][]int32, line int) [2][]Batch {
+	t.Helper()
+	var held [2][]Batch
+	for step := 0; step < len(want); step++ {
+		for c := 0; c < 2; c++ {
+			b, err := p.Next(ctx, c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if b.Step != uint64(step+1) {
+				t.Fatalf("consumer %d got step %d, want %d", c, b.Step, step+1)
+			}
+			got := int32s(ring.Slot(b.Slot))[:b.Lines*line]
+			if !reflect.DeepEqual(got, want[step]) {
+				t.Fatalf("consumer %d step %d differs from the rank's own batch", c, b.Step)
+			}
+			held[c] = append(held[c], b)
+		}
+		if step == 10 {
+			// The ring is full with both consumers holding slots: the producer
+			// must not get ahead by more than the ring.
+			if r := p.Ready(0); r > 2 {
+				t.Fatalf("%d batches ready with a 3-slot ring", r)
+			}
+		}
+		b0 := held[0][len(held[0])-1]
+		if err := p.Release(0, b0.Slot, b0.Step); err != nil {
+			t.Fatal(err)
+		}
+		if len(held[1]) > 1 {
+			b1 := held[1][len(held[1])-2]
+			if err := p.Release(1, b1.Slot, b1.Step); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return held
 }
 
 // TestPipelineEnd: a bounded run ends with an End batch for every consumer.

@@ -63,7 +63,11 @@ var (
 func init() { buildNFC() }
 
 // buildNFC makes the lookup tables from the generated lists.
-func buildNFC() {
+func buildNFC() { packNFC(nfcPropsOf()) }
+
+// nfcPropsOf is every code point's NFC properties, from the generated
+// lists; it also fills nfcDecomp and nfcPairs.
+func nfcPropsOf() map[rune]nfcProps {
 	props := make(map[rune]nfcProps)
 	class := make(map[rune]uint8)
 	for _, run := range nfcClassRuns {
@@ -108,7 +112,13 @@ func buildNFC() {
 			props[r] = p
 		}
 	}
+	return props
+}
 
+// packNFC packs props into two levels of tables: a row of 256 indices per
+// block of code points, shared by equal blocks, into the distinct
+// properties.
+func packNFC(props map[rune]nfcProps) {
 	index := map[nfcProps]uint8{{}: 0}
 	nfcPropSet = []nfcProps{{}}
 	blocks := make(map[rune]*[256]uint8)
