@@ -4,7 +4,7 @@ metrics (docs/metrics.md), to standard output:
 
     python scripts/grafana_dashboard.py > deploy/grafana-dashboard.json
 
-internal/server/metrics_test.go checks that every query names series and
+internal/session/metrics_test.go checks that every query names series and
 labels the daemon exports. Import the JSON in Grafana (Dashboards > Import)
 and pick the Prometheus data source that scrapes the daemons.
 """
