@@ -161,7 +161,7 @@ func (m *Manager) newSession(key sessionKey, req Request, group string) (*sessio
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	ss := &session{
-		id: id, key: key, dpSize: req.DPSize, groupKey: group, transport: req.Transport,
+		id: id, key: key, groupKey: group, transport: req.Transport,
 		corpus: corpus, releaseCorpus: release, ring: r, ctl: r.Control(), datasets: corpus.DatasetNames(),
 		cancel: cancel, done: make(chan struct{}),
 		attached: make([]bool, req.Consumers), closed: make([]bool, req.Consumers), opened: time.Now(),

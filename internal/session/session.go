@@ -27,7 +27,6 @@ type sessionKey struct {
 type session struct {
 	id        string
 	key       sessionKey
-	dpSize    uint32
 	groupKey  string
 	transport Transport
 	corpus    *stream.Corpus
