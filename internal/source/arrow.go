@@ -12,11 +12,13 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+
+	"github.com/dataloaderd/dataloaderd/internal/files"
 )
 
 // DefaultArrowColumn is the token column of Arrow IPC files when Spec.Column
 // is empty.
-const DefaultArrowColumn = "tokens"
+const DefaultArrowColumn = files.TokenColumn
 
 // arrowBatchHook, when set, sees every record batch Open describes. Tests use
 // it to check that opening touches batch metadata only, once per batch.
@@ -55,9 +57,9 @@ type arrowBatch struct {
 }
 
 // openArrowFile maps one Arrow IPC file and describes its record batches.
-func openArrowFile(dataset, path, column string) (_ *arrowFile, err error) {
-	f := &arrowFile{dataset: dataset, path: path, column: column}
-	if f.mapping, err = mapFile(dataset, path); err != nil {
+func openArrowFile(fs files.Dataset, path, column string) (_ *arrowFile, err error) {
+	f := &arrowFile{dataset: fs.Name, path: path, column: column}
+	if f.mapping, err = mapFile(fs, path); err != nil {
 		return nil, err
 	}
 	defer func() {
@@ -396,7 +398,7 @@ func (f *arrowFile) files() []File {
 }
 
 func (f *arrowFile) close() error {
-	err := unmapFile(f.mapping)
+	err := files.Unmap(f.mapping)
 	f.mapping = nil
 	return err
 }
@@ -448,12 +450,6 @@ func (m *mappedMessages) Message() (*ipc.Message, error) {
 
 func (m *mappedMessages) Retain()  {}
 func (m *mappedMessages) Release() {}
-
-// arrowPaths resolves spec.Path to sorted Arrow IPC files: a glob's regular
-// files, a directory's *.arrow files, or the file itself.
-func arrowPaths(spec Spec) ([]string, error) {
-	return filePaths(spec, ".arrow", "arrow (.arrow)")
-}
 
 // arrowColumn is spec's token column.
 func arrowColumn(spec Spec) string {

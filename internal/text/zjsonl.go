@@ -14,6 +14,7 @@ import (
 	"github.com/klauspost/compress/gzip" // the standard library's API, decompressing about 1.3x as fast here
 	"github.com/klauspost/compress/zstd"
 
+	"github.com/dataloaderd/dataloaderd/internal/files"
 	"github.com/dataloaderd/dataloaderd/internal/source"
 )
 
@@ -136,6 +137,7 @@ func plausible(d, size uint64) bool { return d >= size && size > 0 && plausibleM
 // n units cut by a size hint (see above). Its byte size for shard cutting is
 // the compressed size, spread evenly over the units.
 type zjsonlFile struct {
+	fs                   files.Dataset // reopens the file for each decoder
 	dataset, path, field string
 	size                 int64 // compressed
 	zstd                 bool
@@ -451,9 +453,9 @@ type zcursor struct {
 
 func (c *zcursor) open() error {
 	f := c.f
-	file, err := os.Open(f.path)
+	file, err := f.fs.Open(f.path)
 	if err != nil {
-		return fmt.Errorf("%w: dataset %q: %w", source.ErrInvalid, f.dataset, err)
+		return source.DatasetError(f.dataset, err)
 	}
 	c.file = file
 	var r io.Reader
