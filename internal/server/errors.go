@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/dataloaderd/dataloaderd/internal/cuda"
+	"github.com/dataloaderd/dataloaderd/internal/files"
 	"github.com/dataloaderd/dataloaderd/internal/source"
 	"github.com/dataloaderd/dataloaderd/internal/state"
 	"github.com/dataloaderd/dataloaderd/internal/stream"
@@ -19,7 +20,6 @@ var (
 	errSessionExists = errors.New("session already open")
 	errConfigDiffers = errors.New("session open with another config")
 	errTooMany       = errors.New("more consumers than the session declared")
-	errOutsideRoots  = errors.New("path outside every allowed root")
 	errShuttingDown  = errors.New("daemon is shutting down")
 	errBadRequest    = errors.New("bad request")
 	errNoTransport   = errors.New("transport not available on this daemon")
@@ -50,7 +50,7 @@ func toStatus(err error) error {
 		code = codes.NotFound
 	case errors.Is(err, errSessionExists), errors.Is(err, errTooMany):
 		code = codes.AlreadyExists
-	case errors.Is(err, errOutsideRoots):
+	case errors.Is(err, files.ErrOutsideRoots):
 		code = codes.PermissionDenied
 	case errors.Is(err, errShuttingDown), errors.Is(err, stream.ErrClosed):
 		code = codes.Unavailable

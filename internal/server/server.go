@@ -7,8 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
@@ -21,6 +19,7 @@ import (
 
 	pb "github.com/dataloaderd/dataloaderd/api/proto/dataloader/v1"
 	"github.com/dataloaderd/dataloaderd/internal/cuda"
+	"github.com/dataloaderd/dataloaderd/internal/files"
 	"github.com/dataloaderd/dataloaderd/internal/state"
 	"github.com/dataloaderd/dataloaderd/internal/stream"
 )
@@ -58,7 +57,7 @@ type Server struct {
 	pb.UnimplementedLoaderServer
 	cfg     Config
 	log     *zap.Logger
-	roots   roots
+	roots   *files.Roots
 	metrics *metrics
 	health  *health.Server
 
@@ -94,7 +93,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.OpenCUDA == nil {
 		cfg.OpenCUDA = func() (cuda.Driver, error) { return cuda.OpenDriver("") }
 	}
-	r, err := newRoots(cfg.AllowRoots)
+	r, err := files.NewRoots(cfg.AllowRoots)
 	if err != nil {
 		return nil, err
 	}
@@ -105,6 +104,7 @@ func New(cfg Config) (*Server, error) {
 	m := newMetrics(cfg.Registry)
 	m.registerResources(cfg.Registry, cfg.Resources)
 	cfg.Resources.OnSkip = skipLogger(cfg.Logger, m)
+	cfg.Resources.Roots = r
 	corp := newCorpora(cfg.Resources)
 	corp.opened = wholeFileLogger(cfg.Logger)
 	return &Server{
@@ -262,21 +262,6 @@ func (s *Server) openSession(ctx context.Context, req *pb.OpenSessionRequest) (*
 	if consumers == 0 {
 		consumers = 1
 	}
-	for _, d := range cfg.Datasets {
-		if err := s.roots.check(fmt.Sprintf("dataset %q path", d.Name), d.Path); err != nil {
-			return nil, err
-		}
-		if strings.ContainsRune(d.Tokenizer, filepath.Separator) {
-			if err := s.roots.check(fmt.Sprintf("dataset %q tokenizer", d.Name), d.Tokenizer); err != nil {
-				return nil, err
-			}
-		}
-	}
-	if req.GetResumeFrom() != "" {
-		if err := s.roots.check("resume_from", req.GetResumeFrom()); err != nil {
-			return nil, err
-		}
-	}
 	// The consumers of a group must agree on all but their GPU: a cuda
 	// session puts its slots on each consumer's GPU.
 	ckey, err := proto.MarshalOptions{Deterministic: true}.Marshal(&pb.OpenSessionRequest{
@@ -360,7 +345,7 @@ func (s *Server) newSession(key sessionKey, cfg stream.Config, req *pb.OpenSessi
 	if err != nil {
 		return nil, err
 	}
-	from, err := restore(corpus.Fingerprint(), req.GetResumeFrom(), req.GetResumeStates())
+	from, err := restore(corpus.Fingerprint(), s.roots, req.GetResumeFrom(), req.GetResumeStates())
 	if err != nil {
 		release()
 		return nil, err
@@ -562,14 +547,15 @@ func (s *Server) SaveState(ctx context.Context, req *pb.SaveStateRequest) (*pb.S
 	if req.GetFolder() == "" {
 		return nil, s.fail(fmt.Errorf("%w: folder is empty", errBadRequest))
 	}
-	if err := s.roots.check("save folder", req.GetFolder()); err != nil {
+	folder, err := s.roots.Folder("save folder", req.GetFolder())
+	if err != nil {
 		return nil, s.fail(err)
 	}
 	st, err := ss.pipeline.State(req.GetStep())
 	if err != nil {
 		return nil, s.fail(err)
 	}
-	path, n, err := state.Save(req.GetFolder(), ss.pipeline.Fingerprint(), st)
+	path, n, err := state.Save(folder, ss.pipeline.Fingerprint(), st)
 	if err != nil {
 		return nil, s.fail(err)
 	}

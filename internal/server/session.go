@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/dataloaderd/dataloaderd/internal/cuda"
+	"github.com/dataloaderd/dataloaderd/internal/files"
 	"github.com/dataloaderd/dataloaderd/internal/state"
 	"github.com/dataloaderd/dataloaderd/internal/stream"
 )
@@ -172,12 +173,15 @@ func (s *session) labels() []string {
 }
 
 // restore builds the state a session resumes from, if any.
-func restore(fp state.Fingerprint, folder string, blobs [][]byte) (*state.Restored, error) {
+func restore(fp state.Fingerprint, roots *files.Roots, folder string, blobs [][]byte) (*state.Restored, error) {
 	var names []string
 	switch {
 	case folder != "":
-		var err error
-		blobs, names, err = state.ReadFolder(folder)
+		f, err := roots.Folder("resume_from", folder)
+		if err != nil {
+			return nil, err
+		}
+		blobs, names, err = state.ReadFolder(f)
 		if err != nil {
 			return nil, err
 		}
