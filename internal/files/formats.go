@@ -64,15 +64,6 @@ func Lookup(name string) (Format, bool) {
 	return Format{}, false
 }
 
-// Formats returns every format, in the registry's order.
-func Formats() []Format {
-	out := make([]Format, len(formats))
-	for i, f := range formats {
-		out[i] = f.clone()
-	}
-	return out
-}
-
 func (f Format) clone() Format {
 	f.Exts = slices.Clone(f.Exts)
 	return f

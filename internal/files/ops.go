@@ -147,6 +147,7 @@ type FileError struct {
 	Reason string
 }
 
+// Error names the file and the reason.
 func (e *FileError) Error() string { return fmt.Sprintf("file %q: %s", e.Path, e.Reason) }
 
 // Map memory-maps a whole regular file read-only, opened through the roots.

@@ -23,6 +23,8 @@ type OutsideError struct {
 	Roots []string
 }
 
+// Error says what was refused, where it leads if a symlink took it out, and
+// which roots are allowed.
 func (e *OutsideError) Error() string {
 	via := ""
 	if e.Resolved != "" {
@@ -60,14 +62,6 @@ func NewRoots(dirs []string) (*Roots, error) {
 		r.dirs = append(r.dirs, abs)
 	}
 	return r, nil
-}
-
-// Dirs returns the roots, resolved; none when nothing is confined.
-func (r *Roots) Dirs() []string {
-	if r == nil {
-		return nil
-	}
-	return append([]string(nil), r.dirs...)
 }
 
 func (r *Roots) confined() bool { return r != nil && len(r.dirs) > 0 }
