@@ -206,61 +206,12 @@ func (r *run) file(ctx context.Context, f source.File, prefix string) (err error
 		results[u] = make(chan unitDocs, 1)
 	}
 	g, gctx := errgroup.WithContext(ctx)
-	next := atomic.Uint64{}
+	var next atomic.Uint64
 	window := make(chan struct{}, 2*r.cfg.Workers)
 	for range r.cfg.Workers {
-		g.Go(func() error {
-			for {
-				select {
-				case window <- struct{}{}:
-				case <-gctx.Done():
-					return gctx.Err()
-				}
-				u := next.Add(1) - 1
-				if u >= n {
-					return nil
-				}
-				var ud unitDocs
-				err := ds.Docs(u, func(t []byte) error {
-					doc := r.cfg.Encoder.Encode(nil, t)
-					if r.cfg.AppendEOS && (len(doc) == 0 || doc[len(doc)-1] != r.cfg.EOS) {
-						doc = append(doc, r.cfg.EOS)
-					}
-					ud.docs = append(ud.docs, doc)
-					ud.tokens += uint64(len(doc))
-					return nil
-				})
-				if err != nil {
-					return err
-				}
-				results[u] <- ud
-			}
-		})
+		g.Go(func() error { return r.tokenizeUnits(gctx, ds, &next, window, results) })
 	}
-	g.Go(func() error {
-		for u := uint64(0); u < n; u++ {
-			var ud unitDocs
-			select {
-			case ud = <-results[u]:
-			case <-gctx.Done():
-				return gctx.Err()
-			}
-			<-window
-			for _, d := range ud.docs {
-				if err := w.Add(d); err != nil {
-					return err
-				}
-			}
-			r.mu.Lock()
-			r.stats.Documents += uint64(len(ud.docs))
-			r.stats.Tokens += ud.tokens
-			if n > 0 {
-				r.stats.BytesDone += uint64(f.Size) / n
-			}
-			r.mu.Unlock()
-		}
-		return nil
-	})
+	g.Go(func() error { return r.writeUnits(gctx, w, f, window, results) })
 	if err := g.Wait(); err != nil {
 		if errors.Is(err, context.Canceled) && ctx.Err() != nil {
 			return fmt.Errorf("interrupted while writing %s (finished files are kept; run again to go on): %w", prefix, ctx.Err())
@@ -275,5 +226,65 @@ func (r *run) file(ctx context.Context, f source.File, prefix string) (err error
 	r.stats.BadRecords += bad.Load()
 	r.stats.BytesDone += uint64(f.Size) - uint64(f.Size)/max(n, 1)*n
 	r.mu.Unlock()
+	return nil
+}
+
+// tokenizeUnits is one worker of file: it takes the next unit, once the
+// window has room, tokenizes its documents and hands them to results[u],
+// until no unit is left.
+func (r *run) tokenizeUnits(ctx context.Context, ds text.Dataset, next *atomic.Uint64, window chan struct{}, results []chan unitDocs) error {
+	n := ds.Units()
+	for {
+		select {
+		case window <- struct{}{}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		u := next.Add(1) - 1
+		if u >= n {
+			return nil
+		}
+		var ud unitDocs
+		err := ds.Docs(u, func(t []byte) error {
+			doc := r.cfg.Encoder.Encode(nil, t)
+			if r.cfg.AppendEOS && (len(doc) == 0 || doc[len(doc)-1] != r.cfg.EOS) {
+				doc = append(doc, r.cfg.EOS)
+			}
+			ud.docs = append(ud.docs, doc)
+			ud.tokens += uint64(len(doc))
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		results[u] <- ud
+	}
+}
+
+// writeUnits is the writer of file: it adds the units' documents to w in
+// order, freeing a window slot for each, and counts them.
+func (r *run) writeUnits(ctx context.Context, w *source.MegatronWriter, f source.File, window chan struct{}, results []chan unitDocs) error {
+	n := uint64(len(results))
+	for u := uint64(0); u < n; u++ {
+		var ud unitDocs
+		select {
+		case ud = <-results[u]:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		<-window
+		for _, d := range ud.docs {
+			if err := w.Add(d); err != nil {
+				return err
+			}
+		}
+		r.mu.Lock()
+		r.stats.Documents += uint64(len(ud.docs))
+		r.stats.Tokens += ud.tokens
+		if n > 0 {
+			r.stats.BytesDone += uint64(f.Size) / n
+		}
+		r.mu.Unlock()
+	}
 	return nil
 }

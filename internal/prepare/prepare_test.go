@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dataloaderd/dataloaderd/internal/files"
 	"github.com/dataloaderd/dataloaderd/internal/source"
 	"github.com/dataloaderd/dataloaderd/internal/testcorpus"
 )
@@ -47,7 +48,7 @@ func writeInputs(t *testing.T, dir string, files, docsPer int, bad bool) map[str
 func checkOutputs(t *testing.T, out string, want map[string][][]int32) {
 	t.Helper()
 	for name, docs := range want {
-		src, err := source.Open(source.Spec{Name: name, Path: filepath.Join(out, name), Format: source.FormatMegatron})
+		src, err := source.Open(source.Spec{Name: name, Path: filepath.Join(out, name), Format: files.Megatron})
 		if err != nil {
 			t.Fatal(err)
 		}

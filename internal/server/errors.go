@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/dataloaderd/dataloaderd/internal/cuda"
+	"github.com/dataloaderd/dataloaderd/internal/files"
 	"github.com/dataloaderd/dataloaderd/internal/ring"
 	"github.com/dataloaderd/dataloaderd/internal/session"
 	"github.com/dataloaderd/dataloaderd/internal/source"
@@ -40,7 +41,7 @@ func toStatus(err error) error {
 		code = codes.NotFound
 	case errors.Is(err, session.ErrSessionExists), errors.Is(err, session.ErrTooMany):
 		code = codes.AlreadyExists
-	case errors.Is(err, session.ErrOutsideRoots):
+	case errors.Is(err, files.ErrOutsideRoots):
 		code = codes.PermissionDenied
 	case errors.Is(err, session.ErrShuttingDown), errors.Is(err, stream.ErrClosed):
 		code = codes.Unavailable

@@ -22,6 +22,4 @@ var (
 	ErrBadRequest = errors.New("bad request")
 	// ErrNoTransport: the transport asked for is not available here.
 	ErrNoTransport = errors.New("transport not available on this daemon")
-	// ErrOutsideRoots: a path lies outside every allowed root.
-	ErrOutsideRoots = errors.New("path outside every allowed root")
 )

@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/dataloaderd/dataloaderd/internal/cuda"
+	"github.com/dataloaderd/dataloaderd/internal/files"
 	"github.com/dataloaderd/dataloaderd/internal/ring"
 	"github.com/dataloaderd/dataloaderd/internal/stream"
 )
@@ -57,7 +58,7 @@ type Config struct {
 type Manager struct {
 	cfg     Config
 	log     *zap.Logger
-	roots   roots
+	roots   *files.Roots
 	metrics *metrics
 	corpora *corpora
 	devices func() (*cuda.Devices, error)
@@ -94,10 +95,12 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.Resources == nil {
 		cfg.Resources = stream.NewResources(0, 1<<30, nil)
 	}
-	r, err := newRoots(cfg.AllowRoots)
+	r, err := files.NewRoots(cfg.AllowRoots)
 	if err != nil {
 		return nil, err
 	}
+	// Every file a job names is opened through the roots (package files).
+	cfg.Resources.Roots = r
 	m := &Manager{
 		cfg: cfg, log: cfg.Logger, roots: r, metrics: newMetrics(cfg.Registry),
 		corpora:  newCorpora(cfg.Resources),

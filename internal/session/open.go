@@ -4,12 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
-	"strings"
 	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/dataloaderd/dataloaderd/internal/files"
 	"github.com/dataloaderd/dataloaderd/internal/state"
 	"github.com/dataloaderd/dataloaderd/internal/stream"
 )
@@ -32,9 +31,6 @@ func (m *Manager) Open(ctx context.Context, req Request) (Opened, error) {
 
 func (m *Manager) open(ctx context.Context, req Request) (Opened, error) {
 	if err := req.resolve(m.cfg.Slots); err != nil {
-		return Opened{}, err
-	}
-	if err := m.checkPaths(req); err != nil {
 		return Opened{}, err
 	}
 	group, err := req.groupKey()
@@ -116,24 +112,6 @@ func (m *Manager) join(ss *session, group string, device int) (Opened, error) {
 	return ss.describe(c, device), nil
 }
 
-// checkPaths refuses a request naming a path outside the allowed roots.
-func (m *Manager) checkPaths(req Request) error {
-	for _, d := range req.Config.Datasets {
-		if err := m.roots.check(fmt.Sprintf("dataset %q path", d.Name), d.Path); err != nil {
-			return err
-		}
-		if strings.ContainsRune(d.Tokenizer, filepath.Separator) {
-			if err := m.roots.check(fmt.Sprintf("dataset %q tokenizer", d.Name), d.Tokenizer); err != nil {
-				return err
-			}
-		}
-	}
-	if req.ResumeFrom != "" {
-		return m.roots.check("resume_from", req.ResumeFrom)
-	}
-	return nil
-}
-
 // newSession opens (or shares) the corpus, restores the state to resume
 // from, makes the ring and starts the producer.
 func (m *Manager) newSession(key sessionKey, req Request, group string) (*session, error) {
@@ -141,7 +119,7 @@ func (m *Manager) newSession(key sessionKey, req Request, group string) (*sessio
 	if err != nil {
 		return nil, err
 	}
-	from, err := restore(corpus.Fingerprint(), req.ResumeFrom, req.ResumeStates)
+	from, err := restore(corpus.Fingerprint(), m.roots, req.ResumeFrom, req.ResumeStates)
 	if err != nil {
 		release()
 		return nil, err
@@ -189,13 +167,17 @@ func (s *session) describe(c, device int) Opened {
 		LineTokens: cfg.LineTokens(), BatchSize: cfg.BatchSize, StartStep: s.pipeline.StartStep()}
 }
 
-// restore builds the state a session resumes from, if any.
-func restore(fp state.Fingerprint, folder string, blobs [][]byte) (*state.Restored, error) {
+// restore builds the state a session resumes from, if any; a resume folder
+// is read through the roots.
+func restore(fp state.Fingerprint, roots *files.Roots, folder string, blobs [][]byte) (*state.Restored, error) {
 	var names []string
 	switch {
 	case folder != "":
-		var err error
-		blobs, names, err = state.ReadFolder(folder)
+		f, err := roots.Folder("resume_from", folder)
+		if err != nil {
+			return nil, err
+		}
+		blobs, names, err = state.ReadFolder(f)
 		if err != nil {
 			return nil, err
 		}

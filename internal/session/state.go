@@ -39,14 +39,15 @@ func (m *Manager) Save(id string, step uint64, folder string) (Saved, error) {
 	if folder == "" {
 		return Saved{}, fmt.Errorf("%w: folder is empty", ErrBadRequest)
 	}
-	if err := m.roots.check("save folder", folder); err != nil {
+	dir, err := m.roots.Folder("save folder", folder)
+	if err != nil {
 		return Saved{}, err
 	}
 	st, err := ss.pipeline.State(step)
 	if err != nil {
 		return Saved{}, err
 	}
-	path, n, err := state.Save(folder, ss.pipeline.Fingerprint(), st)
+	path, n, err := state.Save(dir, ss.pipeline.Fingerprint(), st)
 	if err != nil {
 		return Saved{}, err
 	}

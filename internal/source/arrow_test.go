@@ -12,6 +12,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+
+	"github.com/dataloaderd/dataloaderd/internal/files"
 )
 
 // arrowIntTypes are the token types an Arrow column may hold.
@@ -115,7 +117,7 @@ func TestArrowListLayout(t *testing.T) {
 					writeFile(t, path, encodeArrow(t, stream,
 						arrowColumnSpec{"id", arrow.BinaryTypes.String, []string{`["a","b","c"]`, `["d","e"]`}},
 						arrowColumnSpec{"tokens", typ, listBatches(b0, b1)}))
-					src := mustOpen(t, Spec{Name: "a", Path: path, Format: FormatArrow})
+					src := mustOpen(t, Spec{Name: "a", Path: path, Format: files.Arrow})
 					checkUnits(t, src, want)
 					if src.Delimited() {
 						t.Errorf("Delimited() = true for arrow")
@@ -140,7 +142,7 @@ func TestArrowBatchLayout(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/stream=%v", elem, stream), func(t *testing.T) {
 				path := filepath.Join(t.TempDir(), "ibm.arrow")
 				writeFile(t, path, encodeArrow(t, stream, arrowColumnSpec{"tokens", elem, docBatches(want)}))
-				src := mustOpen(t, Spec{Name: "ibm", Path: path, Format: FormatArrow})
+				src := mustOpen(t, Spec{Name: "ibm", Path: path, Format: files.Arrow})
 				checkUnits(t, src, want)
 				for u, off := range []uint64{0, 3, 4, 4, 8} {
 					if got := src.Offset(uint64(u)); got != off {
@@ -169,11 +171,11 @@ func TestArrowPathsAndColumn(t *testing.T) {
 		{"file", filepath.Join(dir, "b.arrow"), [][]int32{{3}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			src := mustOpen(t, Spec{Name: "a", Path: tc.path, Format: FormatArrow, Column: "input_ids"})
+			src := mustOpen(t, Spec{Name: "a", Path: tc.path, Format: files.Arrow, Column: "input_ids"})
 			checkUnits(t, src, tc.want)
 		})
 	}
-	_, err := Open(Spec{Name: "a", Path: filepath.Join(dir, "*.feather"), Format: FormatArrow})
+	_, err := Open(Spec{Name: "a", Path: filepath.Join(dir, "*.feather"), Format: files.Arrow})
 	checkInvalid(t, err, "no arrow (.arrow) files found")
 }
 
@@ -225,7 +227,7 @@ func TestArrowBadInputs(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "bad.arrow")
 			writeFile(t, path, tc.data(t))
-			src, err := Open(Spec{Name: "bad", Path: path, Format: FormatArrow})
+			src, err := Open(Spec{Name: "bad", Path: path, Format: files.Arrow})
 			if tc.read == ^uint64(0) {
 				checkInvalid(t, err, append(tc.fragments, path, `dataset "bad"`)...)
 				return
@@ -273,7 +275,7 @@ func TestArrowOpenReadsOnlyMetadata(t *testing.T) {
 			seen := 0
 			arrowBatchHook = func(string, int) { seen++ }
 			defer func() { arrowBatchHook = nil }()
-			src := mustOpen(t, Spec{Name: "big", Path: path, Format: FormatArrow})
+			src := mustOpen(t, Spec{Name: "big", Path: path, Format: files.Arrow})
 			if seen != batches {
 				t.Errorf("Open described %d record batches, want each of the %d once", seen, batches)
 			}
@@ -311,6 +313,6 @@ func TestArrowCompressedBuffersRefused(t *testing.T) {
 	}
 	path := filepath.Join(t.TempDir(), "zstd.arrow")
 	writeFile(t, path, buf.Bytes())
-	_, err = Open(Spec{Name: "z", Path: path, Format: FormatArrow})
+	_, err = Open(Spec{Name: "z", Path: path, Format: files.Arrow})
 	checkInvalid(t, err, path, "compressed record batches are not supported")
 }

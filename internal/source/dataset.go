@@ -3,8 +3,9 @@ package source
 import (
 	"errors"
 	"fmt"
-	"sort"
 	"sync"
+
+	"github.com/dataloaderd/dataloaderd/internal/files"
 )
 
 // fileUnits is the units of one file (or, for Megatron, one .bin/.idx pair),
@@ -24,8 +25,7 @@ type fileUnits interface {
 type dataset struct {
 	name      string
 	parts     []fileUnits
-	unitStart []uint64 // unitStart[i] is part i's first unit; one more entry than parts
-	tokenBase []uint64 // tokenBase[i] is the tokens of parts before i; one more entry than parts
+	units     files.Concat // of the parts, sized in tokens
 	delimited bool
 
 	closeOnce sync.Once
@@ -38,13 +38,8 @@ func newDataset(name string, parts []fileUnits, delimited bool) (*dataset, error
 	d := &dataset{
 		name:      name,
 		parts:     parts,
-		unitStart: make([]uint64, len(parts)+1),
-		tokenBase: make([]uint64, len(parts)+1),
+		units:     files.NewConcat(len(parts), func(i int) (uint64, uint64) { return parts[i].units(), parts[i].tokens() }),
 		delimited: delimited,
-	}
-	for i, p := range parts {
-		d.unitStart[i+1] = d.unitStart[i] + p.units()
-		d.tokenBase[i+1] = d.tokenBase[i] + p.tokens()
 	}
 	if d.Tokens() == 0 {
 		paths := make([]string, 0, len(parts))
@@ -57,20 +52,16 @@ func newDataset(name string, parts []fileUnits, delimited bool) (*dataset, error
 }
 
 // Units is the number of units over all files.
-func (d *dataset) Units() uint64 { return d.unitStart[len(d.parts)] }
+func (d *dataset) Units() uint64 { return d.units.Units() }
 
 // Tokens is the number of tokens over all files.
-func (d *dataset) Tokens() uint64 { return d.tokenBase[len(d.parts)] }
+func (d *dataset) Tokens() uint64 { return d.units.Size() }
 
 // Delimited reports whether units carry their own document separators.
 func (d *dataset) Delimited() bool { return d.delimited }
 
-// locate finds the part holding unit u < Units() and u's number in it. Parts
-// with no units are skipped, since their range is empty.
-func (d *dataset) locate(u uint64) (int, uint64) {
-	i := sort.Search(len(d.parts), func(i int) bool { return d.unitStart[i+1] > u })
-	return i, u - d.unitStart[i]
-}
+// locate finds the part holding unit u < Units() and u's number in it.
+func (d *dataset) locate(u uint64) (int, uint64) { return d.units.Locate(u) }
 
 // Offset is the position of unit u's first token in the dataset.
 func (d *dataset) Offset(u uint64) uint64 {
@@ -78,7 +69,7 @@ func (d *dataset) Offset(u uint64) uint64 {
 		return d.Tokens()
 	}
 	i, local := d.locate(u)
-	return d.tokenBase[i] + d.parts[i].offset(local)
+	return d.units.Base(i) + d.parts[i].offset(local)
 }
 
 // UnitLen is the number of tokens of unit u.

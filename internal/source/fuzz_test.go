@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow"
+
+	"github.com/dataloaderd/dataloaderd/internal/files"
 )
 
 // readEverything reads every unit of src whole. Errors from bad data are
@@ -48,7 +50,7 @@ func FuzzOpenMegatron(f *testing.F) {
 		prefix := filepath.Join(t.TempDir(), "f")
 		writeFile(t, prefix+".idx", idx)
 		writeFile(t, prefix+".bin", bin)
-		src, err := Open(Spec{Name: "fuzz", Path: prefix, Format: FormatMegatron})
+		src, err := Open(Spec{Name: "fuzz", Path: prefix, Format: files.Megatron})
 		if err != nil {
 			return
 		}
@@ -65,7 +67,7 @@ func FuzzOpenTokens(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte, wide bool, eos uint16, block uint8) {
 		path := filepath.Join(t.TempDir(), "f.bin")
 		writeFile(t, path, data)
-		spec := Spec{Name: "fuzz", Path: path, Format: FormatTokens, EOS: int64(eos), BlockTokens: uint64(block)}
+		spec := Spec{Name: "fuzz", Path: path, Format: files.Tokens, EOS: int64(eos), BlockTokens: uint64(block)}
 		if wide {
 			spec.Dtype = "uint32"
 		}
@@ -90,7 +92,7 @@ func FuzzOpenArrow(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		path := filepath.Join(t.TempDir(), "f.arrow")
 		writeFile(t, path, data)
-		src, err := Open(Spec{Name: "fuzz", Path: path, Format: FormatArrow})
+		src, err := Open(Spec{Name: "fuzz", Path: path, Format: files.Arrow})
 		if err != nil {
 			if !errors.Is(err, ErrInvalid) {
 				t.Fatalf("Open error %v does not wrap ErrInvalid", err)

@@ -3,6 +3,8 @@ package source
 import (
 	"encoding/binary"
 	"errors"
+
+	"github.com/dataloaderd/dataloaderd/internal/files"
 )
 
 // Layout of a Megatron MMIDIDX version 1 index (.idx): a 34-byte header, then
@@ -33,7 +35,8 @@ type megatronFile struct {
 
 // openMegatronFile maps PREFIX.idx and PREFIX.bin and checks the header, the
 // index size and the first and last sequences against the .bin size.
-func openMegatronFile(dataset, prefix string) (_ *megatronFile, err error) {
+func openMegatronFile(fs files.Dataset, prefix string) (_ *megatronFile, err error) {
+	dataset := fs.Name
 	m := &megatronFile{dataset: dataset, idxPath: prefix + ".idx", binPath: prefix + ".bin"}
 	defer func() {
 		if err != nil {
@@ -41,14 +44,16 @@ func openMegatronFile(dataset, prefix string) (_ *megatronFile, err error) {
 		}
 	}()
 	for _, path := range []string{m.idxPath, m.binPath} {
-		if !fileExists(path) {
+		if _, err := fs.Stat(path); errors.Is(err, files.ErrOutsideRoots) {
+			return nil, err
+		} else if err != nil {
 			return nil, invalidFile(dataset, path, "missing: a megatron dataset needs both PREFIX.idx and PREFIX.bin")
 		}
 	}
-	if m.idx, err = mapFile(dataset, m.idxPath); err != nil {
+	if m.idx, err = mapFile(fs, m.idxPath); err != nil {
 		return nil, err
 	}
-	if m.bin, err = mapFile(dataset, m.binPath); err != nil {
+	if m.bin, err = mapFile(fs, m.binPath); err != nil {
 		return nil, err
 	}
 	if err := m.parseHeader(); err != nil {
@@ -216,7 +221,7 @@ func (m *megatronFile) files() []File {
 }
 
 func (m *megatronFile) close() error {
-	err := errors.Join(unmapFile(m.idx), unmapFile(m.bin))
+	err := errors.Join(files.Unmap(m.idx), files.Unmap(m.bin))
 	m.idx, m.bin = nil, nil
 	return err
 }

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+
+	"github.com/dataloaderd/dataloaderd/internal/files"
 )
 
 func TestMegatronDtypesRoundTrip(t *testing.T) {
@@ -19,7 +21,7 @@ func TestMegatronDtypesRoundTrip(t *testing.T) {
 			seqs := [][]float64{{0, 1, 2, largest[dt]}, {}, {7}, {3, 4, 5, 6, 8, 9}}
 			prefix := filepath.Join(t.TempDir(), "corpus")
 			writeMegatron(t, prefix, dt, seqs)
-			src := mustOpen(t, Spec{Name: "m", Path: prefix, Format: FormatMegatron})
+			src := mustOpen(t, Spec{Name: "m", Path: prefix, Format: files.Megatron})
 			want := make([][]int32, len(seqs))
 			for i, s := range seqs {
 				want[i] = toInt32(s)
@@ -58,7 +60,7 @@ func TestMegatronRejectsValuesThatAreNotTokenIDs(t *testing.T) {
 		t.Run(fmt.Sprintf("%v/%s", tc.dt, tc.shown), func(t *testing.T) {
 			prefix := filepath.Join(t.TempDir(), "bad")
 			writeMegatron(t, prefix, tc.dt, [][]float64{{1, 2}, {3, tc.value, 5}})
-			src := mustOpen(t, Spec{Name: "vals", Path: prefix, Format: FormatMegatron})
+			src := mustOpen(t, Spec{Name: "vals", Path: prefix, Format: files.Megatron})
 			if err := src.Read(0, 0, make([]int32, 2)); err != nil {
 				t.Fatalf("Read of the good sequence: %v", err)
 			}
@@ -84,7 +86,7 @@ func TestMegatronSequenceModes(t *testing.T) {
 			x := newMegatronIndex(dtUint16, seqs)
 			x.trailing = tc.trailing
 			writeFile(t, prefix+".idx", x.encode())
-			src, err := Open(Spec{Name: "modes", Path: prefix, Format: FormatMegatron})
+			src, err := Open(Spec{Name: "modes", Path: prefix, Format: files.Megatron})
 			if tc.fragment == "" {
 				if err != nil {
 					t.Fatal(err)
@@ -137,7 +139,7 @@ func TestMegatronBadInputs(t *testing.T) {
 			}
 			writeFile(t, prefix+".idx", idx)
 			writeFile(t, prefix+".bin", bin)
-			_, err := Open(Spec{Name: "corrupt", Path: prefix, Format: FormatMegatron})
+			_, err := Open(Spec{Name: "corrupt", Path: prefix, Format: files.Megatron})
 			checkInvalid(t, err, append(tc.fragments, `"corrupt"`, prefix)...)
 		})
 	}
@@ -162,7 +164,7 @@ func TestMegatronOpenReadsOnlyTheEnds(t *testing.T) {
 	var reads []uint64
 	sequenceReadHook = func(i uint64) { reads = append(reads, i) }
 	defer func() { sequenceReadHook = nil }()
-	src := mustOpen(t, Spec{Name: "big", Path: prefix, Format: FormatMegatron})
+	src := mustOpen(t, Spec{Name: "big", Path: prefix, Format: files.Megatron})
 	if len(reads) > 2 {
 		t.Errorf("Open read %d index entries (%v...), want at most 2", len(reads), reads[:3])
 	}
@@ -195,7 +197,7 @@ func TestMegatronNonContiguousSequences(t *testing.T) {
 	prefix := filepath.Join(t.TempDir(), "gap")
 	writeFile(t, prefix+".idx", x.encode())
 	writeFile(t, prefix+".bin", encodeTokens(dtUint16, slices.Concat(seqs...)))
-	src := mustOpen(t, Spec{Name: "gap", Path: prefix, Format: FormatMegatron})
+	src := mustOpen(t, Spec{Name: "gap", Path: prefix, Format: files.Megatron})
 	_, err := src.UnitLen(0)
 	checkInvalid(t, err, prefix+".idx", "sequence 0 ends at byte 4 but sequence 1 starts at byte 2", "contiguous")
 	checkInvalid(t, src.Read(1, 0, make([]int32, 2)), "sequence 1 ends at byte 6 but sequence 2 starts at byte 8")

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/dataloaderd/dataloaderd/internal/files"
 )
 
 // TestMegatronWriterRoundTrip: what the writer commits opens as a Megatron
@@ -35,7 +37,7 @@ func TestMegatronWriterRoundTrip(t *testing.T) {
 		if err := w.Commit(); err != nil {
 			t.Fatal(err)
 		}
-		src := mustOpen(t, Spec{Name: "w", Path: prefix, Format: FormatMegatron})
+		src := mustOpen(t, Spec{Name: "w", Path: prefix, Format: files.Megatron})
 		if m := src.(*dataset).parts[0].(*megatronFile); m.dtype != tc.dt {
 			t.Fatalf("written as %v, want %v", m.dtype, tc.dt)
 		}

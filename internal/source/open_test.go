@@ -7,6 +7,8 @@ import (
 	"slices"
 	"sync"
 	"testing"
+
+	"github.com/dataloaderd/dataloaderd/internal/files"
 )
 
 // megatronCorpus writes three Megatron pairs (one of them with no sequences)
@@ -35,11 +37,11 @@ func TestOpenMegatronPaths(t *testing.T) {
 		{"idx path", filepath.Join(dir, "a.idx"), want[:3]},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			src := mustOpen(t, Spec{Name: "m", Path: tc.path, Format: FormatMegatron})
+			src := mustOpen(t, Spec{Name: "m", Path: tc.path, Format: files.Megatron})
 			checkUnits(t, src, tc.want)
 		})
 	}
-	src := mustOpen(t, Spec{Name: "m", Path: dir, Format: FormatMegatron})
+	src := mustOpen(t, Spec{Name: "m", Path: dir, Format: files.Megatron})
 	var names []string
 	for _, f := range src.Files() {
 		info, err := os.Stat(f.Path)
@@ -58,7 +60,7 @@ func TestOpenTokenPaths(t *testing.T) {
 	writeFile(t, filepath.Join(dir, "2.bin"), encodeTokens(dtUint16, []float64{7, 0, 8}))
 	writeFile(t, filepath.Join(dir, "1.bin"), llmcFile(dtUint16, 4, []float64{1, 0, 2, 0}))
 	writeFile(t, filepath.Join(dir, "notes.txt"), []byte("x"))
-	spec := Spec{Name: "flat", Format: FormatTokens, BlockTokens: 2}
+	spec := Spec{Name: "flat", Format: files.Tokens, BlockTokens: 2}
 	for _, tc := range []struct {
 		name, path string
 		want       [][]int32
@@ -85,16 +87,16 @@ func TestOpenErrors(t *testing.T) {
 		fragments []string
 	}{
 		{"unknown format", Spec{Path: dir, Format: "parquet"}, []string{`format "parquet"`, `"arrow"`, `"megatron"`, `"tokens"`}},
-		{"missing megatron path", Spec{Path: missing, Format: FormatMegatron},
+		{"missing megatron path", Spec{Path: missing, Format: files.Megatron},
 			[]string{`path "` + missing + `": no megatron`, "files found"}},
-		{"missing tokens path", Spec{Path: missing, Format: FormatTokens},
+		{"missing tokens path", Spec{Path: missing, Format: files.Tokens},
 			[]string{`path "` + missing + `": no tokens (.bin) files found`}},
-		{"glob matching nothing", Spec{Path: filepath.Join(dir, "*.arrow"), Format: FormatTokens},
+		{"glob matching nothing", Spec{Path: filepath.Join(dir, "*.arrow"), Format: files.Tokens},
 			[]string{"no tokens (.bin) files found"}},
-		{"bad glob", Spec{Path: filepath.Join(dir, "[x"), Format: FormatTokens}, []string{"syntax error in pattern"}},
-		{"empty megatron dataset", Spec{Path: filepath.Join(dir, "empty"), Format: FormatMegatron},
+		{"bad glob", Spec{Path: filepath.Join(dir, "[x"), Format: files.Tokens}, []string{"syntax error in pattern"}},
+		{"empty megatron dataset", Spec{Path: filepath.Join(dir, "empty"), Format: files.Megatron},
 			[]string{"empty dataset", "empty.bin"}},
-		{"idx without bin", Spec{Path: filepath.Join(dir, "lonely"), Format: FormatMegatron},
+		{"idx without bin", Spec{Path: filepath.Join(dir, "lonely"), Format: files.Megatron},
 			[]string{filepath.Join(dir, "lonely", "x.bin"), "missing"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -103,7 +105,7 @@ func TestOpenErrors(t *testing.T) {
 			checkInvalid(t, err, append(tc.fragments, `dataset "ds"`)...)
 		})
 	}
-	_, err := Open(Spec{Name: "ds", Path: missing, Format: FormatTokens})
+	_, err := Open(Spec{Name: "ds", Path: missing, Format: files.Tokens})
 	if !errors.Is(err, ErrInvalid) {
 		t.Errorf("missing path: %v does not wrap ErrInvalid", err)
 	}
@@ -112,7 +114,7 @@ func TestOpenErrors(t *testing.T) {
 func TestConcurrentReadsAndClose(t *testing.T) {
 	dir := t.TempDir()
 	want := megatronCorpus(t, dir)
-	src, err := Open(Spec{Name: "m", Path: dir, Format: FormatMegatron})
+	src, err := Open(Spec{Name: "m", Path: dir, Format: files.Megatron})
 	if err != nil {
 		t.Fatal(err)
 	}

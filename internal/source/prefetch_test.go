@@ -3,6 +3,8 @@ package source
 import (
 	"path/filepath"
 	"testing"
+
+	"github.com/dataloaderd/dataloaderd/internal/files"
 )
 
 // TestPrefetchHintsAreHarmless: prefetch hints for every unit and offset,
@@ -13,7 +15,7 @@ func TestPrefetchHintsAreHarmless(t *testing.T) {
 	prefix := filepath.Join(t.TempDir(), "p")
 	writeFile(t, prefix+".idx", x.encode())
 	writeFile(t, prefix+".bin", encodeTokens(dtUint16, []float64{1, 2, 3, 4, 5, 6}))
-	src := mustOpen(t, Spec{Name: "p", Path: prefix, Format: FormatMegatron})
+	src := mustOpen(t, Spec{Name: "p", Path: prefix, Format: files.Megatron})
 	pf, ok := src.(Prefetcher)
 	if !ok {
 		t.Fatal("a Megatron dataset does not offer prefetch hints")

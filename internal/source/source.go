@@ -8,7 +8,11 @@
 // and read when a unit is read.
 package source
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/dataloaderd/dataloaderd/internal/files"
+)
 
 // ErrInvalid marks every error caused by bad input: a missing path, an empty
 // dataset, a corrupt or truncated file, an unknown format. The message names
@@ -56,7 +60,8 @@ type Spec struct {
 	// Path is a file prefix (Megatron: PREFIX.bin and PREFIX.idx), a file, a
 	// directory, or a glob.
 	Path string
-	// Format is "megatron", "tokens" or "arrow".
+	// Format is one of the token formats of the registry: files.Megatron,
+	// files.Tokens or files.Arrow.
 	Format string
 	// Dtype is the token type of flat token files without an llm.c header:
 	// "uint16" (default) or "uint32".
@@ -67,6 +72,8 @@ type Spec struct {
 	BlockTokens uint64
 	// Column is the token column of Arrow IPC files: list or large_list of
 	// integers (one row per document), or an integer column (one record
-	// batch per document). Empty means DefaultArrowColumn, "tokens".
+	// batch per document). Empty means DefaultArrowColumn.
 	Column string
+	// Roots confines the files the dataset may open; nil confines nothing.
+	Roots *files.Roots
 }

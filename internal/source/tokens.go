@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"sync/atomic"
+
+	"github.com/dataloaderd/dataloaderd/internal/files"
 )
 
 // The llm.c token file header: 256 little-endian int32, of which [0] is the
@@ -58,9 +60,9 @@ type tokenFile struct {
 }
 
 // openTokenFile maps one flat token file and checks its header or size.
-func openTokenFile(dataset, path string, layout tokenLayout) (_ *tokenFile, err error) {
-	f := &tokenFile{dataset: dataset, path: path, dtype: layout.dtype, blocks: layout.blocks}
-	if f.mapping, err = mapFile(dataset, path); err != nil {
+func openTokenFile(fs files.Dataset, path string, layout tokenLayout) (_ *tokenFile, err error) {
+	f := &tokenFile{dataset: fs.Name, path: path, dtype: layout.dtype, blocks: layout.blocks}
+	if f.mapping, err = mapFile(fs, path); err != nil {
 		return nil, err
 	}
 	defer func() {
@@ -221,7 +223,7 @@ func (f *tokenFile) files() []File {
 }
 
 func (f *tokenFile) close() error {
-	err := unmapFile(f.mapping)
+	err := files.Unmap(f.mapping)
 	f.mapping, f.data = nil, nil
 	return err
 }

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+
+	"github.com/dataloaderd/dataloaderd/internal/files"
 )
 
 // referenceBlocks cuts tokens into units by the documented rule, naively.
@@ -34,7 +36,7 @@ func TestTokensSnapping(t *testing.T) {
 	tokens := []float64{5, 6, 0, 7, 8, 9, 10, 11, 12, 0, 1, 0, 3}
 	path := filepath.Join(t.TempDir(), "docs.bin")
 	writeFile(t, path, encodeTokens(dtUint16, tokens))
-	src := mustOpen(t, Spec{Name: "flat", Path: path, Format: FormatTokens, EOS: 0, BlockTokens: 4})
+	src := mustOpen(t, Spec{Name: "flat", Path: path, Format: files.Tokens, EOS: 0, BlockTokens: 4})
 	checkUnits(t, src, [][]int32{{5, 6, 0, 7, 8, 9, 10, 11, 12, 0}, {}, {1, 0}, {3}})
 	for u, want := range []uint64{0, 4, 8, 12, 13} {
 		if got := src.Offset(uint64(u)); got != want {
@@ -75,7 +77,7 @@ func TestTokensFileKinds(t *testing.T) {
 				}
 				path := filepath.Join(t.TempDir(), "shard.bin")
 				writeFile(t, path, data)
-				src := mustOpen(t, Spec{Name: "flat", Path: path, Format: FormatTokens,
+				src := mustOpen(t, Spec{Name: "flat", Path: path, Format: files.Tokens,
 					Dtype: tc.dtype, EOS: tc.eos, BlockTokens: block})
 				want := referenceBlocks(toInt32(values), int32(tc.eos), int(block))
 				checkUnits(t, src, want)
@@ -106,7 +108,7 @@ func TestTokensDefaultBlock(t *testing.T) {
 	}
 	path := filepath.Join(t.TempDir(), "big.bin")
 	writeFile(t, path, encodeTokens(dtUint16, values))
-	src := mustOpen(t, Spec{Name: "flat", Path: path, Format: FormatTokens, EOS: 6})
+	src := mustOpen(t, Spec{Name: "flat", Path: path, Format: files.Tokens, EOS: 6})
 	checkUnits(t, src, referenceBlocks(toInt32(values), 6, DefaultBlockTokens))
 }
 
@@ -139,7 +141,7 @@ func TestTokensBadInputs(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "t.bin")
 			writeFile(t, path, tc.data)
 			spec := tc.spec
-			spec.Name, spec.Path, spec.Format = "toks", path, FormatTokens
+			spec.Name, spec.Path, spec.Format = "toks", path, files.Tokens
 			_, err := Open(spec)
 			fragments := append(tc.fragments, `"toks"`)
 			if tc.name != "bad dtype" {
@@ -153,7 +155,7 @@ func TestTokensBadInputs(t *testing.T) {
 func TestTokensRejectsValuesAboveInt32(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "wide.bin")
 	writeFile(t, path, encodeTokens(dtUint32, []float64{1, 0, 2, 1 << 31, 0}))
-	src := mustOpen(t, Spec{Name: "wide", Path: path, Format: FormatTokens, Dtype: "uint32", BlockTokens: 2})
+	src := mustOpen(t, Spec{Name: "wide", Path: path, Format: files.Tokens, Dtype: "uint32", BlockTokens: 2})
 	if err := src.Read(0, 0, make([]int32, 2)); err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +182,7 @@ func TestTokensEOSBytesStraddlingTokens(t *testing.T) {
 			values[99], values[250] = tc.eos, tc.eos
 			path := filepath.Join(t.TempDir(), "s.bin")
 			writeFile(t, path, encodeTokens(tc.dt, values))
-			src := mustOpen(t, Spec{Name: "s", Path: path, Format: FormatTokens,
+			src := mustOpen(t, Spec{Name: "s", Path: path, Format: files.Tokens,
 				Dtype: tc.dtypeField, EOS: int64(tc.eos), BlockTokens: 7})
 			checkUnits(t, src, referenceBlocks(toInt32(values), int32(tc.eos), 7))
 		})

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -115,62 +116,52 @@ func Decode(name string, b []byte) (Fingerprint, Rank, error) {
 	return f.Fingerprint, r, nil
 }
 
-// Save writes the rank's state into <folder>/dataloader/ atomically (temp file,
-// fsync, rename, fsync of the directory) and returns the file's path and size.
-func Save(folder string, fp Fingerprint, r Rank) (string, int, error) {
+// Folder is a checkpoint folder as Save and ReadFolder reach it; names are
+// relative to it. The daemon's file layer provides one that confines it to
+// the allowed roots; state itself opens no file.
+type Folder interface {
+	// Path is the folder's path, for messages and the saved file's path.
+	Path() string
+	// ReadDir lists the directory name, sorted by name.
+	ReadDir(name string) ([]fs.DirEntry, error)
+	// ReadFile reads the file name.
+	ReadFile(name string) ([]byte, error)
+	// MkdirAll makes the directory name and its missing parents.
+	MkdirAll(name string) error
+	// WriteFileAtomic replaces the file name's contents so that a reader
+	// sees the old or the new contents whole, even across a crash: a temp
+	// file in the same directory, fsync, rename, fsync of the directory.
+	WriteFileAtomic(name string, data []byte) error
+}
+
+// Save writes the rank's state into <folder>/dataloader/ atomically (see
+// Folder.WriteFileAtomic) and returns the file's path and size.
+func Save(folder Folder, fp Fingerprint, r Rank) (string, int, error) {
 	b, err := Encode(fp, r)
 	if err != nil {
 		return "", 0, err
 	}
-	dir := filepath.Join(folder, Dir)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := folder.MkdirAll(Dir); err != nil {
 		return "", 0, fmt.Errorf("save state: %w", err)
 	}
-	path := filepath.Join(dir, FileName(r.DPRank, r.DPSize))
-	if err := writeAtomic(path, b); err != nil {
+	name := filepath.Join(Dir, FileName(r.DPRank, r.DPSize))
+	path := filepath.Join(folder.Path(), name)
+	if err := folder.WriteFileAtomic(name, b); err != nil {
 		return "", 0, fmt.Errorf("save state %s: %w", path, err)
 	}
 	return path, len(b), nil
 }
 
-func writeAtomic(path string, b []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name()) // no-op after the rename
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return err
-	}
-	d, err := os.Open(filepath.Dir(path))
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
-}
-
 // ReadFolder reads every rank file in <folder>/dataloader/. The files must be
 // one complete world: the same dp_size, every rank once.
-func ReadFolder(folder string) ([][]byte, []string, error) {
-	dir := filepath.Join(folder, Dir)
-	entries, err := os.ReadDir(dir)
+func ReadFolder(folder Folder) ([][]byte, []string, error) {
+	dir := filepath.Join(folder.Path(), Dir)
+	entries, err := folder.ReadDir(Dir)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			return nil, nil, fmt.Errorf("%w: resume folder %s has no %s/ directory of rank files", ErrMismatch, folder, Dir)
+			return nil, nil, fmt.Errorf("%w: resume folder %s has no %s/ directory of rank files", ErrMismatch, folder.Path(), Dir)
 		}
-		return nil, nil, fmt.Errorf("resume from %s: %w", folder, err)
+		return nil, nil, fmt.Errorf("resume from %s: %w", folder.Path(), err)
 	}
 	var blobs [][]byte
 	var names []string
@@ -188,13 +179,12 @@ func ReadFolder(folder string) ([][]byte, []string, error) {
 		}
 		world = w
 		seen[r] = true
-		path := filepath.Join(dir, e.Name())
-		b, err := os.ReadFile(path)
+		b, err := folder.ReadFile(filepath.Join(Dir, e.Name()))
 		if err != nil {
 			return nil, nil, fmt.Errorf("resume: %w", err)
 		}
 		blobs = append(blobs, b)
-		names = append(names, path)
+		names = append(names, filepath.Join(dir, e.Name()))
 	}
 	if world < 0 {
 		return nil, nil, fmt.Errorf("%w: %s holds no rank-<r>-of-<w>.json files", ErrMismatch, dir)

@@ -50,7 +50,7 @@ func TestSaveLoadRescale(t *testing.T) {
 	folder := t.TempDir()
 	fp := testPrint()
 	for _, st := range world(2) {
-		path, n, err := Save(folder, fp, st)
+		path, n, err := Save(dirFolder(folder), fp, st)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -61,7 +61,7 @@ func TestSaveLoadRescale(t *testing.T) {
 	if left, _ := filepath.Glob(filepath.Join(folder, Dir, ".*tmp*")); len(left) > 0 {
 		t.Fatalf("temp files left: %v", left)
 	}
-	blobs, names, err := ReadFolder(folder)
+	blobs, names, err := ReadFolder(dirFolder(folder))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +86,7 @@ func TestLoadErrors(t *testing.T) {
 	save := func(t *testing.T, ranks []Rank, fp Fingerprint) string {
 		folder := t.TempDir()
 		for _, st := range ranks {
-			if _, _, err := Save(folder, fp, st); err != nil {
+			if _, _, err := Save(dirFolder(folder), fp, st); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -106,7 +106,7 @@ func TestLoadErrors(t *testing.T) {
 		{"files differ", func(t *testing.T) string { return save(t, world(2), other) }, `dataset "a": files differ`},
 		{"mixed worlds", func(t *testing.T) string {
 			f := save(t, world(2), fp)
-			if _, _, err := Save(f, fp, world(3)[0]); err != nil {
+			if _, _, err := Save(dirFolder(f), fp, world(3)[0]); err != nil {
 				t.Fatal(err)
 			}
 			return f
@@ -119,7 +119,7 @@ func TestLoadErrors(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			blobs, names, err := ReadFolder(c.folder(t))
+			blobs, names, err := ReadFolder(dirFolder(c.folder(t)))
 			if err == nil {
 				_, err = Merge(fp, names, blobs)
 			}

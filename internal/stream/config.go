@@ -4,8 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"slices"
 	"strings"
+
+	"github.com/dataloaderd/dataloaderd/internal/files"
 )
 
 // ErrInvalidConfig marks a job config the daemon refuses; the message names
@@ -35,9 +36,6 @@ type Dataset struct {
 	// OnBadRecord is "", "error" or "skip" (text formats).
 	OnBadRecord string
 }
-
-// Formats a dataset may have.
-var Formats = []string{"megatron", "tokens", "arrow", "parquet", "jsonl"}
 
 // Config is a job config: what makes the token stream of every rank.
 type Config struct {
@@ -99,6 +97,7 @@ func (c Config) Validate() error {
 	seen := map[string]bool{}
 	positive := false
 	for i, d := range c.Datasets {
+		format, known := files.Lookup(d.Format)
 		switch {
 		case d.Name == "":
 			return invalid("datasets[%d]: name is empty", i)
@@ -106,18 +105,18 @@ func (c Config) Validate() error {
 			return invalid("datasets[%d]: name %q is used twice", i, d.Name)
 		case d.Path == "":
 			return invalid("dataset %q: path is empty", d.Name)
-		case !slices.Contains(Formats, d.Format):
-			return invalid("dataset %q: unknown format %q (want %s)", d.Name, d.Format, strings.Join(Formats, ", "))
-		case isText(d.Format) && d.Tokenizer == "":
+		case !known:
+			return invalid("dataset %q: unknown format %q (want %s)", d.Name, d.Format, strings.Join(files.Names(nil), ", "))
+		case format.Text && d.Tokenizer == "":
 			return invalid("dataset %q: format %s is tokenized on the fly and needs a tokenizer (a built-in encoding such as cl100k_base, or a tokenizer.json path)", d.Name, d.Format)
-		case !isText(d.Format) && d.Tokenizer != "":
-			return invalid("dataset %q: format %s is already tokenized; tokenizer %q applies to parquet and jsonl only", d.Name, d.Format, d.Tokenizer)
-		case !isText(d.Format) && d.OnBadRecord != "":
-			return invalid("dataset %q: on_bad_record applies to parquet and jsonl only", d.Name)
+		case !format.Text && d.Tokenizer != "":
+			return invalid("dataset %q: format %s is already tokenized; tokenizer %q applies to %s only", d.Name, d.Format, d.Tokenizer, textFormats())
+		case !format.Text && d.OnBadRecord != "":
+			return invalid("dataset %q: on_bad_record applies to %s only", d.Name, textFormats())
 		case d.OnBadRecord != "" && d.OnBadRecord != "error" && d.OnBadRecord != "skip":
 			return invalid("dataset %q: on_bad_record %q: want error or skip", d.Name, d.OnBadRecord)
-		case d.Field != "" && d.Format != "arrow" && !isText(d.Format):
-			return invalid("dataset %q: field applies to arrow, parquet and jsonl only", d.Name)
+		case d.Field != "" && !files.HasField(format):
+			return invalid("dataset %q: field applies to %s only", d.Name, files.List(files.Names(files.HasField), "and"))
 		case math.IsNaN(d.Weight) || math.IsInf(d.Weight, 0) || d.Weight < 0:
 			return invalid("dataset %q: weight must be a finite number >= 0, got %v", d.Name, d.Weight)
 		}
@@ -129,6 +128,9 @@ func (c Config) Validate() error {
 	}
 	return nil
 }
+
+// textFormats names the formats tokenized on the fly, for messages.
+func textFormats() string { return files.List(files.Names(files.IsText), "and") }
 
 // ValidateRank checks a rank against the config.
 func (c Config) ValidateRank(dpRank, dpSize uint32) error {

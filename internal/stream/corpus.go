@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 
+	"github.com/dataloaderd/dataloaderd/internal/files"
 	"github.com/dataloaderd/dataloaderd/internal/source"
 	"github.com/dataloaderd/dataloaderd/internal/state"
 	"github.com/dataloaderd/dataloaderd/internal/text"
@@ -68,7 +69,7 @@ func OpenCorpusWith(cfg Config, res *Resources) (*Corpus, error) {
 		if textual {
 			src, tokID, err = res.openText(cfg, d)
 		} else {
-			src, err = openDataset(cfg, d)
+			src, err = openDataset(cfg, d, res.roots())
 		}
 		if err != nil {
 			c.Close()
@@ -111,8 +112,8 @@ const unitsPerShard = 4
 // with smaller blocks when the default gives too few units for the shards;
 // the block size is then a function of the file sizes and logical_shards,
 // both in the fingerprint, so every run and rank agrees on the units.
-func openDataset(cfg Config, d Dataset) (source.Source, error) {
-	spec := source.Spec{Name: d.Name, Path: d.Path, Format: d.Format, Dtype: d.Dtype, EOS: cfg.EOS, Column: d.Field}
+func openDataset(cfg Config, d Dataset, roots *files.Roots) (source.Source, error) {
+	spec := source.Spec{Name: d.Name, Path: d.Path, Format: d.Format, Dtype: d.Dtype, EOS: cfg.EOS, Column: d.Field, Roots: roots}
 	src, err := openSource(spec)
 	if err != nil || !src.Delimited() {
 		return src, err

@@ -1,11 +1,15 @@
 package stream
 
 import (
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"runtime"
-	"slices"
+	"strings"
 	"sync"
 
+	"github.com/dataloaderd/dataloaderd/internal/files"
 	"github.com/dataloaderd/dataloaderd/internal/source"
 	"github.com/dataloaderd/dataloaderd/internal/text"
 	"github.com/dataloaderd/dataloaderd/internal/tokenize"
@@ -20,6 +24,10 @@ type Resources struct {
 	TokenizerDirs []string
 	// OnSkip, when set, is told of every bad record a dataset skips.
 	OnSkip func(dataset string, err error)
+	// Roots confines the files datasets open (their data, and tokenizer
+	// files named by path); nil confines nothing. The built-in encodings
+	// of TokenizerDirs are the operator's own and are read as they are.
+	Roots *files.Roots
 
 	pool  *text.Pool
 	cache *text.Cache
@@ -61,7 +69,16 @@ func (r *Resources) tokenizer(dataset, spec string) (text.Encoder, string, error
 	if t, ok := r.toks[spec]; ok {
 		return t.tok, t.id, nil
 	}
-	tok, id, err := tokenize.Load(spec, r.TokenizerDirs...)
+	// A tokenizer file the job names by path is read through the roots.
+	read := os.ReadFile
+	if strings.ContainsRune(spec, filepath.Separator) {
+		what := fmt.Sprintf("dataset %q tokenizer", dataset)
+		read = func(path string) ([]byte, error) { return r.Roots.ReadFile(what, path) }
+	}
+	tok, id, err := tokenize.LoadWith(read, spec, r.TokenizerDirs...)
+	if outside := (*files.OutsideError)(nil); errors.As(err, &outside) {
+		return nil, "", outside
+	}
 	if err != nil {
 		return nil, "", fmt.Errorf("%w: dataset %q: tokenizer %q: %w", source.ErrInvalid, dataset, spec, err)
 	}
@@ -87,11 +104,11 @@ var textBlockBytes uint64 = 256 << 10 // tests lower it
 // textBlockFloor is the smallest block openText shrinks to.
 const textBlockFloor = 4096
 
-// textFormats are the formats tokenized on the fly.
-var textFormats = []string{text.FormatParquet, text.FormatJSONL}
-
 // isText reports whether a format is tokenized on the fly.
-func isText(format string) bool { return slices.Contains(textFormats, format) }
+func isText(format string) bool {
+	f, ok := files.Lookup(format)
+	return ok && f.Text
+}
 
 // openText opens a text dataset tokenized on the fly. Plain JSONL files are
 // opened again with smaller blocks when the default gives too few units for
@@ -106,7 +123,7 @@ func (r *Resources) openText(cfg Config, d Dataset) (source.Source, string, erro
 	// logical shard leave room for a file shared by two shards and for
 	// the decoders left behind where a shard's part of a file ends.
 	spec := text.Spec{Name: d.Name, Path: d.Path, Format: d.Format, Field: d.Field, OnBadRecord: d.OnBadRecord,
-		BlockBytes: textBlockBytes, Decoders: max(text.DefaultDecoders, 2*int(cfg.LogicalShards))}
+		BlockBytes: textBlockBytes, Decoders: max(text.DefaultDecoders, 2*int(cfg.LogicalShards)), Roots: r.Roots}
 	if r.OnSkip != nil {
 		name := d.Name
 		spec.OnSkip = func(err error) { r.OnSkip(name, err) }
@@ -116,7 +133,7 @@ func (r *Resources) openText(cfg Config, d Dataset) (source.Source, string, erro
 		return nil, "", err
 	}
 	want := uint64(cfg.LogicalShards) * unitsPerShard
-	if d.Format == text.FormatJSONL && ds.Units() < want {
+	if d.Format == files.JSONL && ds.Units() < want {
 		spec.BlockBytes = max(textBlockFloor, ds.Bytes()/want)
 		ds.Close()
 		if ds, err = text.Open(spec); err != nil {
@@ -125,4 +142,12 @@ func (r *Resources) openText(cfg Config, d Dataset) (source.Source, string, erro
 	}
 	frame := text.Framing{EOS: int32(cfg.EOS), BOS: int32(max(cfg.BOS, 0)), HasBOS: cfg.BOS >= 0}
 	return text.Tokenized(ds, tok, frame, r.cache, r.pool), id, nil
+}
+
+// roots is r.Roots, or none when r is nil.
+func (r *Resources) roots() *files.Roots {
+	if r == nil {
+		return nil
+	}
+	return r.Roots
 }

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"path/filepath"
 	"testing"
+
+	"github.com/dataloaderd/dataloaderd/internal/files"
 )
 
 // FuzzJSONLBlocks checks the plain JSONL splitter: units tile the file, each
@@ -18,7 +20,7 @@ func FuzzJSONLBlocks(f *testing.F) {
 		}
 		path := filepath.Join(t.TempDir(), "f.jsonl")
 		writeFile(t, path, data)
-		ds, err := Open(Spec{Name: "fuzz", Path: path, Format: FormatJSONL, BlockBytes: uint64(block), OnBadRecord: OnBadRecordSkip})
+		ds, err := Open(Spec{Name: "fuzz", Path: path, Format: files.JSONL, BlockBytes: uint64(block), OnBadRecord: OnBadRecordSkip})
 		if err != nil {
 			t.Fatal(err)
 		}

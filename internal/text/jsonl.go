@@ -7,10 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 
 	"github.com/klauspost/compress/zstd"
 
+	"github.com/dataloaderd/dataloaderd/internal/files"
 	"github.com/dataloaderd/dataloaderd/internal/source"
 )
 
@@ -37,10 +37,11 @@ type jsonlFile struct {
 // openJSONLFile opens a JSONL file, compressed or not. A compressed file's
 // size hint is read from its header (zstd) or its last 4 bytes (gzip): a
 // constant amount of reading per file.
-func openJSONLFile(dataset, path, field string, blocks uint64, pool *decoderPool) (part, error) {
-	f, err := os.Open(path)
+func openJSONLFile(fs files.Dataset, path, field string, blocks uint64, pool *decoderPool) (part, error) {
+	dataset := fs.Name
+	f, err := fs.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("%w: dataset %q: %w", source.ErrInvalid, dataset, err)
+		return nil, source.DatasetError(dataset, err)
 	}
 	defer f.Close()
 	head := make([]byte, zstd.HeaderMaxSize)
@@ -50,7 +51,7 @@ func openJSONLFile(dataset, path, field string, blocks uint64, pool *decoderPool
 	if err != nil {
 		return nil, fmt.Errorf("%w: dataset %q: %w", source.ErrInvalid, dataset, err)
 	}
-	z := &zjsonlFile{dataset: dataset, path: path, field: field, size: info.Size(), block: blocks, pool: pool}
+	z := &zjsonlFile{fs: fs, dataset: dataset, path: path, field: field, size: info.Size(), block: blocks, pool: pool}
 	switch {
 	case bytes.HasPrefix(head, gzipMagic):
 		var tail [4]byte
@@ -71,9 +72,9 @@ func openJSONLFile(dataset, path, field string, blocks uint64, pool *decoderPool
 		z.setUnits()
 		return z, nil
 	}
-	data, err := source.MapFile(dataset, path)
+	data, err := fs.Map(path)
 	if err != nil {
-		return nil, err
+		return nil, source.DatasetError(dataset, err)
 	}
 	return &jsonlFile{dataset: dataset, path: path, field: field, data: data, blocks: blocks}, nil
 }
@@ -134,7 +135,7 @@ func (f *jsonlFile) docs(b uint64, visit func([]byte) error, bad func(*BadRecord
 func (f *jsonlFile) file() source.File { return source.File{Path: f.path, Size: int64(len(f.data))} }
 
 func (f *jsonlFile) close() error {
-	err := source.UnmapFile(f.data)
+	err := files.Unmap(f.data)
 	f.data = nil
 	return err
 }

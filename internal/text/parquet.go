@@ -9,6 +9,7 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/file"
 	"github.com/apache/arrow-go/v18/parquet/schema"
 
+	"github.com/dataloaderd/dataloaderd/internal/files"
 	"github.com/dataloaderd/dataloaderd/internal/source"
 )
 
@@ -33,10 +34,10 @@ type parquetFile struct {
 
 // openParquetFile maps a Parquet file, reads its footer and finds the text
 // column.
-func openParquetFile(dataset, path, field string) (_ part, err error) {
-	p := &parquetFile{dataset: dataset, path: path, field: field}
-	if p.data, err = source.MapFile(dataset, path); err != nil {
-		return nil, err
+func openParquetFile(fs files.Dataset, path, field string) (_ part, err error) {
+	p := &parquetFile{dataset: fs.Name, path: path, field: field}
+	if p.data, err = fs.Map(path); err != nil {
+		return nil, source.DatasetError(fs.Name, err)
 	}
 	defer func() {
 		if r := recover(); r != nil {
@@ -148,7 +149,7 @@ func (p *parquetFile) docs(g uint64, visit func([]byte) error, bad func(*BadReco
 func (p *parquetFile) file() source.File { return source.File{Path: p.path, Size: int64(len(p.data))} }
 
 func (p *parquetFile) close() error {
-	err := source.UnmapFile(p.data)
+	err := files.Unmap(p.data)
 	p.data = nil
 	return err
 }

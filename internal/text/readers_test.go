@@ -12,6 +12,8 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/parquet"
+
+	"github.com/dataloaderd/dataloaderd/internal/files"
 )
 
 // sampleTexts are documents of varied lengths, some with escapes and
@@ -38,7 +40,7 @@ func TestJSONLPlainBlocks(t *testing.T) {
 	writeFile(t, path, data)
 	for _, block := range []uint64{1, 7, 100, 1000, 1 << 20} {
 		t.Run(fmt.Sprint("block", block), func(t *testing.T) {
-			ds := mustOpen(t, Spec{Name: "j", Path: path, Format: FormatJSONL, BlockBytes: block})
+			ds := mustOpen(t, Spec{Name: "j", Path: path, Format: files.JSONL, BlockBytes: block})
 			if want := (uint64(len(data)) + block - 1) / block; ds.Units() != want {
 				t.Errorf("Units() = %d, want %d", ds.Units(), want)
 			}
@@ -67,7 +69,7 @@ func TestJSONLCompressed(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), tc.name)
 			writeFile(t, path, tc.file)
-			ds := mustOpen(t, Spec{Name: "z", Path: path, Format: FormatJSONL, Field: "body", BlockBytes: 10})
+			ds := mustOpen(t, Spec{Name: "z", Path: path, Format: files.JSONL, Field: "body", BlockBytes: 10})
 			if want := uint64(tc.hint+9) / 10; ds.Units() != want || ds.Bytes() != uint64(tc.hint) {
 				t.Errorf("Units, Bytes = %d, %d; want %d, the hinted text size %d", ds.Units(), ds.Bytes(), want, tc.hint)
 			}
@@ -85,12 +87,12 @@ func TestJSONLPathsMixed(t *testing.T) {
 	writeFile(t, filepath.Join(dir, "b.jsonl.gz"), gzipBytes(t, jsonlLines("text", []string{"b1"})))
 	writeFile(t, filepath.Join(dir, "c.ndjson.zst"), zstdBytes(t, jsonlLines("text", []string{"c1", "c2"})))
 	writeFile(t, filepath.Join(dir, "notes.txt"), []byte("not data"))
-	ds := mustOpen(t, Spec{Name: "mixed", Path: dir, Format: FormatJSONL})
+	ds := mustOpen(t, Spec{Name: "mixed", Path: dir, Format: files.JSONL})
 	checkDataset(t, ds, []string{"a1", "a2", "b1", "c1", "c2"})
 	if n := len(ds.Files()); n != 3 {
 		t.Errorf("Files() has %d files, want 3", n)
 	}
-	ds = mustOpen(t, Spec{Name: "glob", Path: filepath.Join(dir, "*.gz"), Format: FormatJSONL})
+	ds = mustOpen(t, Spec{Name: "glob", Path: filepath.Join(dir, "*.gz"), Format: files.JSONL})
 	checkDataset(t, ds, []string{"b1"})
 }
 
@@ -124,13 +126,13 @@ func TestJSONLBadRecords(t *testing.T) {
 				default:
 					writeFile(t, path, content)
 				}
-				ds := mustOpen(t, Spec{Name: "bad", Path: path, Format: FormatJSONL})
+				ds := mustOpen(t, Spec{Name: "bad", Path: path, Format: files.JSONL})
 				err := ds.Docs(0, func([]byte) error { return nil })
 				checkInvalid(t, err, append(tc.fragments, path, `dataset "bad"`, where, `field "text"`)...)
 
 				var mu sync.Mutex
 				var logged []error
-				ds = mustOpen(t, Spec{Name: "bad", Path: path, Format: FormatJSONL, OnBadRecord: OnBadRecordSkip,
+				ds = mustOpen(t, Spec{Name: "bad", Path: path, Format: files.JSONL, OnBadRecord: OnBadRecordSkip,
 					OnSkip: func(err error) { mu.Lock(); logged = append(logged, err); mu.Unlock() }})
 				for range 3 {
 					checkDataset(t, ds, []string{"fine", "fine"})
@@ -177,7 +179,7 @@ func TestParquetRowGroups(t *testing.T) {
 			}
 			path := filepath.Join(t.TempDir(), "docs.parquet")
 			writeParquet(t, path, col)
-			ds := mustOpen(t, Spec{Name: "p", Path: path, Format: FormatParquet, Field: "content"})
+			ds := mustOpen(t, Spec{Name: "p", Path: path, Format: files.Parquet, Field: "content"})
 			if ds.Units() != uint64(len(groups)) {
 				t.Fatalf("Units() = %d, want one per row group, %d", ds.Units(), len(groups))
 			}
@@ -226,7 +228,7 @@ func TestParquetBadInputs(t *testing.T) {
 		{"not parquet", garbage, "text", []string{"not a readable Parquet file"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := Open(Spec{Name: "pq", Path: tc.path, Format: FormatParquet, Field: tc.field})
+			_, err := Open(Spec{Name: "pq", Path: tc.path, Format: files.Parquet, Field: tc.field})
 			checkInvalid(t, err, append(tc.fragments, tc.path, `dataset "pq"`)...)
 		})
 	}
@@ -240,10 +242,10 @@ func TestParquetBadInputs(t *testing.T) {
 		{"non-UTF-8 binary", binary, 0, []string{"a"}, []string{"row group 0, row 1", "is not valid UTF-8"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ds := mustOpen(t, Spec{Name: "pq", Path: tc.path, Format: FormatParquet})
+			ds := mustOpen(t, Spec{Name: "pq", Path: tc.path, Format: files.Parquet})
 			err := ds.Docs(tc.unit, func([]byte) error { return nil })
 			checkInvalid(t, err, append(tc.fragments, tc.path)...)
-			ds = mustOpen(t, Spec{Name: "pq", Path: tc.path, Format: FormatParquet, OnBadRecord: OnBadRecordSkip})
+			ds = mustOpen(t, Spec{Name: "pq", Path: tc.path, Format: files.Parquet, OnBadRecord: OnBadRecordSkip})
 			var got []string
 			if err := ds.Docs(tc.unit, func(b []byte) error { got = append(got, string(b)); return nil }); err != nil {
 				t.Fatal(err)
@@ -301,7 +303,7 @@ func TestParquetOpenReadsOnlyTheFooter(t *testing.T) {
 		return r
 	}
 	defer func() { newReaderAt = saved }()
-	ds := mustOpen(t, Spec{Name: "big", Path: path, Format: FormatParquet})
+	ds := mustOpen(t, Spec{Name: "big", Path: path, Format: files.Parquet})
 	opened := readers[0].bytes
 	size := ds.Files()[0].Size
 	if opened > 64<<10 || opened*20 > size {
@@ -323,10 +325,10 @@ func TestOpenErrors(t *testing.T) {
 		fragments []string
 	}{
 		{"unknown format", Spec{Path: dir, Format: "csv"}, []string{`format "csv"`, `"parquet"`, `"jsonl"`}},
-		{"bad policy", Spec{Path: dir, Format: FormatJSONL, OnBadRecord: "ignore"}, []string{`on_bad_record "ignore"`, `"skip"`}},
-		{"no parquet files", Spec{Path: dir, Format: FormatParquet}, []string{"no parquet (.parquet) files found"}},
-		{"missing path", Spec{Path: filepath.Join(dir, "nope"), Format: FormatJSONL}, []string{"no jsonl"}},
-		{"bad glob", Spec{Path: filepath.Join(dir, "[x"), Format: FormatJSONL}, []string{"syntax error in pattern"}},
+		{"bad policy", Spec{Path: dir, Format: files.JSONL, OnBadRecord: "ignore"}, []string{`on_bad_record "ignore"`, `"skip"`}},
+		{"no parquet files", Spec{Path: dir, Format: files.Parquet}, []string{"no parquet (.parquet) files found"}},
+		{"missing path", Spec{Path: filepath.Join(dir, "nope"), Format: files.JSONL}, []string{"no jsonl"}},
+		{"bad glob", Spec{Path: filepath.Join(dir, "[x"), Format: files.JSONL}, []string{"syntax error in pattern"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.spec.Name = "ds"
@@ -346,7 +348,7 @@ func TestParquetConcurrentReads(t *testing.T) {
 	}
 	path := filepath.Join(t.TempDir(), "c.parquet")
 	writeParquet(t, path, col)
-	ds := mustOpen(t, Spec{Name: "p", Path: path, Format: FormatParquet})
+	ds := mustOpen(t, Spec{Name: "p", Path: path, Format: files.Parquet})
 	want := unitDocs(t, ds)
 	var wg sync.WaitGroup
 	errs := make(chan string, 64)

@@ -23,17 +23,11 @@ package text
 import (
 	"errors"
 	"fmt"
-	"sort"
 	"sync"
 	"sync/atomic"
 
+	"github.com/dataloaderd/dataloaderd/internal/files"
 	"github.com/dataloaderd/dataloaderd/internal/source"
-)
-
-// Formats Open accepts in Spec.Format.
-const (
-	FormatParquet = "parquet"
-	FormatJSONL   = "jsonl"
 )
 
 // Values of Spec.OnBadRecord.
@@ -43,7 +37,7 @@ const (
 )
 
 // DefaultField is the text column or field when Spec.Field is empty.
-const DefaultField = "text"
+const DefaultField = files.TextField
 
 // DefaultBlockBytes is the nominal unit size of plain JSONL files when
 // Spec.BlockBytes is 0.
@@ -56,7 +50,8 @@ type Spec struct {
 	// Path is a file, a directory (its *.parquet files, or its .jsonl and
 	// .ndjson files, optionally ending .gz or .zst) or a glob.
 	Path string
-	// Format is "parquet" or "jsonl".
+	// Format is one of the text formats of the registry: files.Parquet or
+	// files.JSONL.
 	Format string
 	// Field is the Parquet column or JSONL field holding the text; empty
 	// means "text".
@@ -79,6 +74,8 @@ type Spec struct {
 	// its unit is read), with the error it would otherwise have been; for
 	// logging. It may be called from several goroutines at once.
 	OnSkip func(error)
+	// Roots confines the files the dataset may open; nil confines nothing.
+	Roots *files.Roots
 }
 
 // Dataset is a text corpus as units of whole documents, concatenated over
@@ -169,13 +166,12 @@ type part interface {
 
 // dataset concatenates parts and applies the bad-record policy.
 type dataset struct {
-	name      string
-	parts     []part
-	unitStart []uint64 // one more entry than parts
-	byteBase  []uint64 // one more entry than parts
-	skip      bool
-	onSkip    func(error)
-	pool      *decoderPool // nil unless JSONL
+	name   string
+	parts  []part
+	units  files.Concat // of the parts, sized in bytes
+	skip   bool
+	onSkip func(error)
+	pool   *decoderPool // nil unless JSONL
 
 	skipped     atomic.Uint64
 	skippedSeen sync.Map // unit -> struct{}: units whose skips are counted
@@ -185,35 +181,26 @@ type dataset struct {
 }
 
 func newDataset(spec Spec, parts []part) *dataset {
-	d := &dataset{
-		name:      spec.Name,
-		parts:     parts,
-		unitStart: make([]uint64, len(parts)+1),
-		byteBase:  make([]uint64, len(parts)+1),
-		skip:      spec.OnBadRecord == OnBadRecordSkip,
-		onSkip:    spec.OnSkip,
+	return &dataset{
+		name:   spec.Name,
+		parts:  parts,
+		units:  files.NewConcat(len(parts), func(i int) (uint64, uint64) { return parts[i].units(), parts[i].bytes() }),
+		skip:   spec.OnBadRecord == OnBadRecordSkip,
+		onSkip: spec.OnSkip,
 	}
-	for i, p := range parts {
-		d.unitStart[i+1] = d.unitStart[i] + p.units()
-		d.byteBase[i+1] = d.byteBase[i] + p.bytes()
-	}
-	return d
 }
 
-func (d *dataset) Units() uint64 { return d.unitStart[len(d.parts)] }
-func (d *dataset) Bytes() uint64 { return d.byteBase[len(d.parts)] }
+func (d *dataset) Units() uint64 { return d.units.Units() }
+func (d *dataset) Bytes() uint64 { return d.units.Size() }
 
-func (d *dataset) locate(u uint64) (int, uint64) {
-	i := sort.Search(len(d.parts), func(i int) bool { return d.unitStart[i+1] > u })
-	return i, u - d.unitStart[i]
-}
+func (d *dataset) locate(u uint64) (int, uint64) { return d.units.Locate(u) }
 
 func (d *dataset) Offset(u uint64) uint64 {
 	if u >= d.Units() {
 		return d.Bytes()
 	}
 	i, local := d.locate(u)
-	return d.byteBase[i] + min(d.parts[i].offset(local), d.parts[i].bytes())
+	return d.units.Base(i) + min(d.parts[i].offset(local), d.parts[i].bytes())
 }
 
 // Docs visits unit u's documents. Under "skip", the unit's bad records are
@@ -255,11 +242,11 @@ func (d *dataset) Groups(lo, hi uint64) [][2]uint64 {
 	}
 	var runs [][2]uint64
 	i, _ := d.locate(lo)
-	for ; i < len(d.parts) && d.unitStart[i] < hi; i++ {
+	for ; i < len(d.parts) && d.units.Start(i) < hi; i++ {
 		if _, ok := d.parts[i].(*zjsonlFile); !ok {
 			continue
 		}
-		if a, b := max(d.unitStart[i], lo), min(d.unitStart[i+1], hi); b-a >= 2 {
+		if a, b := max(d.units.Start(i), lo), min(d.units.Start(i+1), hi); b-a >= 2 {
 			runs = append(runs, [2]uint64{a, b})
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dataloaderd/dataloaderd/internal/files"
 	"github.com/dataloaderd/dataloaderd/internal/source"
 )
 
@@ -80,7 +81,7 @@ func readAll(t *testing.T, src source.Source) [][]int32 {
 func jsonlDataset(t *testing.T, texts []string, block uint64) Dataset {
 	path := filepath.Join(t.TempDir(), "docs.jsonl")
 	writeFile(t, path, jsonlLines("text", texts))
-	ds, err := Open(Spec{Name: "j", Path: path, Format: FormatJSONL, BlockBytes: block})
+	ds, err := Open(Spec{Name: "j", Path: path, Format: files.JSONL, BlockBytes: block})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,7 +265,7 @@ func TestCloseWaitsForPrefetch(t *testing.T) {
 		if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		ds, err := Open(Spec{Name: "a", Path: path, Format: FormatJSONL, BlockBytes: 4096})
+		ds, err := Open(Spec{Name: "a", Path: path, Format: files.JSONL, BlockBytes: 4096})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/klauspost/compress/zstd"
+
+	"github.com/dataloaderd/dataloaderd/internal/files"
 )
 
 // zstdStream compresses data as the zstd command does from a pipe: the
@@ -40,9 +42,9 @@ func zstdStream(t testing.TB, data []byte) []byte {
 // replaced by hint when hint is not 0.
 func openZ(t testing.TB, path string, block, hint uint64) (*dataset, *zjsonlFile) {
 	t.Helper()
-	spec := Spec{Name: "z", Path: path, Format: FormatJSONL, BlockBytes: block}
+	spec := Spec{Name: "z", Path: path, Format: files.JSONL, BlockBytes: block}
 	pool := newDecoderPool(0)
-	p, err := openJSONLFile(spec.Name, path, DefaultField, block, pool)
+	p, err := openJSONLFile(files.Dataset{Name: spec.Name}, path, DefaultField, block, pool)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +93,7 @@ func TestCompressedHints(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(dir, tc.name)
 			writeFile(t, path, tc.file)
-			ds := mustOpen(t, Spec{Name: "z", Path: path, Format: FormatJSONL, BlockBytes: block})
+			ds := mustOpen(t, Spec{Name: "z", Path: path, Format: files.JSONL, BlockBytes: block})
 			if ds.Units() != tc.units {
 				t.Errorf("Units() = %d, want %d", ds.Units(), tc.units)
 			}
@@ -288,7 +290,7 @@ func TestCompressedDecoderBound(t *testing.T) {
 		writeFile(t, filepath.Join(dir, name), gzipBytes(t, jsonlLines("text", sampleTexts(500, 7))))
 	}
 	for _, decoders := range []int{1, 2} {
-		ds := mustOpen(t, Spec{Name: "z", Path: dir, Format: FormatJSONL, BlockBytes: 2000, Decoders: decoders})
+		ds := mustOpen(t, Spec{Name: "z", Path: dir, Format: files.JSONL, BlockBytes: 2000, Decoders: decoders})
 		d := ds.(*dataset)
 		runs := ds.Groups(0, ds.Units())
 		if len(runs) != 2 || runs[0][0] != 0 || runs[1][1] != ds.Units() || runs[0][1] != runs[1][0] {
@@ -341,11 +343,11 @@ func TestCompressedMaxWindow(t *testing.T) {
 		writeFile(t, filepath.Join(dir, fmt.Sprintf("w%d.jsonl.zst", window)), b.Bytes())
 	}
 	writeFile(t, filepath.Join(dir, "g.jsonl.gz"), gzipBytes(t, data))
-	ds := mustOpen(t, Spec{Name: "z", Path: dir, Format: FormatJSONL, BlockBytes: 1000})
+	ds := mustOpen(t, Spec{Name: "z", Path: dir, Format: files.JSONL, BlockBytes: 1000})
 	if st := ds.Compressed(); st.Files != 3 || st.MaxWindow != 8<<20 {
 		t.Fatalf("stats %+v, want 3 files and an 8 MiB window", st)
 	}
-	gz := mustOpen(t, Spec{Name: "g", Path: filepath.Join(dir, "g.jsonl.gz"), Format: FormatJSONL, BlockBytes: 1000})
+	gz := mustOpen(t, Spec{Name: "g", Path: filepath.Join(dir, "g.jsonl.gz"), Format: files.JSONL, BlockBytes: 1000})
 	if st := gz.Compressed(); st.MaxWindow != 0 {
 		t.Fatalf("gzip stats %+v, want no window", st)
 	}

@@ -15,9 +15,18 @@ import (
 // fingerprint of saved states: the encoding name (its rank file's SHA-256 is
 // checked on load) or "tokenizer.json sha256:<first 16 bytes>" of the file.
 func Load(spec string, dirs ...string) (*Tokenizer, string, error) {
+	return LoadWith(os.ReadFile, spec, dirs...)
+}
+
+// LoadWith is Load with the files the config names by path read by
+// readFile, so that the caller can confine them: a tokenizer.json, or the
+// rank file beside a <name>.tiktoken path. The rank files of built-in
+// encodings, in dirs and $DATALOADERD_TOKENIZERS, are the operator's and
+// are read with os.ReadFile.
+func LoadWith(readFile func(path string) ([]byte, error), spec string, dirs ...string) (*Tokenizer, string, error) {
 	switch {
 	case strings.HasSuffix(spec, ".json"):
-		b, err := os.ReadFile(spec)
+		b, err := readFile(spec)
 		if err != nil {
 			return nil, "", err
 		}
@@ -26,7 +35,11 @@ func Load(spec string, dirs ...string) (*Tokenizer, string, error) {
 		return tok, "tokenizer.json sha256:" + hex.EncodeToString(sum[:16]), err
 	case strings.HasSuffix(spec, ".tiktoken"):
 		name := strings.TrimSuffix(filepath.Base(spec), ".tiktoken")
-		tok, err := LoadEncoding(name, filepath.Dir(spec))
+		search := []rankDir{{filepath.Dir(spec), readFile}}
+		for _, d := range SearchPath() {
+			search = append(search, rankDir{d, os.ReadFile})
+		}
+		tok, err := loadEncoding(name, search)
 		return tok, name, err
 	default:
 		tok, err := LoadEncoding(spec, dirs...)

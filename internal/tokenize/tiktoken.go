@@ -58,14 +58,29 @@ func Encodings() []string {
 // r50k_base.tiktoken), looked for in dirs in order, then in each directory of
 // $DATALOADERD_TOKENIZERS. The file must have the SHA-256 that tiktoken expects of it.
 func LoadEncoding(name string, dirs ...string) (*Tokenizer, error) {
+	var search []rankDir
+	for _, d := range SearchPath(dirs...) {
+		search = append(search, rankDir{d, os.ReadFile})
+	}
+	return loadEncoding(name, search)
+}
+
+// rankDir is a directory to look for rank files in, and how to read them.
+type rankDir struct {
+	dir  string
+	read func(path string) ([]byte, error)
+}
+
+// loadEncoding is LoadEncoding over the directories of search, in order.
+func loadEncoding(name string, search []rankDir) (*Tokenizer, error) {
 	enc, ok := encodings[name]
 	if !ok {
 		return nil, fmt.Errorf("unknown encoding %q (known: %s)", name, strings.Join(Encodings(), ", "))
 	}
 	var looked []string
-	for _, d := range SearchPath(dirs...) {
-		path := filepath.Join(d, enc.file)
-		data, err := os.ReadFile(path)
+	for _, d := range search {
+		path := filepath.Join(d.dir, enc.file)
+		data, err := d.read(path)
 		if errors.Is(err, fs.ErrNotExist) {
 			looked = append(looked, path)
 			continue

@@ -1,0 +1,168 @@
+package files
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+// globMeta are the characters that make a path a glob.
+const globMeta = "*?["
+
+// Dataset is the file access of one dataset: it resolves the dataset's path
+// into files and opens them through Roots. Outside paths are named
+// `dataset "NAME" path` (the path of the config) or `dataset "NAME" file`
+// (one of its files). Its other errors do not name the dataset: the reader
+// adds that, with its own error kind.
+type Dataset struct {
+	Roots *Roots
+	Name  string
+}
+
+func (d Dataset) pathWhat() string { return fmt.Sprintf("dataset %q path", d.Name) }
+func (d Dataset) fileWhat() string { return fmt.Sprintf("dataset %q file", d.Name) }
+
+// Open opens one of the dataset's files for reading.
+func (d Dataset) Open(path string) (*os.File, error) { return d.Roots.Open(d.fileWhat(), path) }
+
+// Stat describes one of the dataset's files, following symlinks.
+func (d Dataset) Stat(path string) (fs.FileInfo, error) { return d.Roots.Stat(d.fileWhat(), path) }
+
+// Map memory-maps one of the dataset's files (see Roots.Map).
+func (d Dataset) Map(path string) ([]byte, error) { return d.Roots.Map(d.fileWhat(), path) }
+
+// Resolve turns the dataset's path into its files, sorted: a glob's matches
+// that are not directories; a directory's entries that are not directories
+// and end in one of the format's Exts; or the file itself. For a Paired
+// format it returns prefixes instead: those of a glob's matches ending in
+// .idx or .bin, of a directory's .idx files, or the path itself with any
+// .idx or .bin taken off when PREFIX.idx or PREFIX.bin exists. It fails
+// when there are none ("path ...: no ... files found").
+func (d Dataset) Resolve(f Format, path string) ([]string, error) {
+	if err := d.Roots.Check(d.pathWhat(), path); err != nil {
+		return nil, err
+	}
+	var paths []string
+	info, statErr := d.Roots.Stat(d.pathWhat(), path)
+	if isOutside(statErr) {
+		return nil, statErr
+	}
+	switch {
+	case strings.ContainsAny(path, globMeta):
+		matches, err := d.glob(path)
+		if err != nil {
+			return nil, err
+		}
+		paths = matches
+	case statErr == nil && info.IsDir():
+		names, err := d.dirFiles(path, f.Exts)
+		if err != nil {
+			return nil, err
+		}
+		paths = names
+	case f.Paired:
+		prefix, _ := trimPairExt(path)
+		ok, err := d.anyExists(prefix+".idx", prefix+".bin")
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			return []string{prefix}, nil
+		}
+	case statErr == nil:
+		paths = []string{path}
+	}
+	if f.Paired {
+		paths = prefixes(paths)
+	}
+	if len(paths) == 0 {
+		return nil, fmt.Errorf("path %q: no %s files found", path, f.Files)
+	}
+	sort.Strings(paths)
+	return paths, nil
+}
+
+// glob returns the matches of pattern that are not directories.
+func (d Dataset) glob(pattern string) ([]string, error) {
+	matches, err := filepath.Glob(pattern)
+	if err != nil {
+		return nil, fmt.Errorf("path %q: %w", pattern, err)
+	}
+	files := matches[:0]
+	for _, m := range matches {
+		info, err := d.Stat(m)
+		if isOutside(err) {
+			return nil, err
+		}
+		if err == nil && !info.IsDir() {
+			files = append(files, m)
+		}
+	}
+	return files, nil
+}
+
+// dirFiles returns the paths of dir's entries that are not directories and
+// end in one of exts.
+func (d Dataset) dirFiles(dir string, exts []string) ([]string, error) {
+	entries, err := d.Roots.ReadDir(d.pathWhat(), dir)
+	if err != nil {
+		if isOutside(err) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("path %q: %w", dir, err)
+	}
+	var paths []string
+	for _, e := range entries {
+		if !e.IsDir() && hasExt(e.Name(), exts) {
+			paths = append(paths, filepath.Join(dir, e.Name()))
+		}
+	}
+	return paths, nil
+}
+
+// anyExists reports whether any of paths can be described; a path outside
+// the roots is an error.
+func (d Dataset) anyExists(paths ...string) (bool, error) {
+	for _, p := range paths {
+		_, err := d.Stat(p)
+		if isOutside(err) {
+			return false, err
+		}
+		if err == nil {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// prefixes returns the distinct prefixes of paths ending in .idx or .bin.
+func prefixes(paths []string) []string {
+	seen := make(map[string]bool)
+	var out []string
+	for _, p := range paths {
+		if prefix, ok := trimPairExt(p); ok && !seen[prefix] {
+			seen[prefix] = true
+			out = append(out, prefix)
+		}
+	}
+	return out
+}
+
+// trimPairExt strips a .idx or .bin extension, reporting whether there was one.
+func trimPairExt(path string) (string, bool) {
+	for _, ext := range []string{".idx", ".bin"} {
+		if prefix, ok := strings.CutSuffix(path, ext); ok {
+			return prefix, true
+		}
+	}
+	return path, false
+}
+
+func isOutside(err error) bool {
+	var oe *OutsideError
+	return errors.As(err, &oe)
+}

@@ -1,0 +1,189 @@
+package files
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"io/fs"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// The operations below take what, the name of the path in the job (for
+// example `dataset "web" file`), used only in an *OutsideError; their other
+// errors read as those of the os function of the same name on path.
+
+// Open opens a file for reading.
+func (r *Roots) Open(what, path string) (*os.File, error) {
+	p, err := r.locate(what, path)
+	if err != nil {
+		return nil, err
+	}
+	defer p.close()
+	return p.open()
+}
+
+// Stat describes a file, following symlinks.
+func (r *Roots) Stat(what, path string) (fs.FileInfo, error) {
+	p, err := r.locate(what, path)
+	if err != nil {
+		return nil, err
+	}
+	defer p.close()
+	return p.stat()
+}
+
+// ReadDir lists a directory, sorted by name.
+func (r *Roots) ReadDir(what, dir string) ([]fs.DirEntry, error) {
+	if !r.confined() {
+		return os.ReadDir(dir)
+	}
+	f, err := r.Open(what, dir)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	entries, err := f.ReadDir(-1)
+	if err != nil {
+		return nil, &fs.PathError{Op: "readdirent", Path: dir, Err: unwrapPath(err)}
+	}
+	slices.SortFunc(entries, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
+	return entries, nil
+}
+
+func unwrapPath(err error) error {
+	if pe, ok := err.(*fs.PathError); ok {
+		return pe.Err
+	}
+	return err
+}
+
+// ReadFile reads a whole file.
+func (r *Roots) ReadFile(what, path string) ([]byte, error) {
+	if !r.confined() {
+		return os.ReadFile(path)
+	}
+	f, err := r.Open(what, path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(f)
+}
+
+// MkdirAll makes a directory and its missing parents.
+func (r *Roots) MkdirAll(what, dir string, perm fs.FileMode) error {
+	p, err := r.locate(what, dir)
+	if err != nil {
+		return err
+	}
+	defer p.close()
+	return p.mkdirAll(perm)
+}
+
+// WriteFileAtomic replaces path's contents with data so that a reader sees
+// either the old file or the new one whole, even across a crash: it writes
+// a temporary file in the same directory, syncs it, renames it over path
+// and syncs the directory. The directory must exist.
+func (r *Roots) WriteFileAtomic(what, path string, data []byte) (err error) {
+	dir := filepath.Dir(path)
+	p, err := r.locate(what, dir)
+	if err != nil {
+		return err
+	}
+	defer p.close()
+	var suffix [8]byte
+	_, _ = rand.Read(suffix[:])
+	tmpName := "." + filepath.Base(path) + ".tmp" + hex.EncodeToString(suffix[:])
+	tmp, target := p.child(tmpName), p.child(filepath.Base(path))
+	f, err := tmp.create(0o600)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			_ = tmp.remove()
+		}
+	}()
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := tmp.rename(target); err != nil {
+		return err
+	}
+	d, err := p.open()
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// child is the place of the entry name of directory p.
+func (p place) child(name string) place {
+	c := p
+	c.name, c.path = filepath.Join(p.name, name), filepath.Join(p.path, name)
+	return c
+}
+
+// FileError is a file that cannot be used as asked: not a regular file, too
+// large to map, or refused by mmap.
+type FileError struct {
+	Path   string
+	Reason string
+}
+
+// Error names the file and the reason.
+func (e *FileError) Error() string { return fmt.Sprintf("file %q: %s", e.Path, e.Reason) }
+
+// Map memory-maps a whole regular file read-only, opened through the roots.
+// An empty file gives a nil mapping (mmap refuses zero lengths). Release it
+// with Unmap.
+func (r *Roots) Map(what, path string) ([]byte, error) {
+	f, err := r.Open(what, path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !info.Mode().IsRegular() {
+		return nil, &FileError{Path: path, Reason: fmt.Sprintf("not a regular file (mode %v)", info.Mode())}
+	}
+	size := info.Size()
+	if size == 0 {
+		return nil, nil
+	}
+	if size > math.MaxInt {
+		return nil, &FileError{Path: path, Reason: fmt.Sprintf("size %d bytes is too large to map", size)}
+	}
+	data, err := unix.Mmap(int(f.Fd()), 0, int(size), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		return nil, &FileError{Path: path, Reason: fmt.Sprintf("mmap: %v", err)}
+	}
+	return data, nil
+}
+
+// Unmap releases a mapping made by Map.
+func Unmap(data []byte) error {
+	if len(data) == 0 {
+		return nil
+	}
+	return unix.Munmap(data)
+}
