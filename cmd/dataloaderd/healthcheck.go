@@ -7,10 +7,6 @@ import (
 	"io"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-
 	"github.com/dataloaderd/dataloaderd/internal/server"
 )
 
@@ -23,23 +19,10 @@ func healthcheck(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err := fs.Parse(args); err != nil {
 		return errUsage
 	}
-	path, err := server.SocketPath(*socket)
-	if err != nil {
-		return err
-	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	conn, err := grpc.NewClient("unix://"+path, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
+	if err := server.Healthcheck(ctx, *socket); err != nil {
 		return err
-	}
-	defer conn.Close()
-	resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
-	if err != nil {
-		return fmt.Errorf("healthcheck %s: %w", path, err)
-	}
-	if resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
-		return fmt.Errorf("healthcheck %s: %v", path, resp.GetStatus())
 	}
 	fmt.Fprintln(stdout, "SERVING")
 	return nil

@@ -20,7 +20,6 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"golang.org/x/sync/errgroup"
-	"google.golang.org/grpc"
 
 	"github.com/dataloaderd/dataloaderd/internal/cuda"
 	"github.com/dataloaderd/dataloaderd/internal/server"
@@ -174,7 +173,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	srv := server.New(server.Config{Logger: log.Named("server"), Sessions: sessions})
+	srv := server.New(server.Config{Logger: log.Named("server"), Sessions: sessions, StopTimeout: stopTimeout})
 	lis, cleanup, err := server.Listen(cfg.Socket)
 	if err != nil {
 		return err
@@ -221,32 +220,15 @@ type daemon struct {
 }
 
 // run serves on lis (and /metrics on metricsLis, if not nil) until ctx
-// ends or a task fails; then it stops the server, closes every session and
-// waits up to stopTimeout for the streams to end.
+// ends or a task fails; the server then closes every session and waits up
+// to stopTimeout for the streams to end.
 func (d *daemon) run(ctx context.Context, cfg daemonConfig, lis, metricsLis net.Listener) error {
-	g := grpc.NewServer()
-	d.srv.Register(g)
 	eg, ctx := errgroup.WithContext(ctx)
-	eg.Go(func() error { return g.Serve(lis) })
+	eg.Go(func() error { return d.srv.Serve(ctx, lis) })
 	eg.Go(func() error { return d.sessions.Reap(ctx) })
 	if metricsLis != nil {
 		d.serveMetrics(ctx, eg, metricsLis)
 	}
-	eg.Go(func() error {
-		<-ctx.Done()
-		d.log.Info("stopping")
-		d.srv.Shutdown()
-		d.sessions.Shutdown()
-		stopped := make(chan struct{})
-		go func() { g.GracefulStop(); close(stopped) }()
-		select {
-		case <-stopped:
-		case <-time.After(d.stopTimeout):
-			g.Stop()
-		}
-		return ctx.Err()
-	})
-	d.srv.SetServing()
 	d.log.Info("serving", zap.String("socket", lis.Addr().String()), zap.String("metrics_addr", cfg.MetricsAddr),
 		zap.Strings("allow_roots", cfg.AllowRoots), zap.String("version", version))
 	if len(cfg.AllowRoots) == 0 {

@@ -50,24 +50,24 @@ func startDaemon(t *testing.T, cfg session.Config) *daemon {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := server.New(server.Config{Sessions: sessions})
+	srv := server.New(server.Config{Sessions: sessions, StopTimeout: 5 * time.Second})
 	lis, cleanup, err := server.Listen(filepath.Join(dir, "d.sock"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := grpc.NewServer()
-	srv.Register(g)
-	go g.Serve(lis)
-	srv.SetServing()
+	ctx, stop := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ctx, lis) }()
 	conn, err := grpc.NewClient("unix://"+lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		conn.Close()
-		srv.Shutdown()
-		sessions.Shutdown()
-		g.Stop()
+		stop()
+		if err := <-served; err != context.Canceled {
+			t.Errorf("Serve returned %v, want context.Canceled", err)
+		}
 		cleanup()
 		if left, _ := os.ReadDir(cfg.ShmDir); len(left) > 0 {
 			t.Errorf("ring files left after shutdown: %v", left)

@@ -6,6 +6,7 @@ package server
 
 import (
 	"context"
+	"time"
 
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
@@ -25,47 +26,56 @@ type Sessions interface {
 	Save(id string, step uint64, folder string) (session.Saved, error)
 	// CountError counts an error returned to a client, by its status code.
 	CountError(kind string)
+	// Shutdown closes every session and opens no more.
+	Shutdown()
 }
+
+// DefaultStopTimeout is how long Serve waits for streams to end when it
+// stops, when Config leaves it zero.
+const DefaultStopTimeout = 10 * time.Second
 
 // Config is what the server is built from.
 type Config struct {
 	Logger   *zap.Logger
 	Sessions Sessions
+	// StopTimeout bounds the wait for open streams when Serve stops.
+	StopTimeout time.Duration
 }
 
 // Server implements the dataloader.v1.Loader service.
 type Server struct {
 	pb.UnimplementedLoaderServer
-	log      *zap.Logger
-	sessions Sessions
-	health   *health.Server
+	log         *zap.Logger
+	sessions    Sessions
+	health      *health.Server
+	stopTimeout time.Duration
 }
 
-// New builds a server; Register puts it on a grpc.Server.
+// New builds a server; Serve runs it.
 func New(cfg Config) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
-	return &Server{log: cfg.Logger, sessions: cfg.Sessions, health: health.NewServer()}
+	if cfg.StopTimeout == 0 {
+		cfg.StopTimeout = DefaultStopTimeout
+	}
+	return &Server{log: cfg.Logger, sessions: cfg.Sessions, health: health.NewServer(), stopTimeout: cfg.StopTimeout}
 }
 
-// Register adds the Loader and health services to g. Health reports
-// NOT_SERVING until SetServing.
-func (s *Server) Register(g *grpc.Server) {
+// register adds the Loader and health services to g. Health reports
+// NOT_SERVING until setServing.
+func (s *Server) register(g *grpc.Server) {
 	pb.RegisterLoaderServer(g, s)
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	s.health.SetServingStatus(pb.Loader_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
 	healthpb.RegisterHealthServer(g, s.health)
 }
 
-// SetServing marks the daemon ready.
-func (s *Server) SetServing() {
+// setServing marks the daemon ready.
+func (s *Server) setServing() {
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	s.health.SetServingStatus(pb.Loader_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 }
-
-// Shutdown reports NOT_SERVING from now on (the daemon is stopping).
-func (s *Server) Shutdown() { s.health.Shutdown() }
 
 // fail counts an error and maps it to a status.
 func (s *Server) fail(err error) error {
