@@ -154,7 +154,7 @@ def test_cuda_fence_leaves_the_daemon_a_slot(monkeypatch, slots):
     # so many that the daemon has no slot for the batch the loader waits for.
     import types
     from dataloaderd import _cuda
-    from dataloaderd.loader import _fence_hold
+    from dataloaderd._delivery import _fence_hold
 
     class Event:
         def record(self, stream):

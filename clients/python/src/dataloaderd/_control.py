@@ -54,18 +54,21 @@ class Control:
     def __init__(self, path: str, header_bytes: int, consumer: int):
         fd = os.open(path, os.O_RDWR)
         try:
-            self._mm = mmap.mmap(fd, header_bytes, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+            mm = mmap.mmap(fd, header_bytes, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         finally:
             os.close(fd)
-        if self._mm[:8] != MAGIC:
-            self.close()
+        if mm[:8] != MAGIC:
+            mm.close()
             raise ValueError(f"{path} does not start with a dataloaderd control block")
-        self._u64 = memoryview(self._mm).cast("Q")
-        self._u32 = memoryview(self._mm).cast("I")
-        if self._u32[2] != VERSION:
-            version = self._u32[2]
-            self.close()
+        u32 = memoryview(mm).cast("I")
+        if u32[2] != VERSION:
+            version = u32[2]
+            u32.release()
+            mm.close()
             raise ValueError(f"{path}: control block version {version}, this client reads {VERSION}")
+        self._mm: Optional[mmap.mmap] = mm
+        self._u64 = memoryview(mm).cast("Q")
+        self._u32 = u32
         self.slots = self._u32[3]
         rec = self._u32[_CONSUMER_RECS // 4] + consumer * _CONSUMER_REC_BYTES
         self._slot_recs = self._u32[_SLOT_RECS // 4]
@@ -130,11 +133,9 @@ class Control:
             self._syscall(_SYS_FUTEX, self._rel_seq_addr, _FUTEX_WAKE, 0x7FFFFFFF, None, None, 0)
 
     def close(self) -> None:
-        for name in ("_u64", "_u32"):
-            view = getattr(self, name, None)
-            if view is not None:
-                view.release()
-                setattr(self, name, None)
+        """Unmaps the block. Idempotent."""
+        self._u64.release()
+        self._u32.release()
         mm, self._mm = self._mm, None
         if mm is not None:
             try:
