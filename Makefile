@@ -71,7 +71,7 @@ lint-python: $(VENV)/.stamp
 
 # lint: every static check make test runs.
 lint-go: vet staticcheck
-lint: lint-go
+lint: lint-go lint-python
 
 test-go:
 	$(GO) test -race -count=1 ./...
