@@ -39,7 +39,7 @@ DATASET_KEYS: Keys = {
 }
 
 
-def load_config(config: Union[str, os.PathLike[str], Mapping[str, Any]]) -> Tuple[Dict[str, Any], str]:
+def load_config(config: Union[str, os.PathLike[str], Mapping[str, object]]) -> Tuple[Dict[str, object], str]:
     """Returns (config dict, directory relative paths are resolved against)."""
     if isinstance(config, Mapping):
         return dict(config), os.getcwd()
@@ -68,7 +68,9 @@ def load_config(config: Union[str, os.PathLike[str], Mapping[str, Any]]) -> Tupl
     return dict(data), os.path.dirname(os.path.abspath(path))
 
 
-def _check(where: str, data: Mapping[str, Any], keys: Keys) -> Dict[str, Any]:
+def _check(where: str, data: Mapping[str, object], keys: Keys) -> Dict[str, Any]:
+    """The keys of data with their defaults filled in, each of its declared type
+    (so the values may be used as such)."""
     unknown = sorted(set(data) - set(keys))
     if unknown:
         raise ConfigError(f"{where}: unknown key {unknown[0]!r}; known keys: {', '.join(sorted(keys))}")
@@ -87,12 +89,12 @@ def _check(where: str, data: Mapping[str, Any], keys: Keys) -> Dict[str, Any]:
     return out
 
 
-def _type_name(typ: Any) -> str:
+def _type_name(typ: Union[type, Tuple[type, ...]]) -> str:
     types = typ if isinstance(typ, tuple) else (typ,)
     return " or ".join("null" if t is type(None) else t.__name__ for t in types)
 
 
-def to_proto(data: Mapping[str, Any], base_dir: str) -> "pb.JobConfig":
+def to_proto(data: Mapping[str, object], base_dir: str) -> "pb.JobConfig":
     """Checks a config dict and builds the wire message."""
     c = _check("config", data, KEYS)
     for key in ("seq_len", "batch_size", "logical_shards", "epochs", "shuffle_window", "seed"):

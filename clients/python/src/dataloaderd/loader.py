@@ -14,7 +14,7 @@ import numpy as np
 
 from . import _control, _cuda
 from ._delivery import DELIVERIES, CudaDelivery, Delivery, PinnedDelivery, Tokens
-from ._feed import ControlFeed, Feed, open_feed
+from ._feed import ControlFeed, Feed, Held, open_feed
 from ._proto import dataloader_pb2 as pb
 from ._proto import dataloader_pb2_grpc as pb_grpc
 from ._torchapi import Torch
@@ -81,7 +81,7 @@ class Loader:
     daemon fails the step instead of hanging it.
     """
 
-    def __init__(self, config: Union[str, os.PathLike[str], Mapping[str, Any]],
+    def __init__(self, config: Union[str, os.PathLike[str], Mapping[str, object]],
                  dp_rank: Optional[int] = None, dp_size: Optional[int] = None,
                  socket: Optional[str] = None, resume_from: Optional[Union[str, os.PathLike[str]]] = None,
                  transport: str = "shm", *, job: Optional[str] = None, consumers: int = 1,
@@ -223,7 +223,7 @@ class Loader:
         return delivery.ring if isinstance(delivery, CudaDelivery) else None
 
     @property
-    def _fence(self) -> Optional[_cuda.ReleaseFence[Any]]:
+    def _fence(self) -> Optional[_cuda.ReleaseFence[Held]]:
         """The release fence of an open cuda or shm-pinned session, else None."""
         delivery = None if self._live is None else self._live.delivery
         return delivery.fence if isinstance(delivery, (CudaDelivery, PinnedDelivery)) else None
