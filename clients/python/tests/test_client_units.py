@@ -204,3 +204,16 @@ def test_declared_dependencies_cover_the_generated_stubs():
     assert key(declared["protobuf"]) >= key(proto_gen), (declared, proto_gen)
     major = int(proto_gen.split(".")[0])
     assert re.search(r'"protobuf>=[0-9.]+,<%d"' % (major + 1), deps), f"protobuf needs an upper bound <{major + 1}: {deps}"
+
+
+def test_public_names():
+    # Every exception the client raises, and the batch type, are importable
+    # from the package and listed in its __all__.
+    import dataloaderd
+    from dataloaderd import errors
+
+    raised = {name for name, value in vars(errors).items()
+              if isinstance(value, type) and issubclass(value, dataloaderd.DataloaderdError)}
+    assert raised <= set(dataloaderd.__all__), raised - set(dataloaderd.__all__)
+    assert all(getattr(dataloaderd, name) is getattr(errors, name) for name in raised)
+    assert set(dataloaderd.Batch.__annotations__) == {"tokens", "input_ids", "labels", "step", "lines"}
