@@ -13,8 +13,16 @@ BIN := $(CURDIR)/bin
 GRPCIO_VERSION := 1.85.1
 PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
-# Pinned linters: staticcheck for Go (make lint).
+# Pinned linters (make lint): staticcheck for Go; mypy and the stub packages of
+# the client's dependencies for Python.
 STATICCHECK_VERSION := v0.8.2
+MYPY_VERSION := 2.4.1
+TYPES_GRPCIO_VERSION := 1.85.0.20261028
+TYPES_PROTOBUF_VERSION := 7.35.1.20260906
+TYPES_PYYAML_VERSION := 6.0.12.20261113
+# Pinned generator of the typed gRPC stub (dataloader_pb2_grpc.pyi): grpcio-tools
+# writes the .py without annotations.
+MYPY_PROTOBUF_VERSION := 5.1.0
 
 PROTO_DIR := api/proto/dataloader/v1
 PY_PROTO_DIR := clients/python/src/dataloaderd/_proto
@@ -27,7 +35,7 @@ RING_LAYOUT := internal/ring/layout.go clients/python/src/dataloaderd/_ring_layo
 # The tokenizer conformance targets and their variables (used by test-python).
 include mk/tokenize.mk
 
-.PHONY: all setup build test test-go test-python vet lint lint-go staticcheck bench bench-quick bench-go demo generate generate-check clean
+.PHONY: all setup build test test-go test-python vet lint lint-go lint-python staticcheck bench bench-quick bench-go demo generate generate-check clean
 
 all: build
 
@@ -35,7 +43,9 @@ $(VENV)/.stamp: clients/python/pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q grpcio==$(GRPCIO_VERSION) grpcio-tools==$(GRPCIO_VERSION) \
-		numpy==2.4.6 protobuf==7.36.2 pyyaml==6.0.3 pytest==9.2.0
+		numpy==2.4.6 protobuf==7.36.2 pyyaml==6.0.3 pytest==9.2.0 \
+		mypy==$(MYPY_VERSION) mypy-protobuf==$(MYPY_PROTOBUF_VERSION) types-grpcio==$(TYPES_GRPCIO_VERSION) \
+		types-protobuf==$(TYPES_PROTOBUF_VERSION) types-PyYAML==$(TYPES_PYYAML_VERSION)
 	$(PY) -m pip install -q -e ./clients/python
 	touch $@
 
@@ -57,9 +67,14 @@ vet:
 staticcheck: $(TOOLS)/.stamp
 	$(TOOLS)/staticcheck ./...
 
+# lint-python: mypy --strict over the client and the scripts that import it
+# (the files and settings are in mypy.ini).
+lint-python: $(VENV)/.stamp
+	$(PY) -m mypy
+
 # lint: every static check make test runs.
 lint-go: vet staticcheck
-lint: lint-go
+lint: lint-go lint-python
 
 test-go:
 	$(GO) test -race -count=1 ./...
@@ -82,8 +97,10 @@ generate: setup
 		--go-grpc_out=$(OUT)/api/proto --go-grpc_opt=paths=source_relative \
 		dataloader/v1/dataloader.proto
 	$(PY) -m grpc_tools.protoc -I dataloaderd/_proto=$(PROTO_DIR) \
-		--python_out=$(OUT)/clients/python/src --pyi_out=$(OUT)/clients/python/src \
+		--python_out=$(OUT)/clients/python/src \
+		--plugin=protoc-gen-mypy=$(VENV)/bin/protoc-gen-mypy --mypy_out=$(OUT)/clients/python/src \
 		--grpc_python_out=$(OUT)/clients/python/src \
+		--plugin=protoc-gen-mypy_grpc=$(VENV)/bin/protoc-gen-mypy_grpc --mypy_grpc_out=$(OUT)/clients/python/src \
 		dataloaderd/_proto/dataloader.proto
 
 # generate-check regenerates into a temp dir and fails when the committed code differs.

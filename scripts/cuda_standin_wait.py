@@ -5,7 +5,7 @@
 
 Runs bin/dataloaderd and this client against the stand-in driver
 (internal/cuda/testdata/fakecuda.c, built here with cc) and the stand-in torch
-of clients/python/tests/test_cuda_standin.py, and prints the time next() takes
+of clients/python/tests/standin_torch.py, and prints the time next() takes
 (p50, p99) while the daemon is ahead, for shm and for cuda with the control
 block (fast=True) and by messages (fast=False). The stand-in's copies are
 plain memcpy, so this measures the transport's protocol cost, not a GPU's;
@@ -17,6 +17,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
+from typing import Any, Dict, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.join(HERE, "..")
@@ -25,11 +27,12 @@ sys.path.insert(0, os.path.join(REPO, "clients", "python", "src"))
 
 from conftest import Daemon  # noqa: E402
 from corpus import make_corpus  # noqa: E402
-import test_cuda_standin  # noqa: E402
+import standin_torch  # noqa: E402
 from dataloaderd import Loader, _cuda  # noqa: E402
 
 
-def waits(config, sock, transport, fast, batches, step_s):
+def waits(config: Dict[str, Any], sock: str, transport: str, fast: bool, batches: int,
+          step_s: float) -> Tuple[float, float]:
     with Loader(config, dp_rank=0, dp_size=1, socket=sock, job=f"w-{transport}-{fast}-{time.time_ns()}",
                 transport=transport, fast=fast, slots=8) as ld:
         it = iter(ld)
@@ -47,7 +50,7 @@ def waits(config, sock, transport, fast, batches, step_s):
     return out[len(out) // 2] / 1e3, out[int(len(out) * 0.99)] / 1e3
 
 
-def main():
+def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--batches", type=int, default=2000)
     ap.add_argument("--step-us", type=float, default=300)
@@ -58,11 +61,10 @@ def main():
         subprocess.run(["cc", "-shared", "-fPIC", "-O1", "-o", lib,
                         os.path.join(REPO, "internal", "cuda", "testdata", "fakecuda.c")], check=True)
         os.environ["DATALOADERD_CUDA_LIBRARY"] = lib
-        _cuda._torch = test_cuda_standin._fake_torch
+        _cuda._torch = standin_torch.fake_torch
         datasets, _ = make_corpus(tmp)
         config = {"seq_len": 2047, "batch_size": 8, "seed": 5, "logical_shards": 8, "eos_id": 0,
                   "datasets": datasets}
-        from pathlib import Path
         d = Daemon(Path(tmp), ["--cuda-library", lib])
         try:
             print(f"next() with the daemon ahead, {args.batches} batches of 8x2048 int32, "

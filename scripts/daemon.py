@@ -2,10 +2,11 @@
 import contextlib
 import subprocess
 import time
+from typing import IO, Any, Iterator, Optional
 
 
 @contextlib.contextmanager
-def running(binary, socket, *flags, log=None):
+def running(binary: str, socket: str, *flags: str, log: Optional[IO[Any]] = None) -> Iterator["subprocess.Popen[bytes]"]:
     """Runs `binary serve --socket socket flags...` until the block ends; waits
     for the healthcheck first and raises if the daemon never becomes healthy."""
     proc = subprocess.Popen([binary, "serve", "--socket", socket, *flags], stderr=log)

@@ -19,8 +19,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Any, Dict, Tuple
 
 import numpy as np
+import numpy.typing as npt
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "clients", "python", "src"))
@@ -30,7 +32,7 @@ from daemon import running  # noqa: E402
 SEQ_LEN, BATCH, SHARDS = 2047, 8, 48
 
 
-def build_corpus(out_prefix, max_bytes):
+def build_corpus(out_prefix: str, max_bytes: int) -> Tuple[int, int, npt.NDArray[np.intp]]:
     goroot = subprocess.run(["go", "env", "GOROOT"], capture_output=True, text=True, check=True).stdout.strip()
     files = sorted(glob.glob(os.path.join(goroot, "src", "**", "*.go"), recursive=True))
     docs, total = [], 0
@@ -55,7 +57,7 @@ def build_corpus(out_prefix, max_bytes):
     return len(docs), total, np.bincount(tokens, minlength=257)
 
 
-def worker(a):
+def worker(a: Dict[str, Any]) -> None:
     """One rank: iterate (steps or to the end), save, report token counts. The
     time blocked in next() is kept apart from the time spent counting."""
     from dataloaderd import Loader
@@ -86,7 +88,8 @@ def worker(a):
                       "waited": waited}), flush=True)
 
 
-def phase(name, size, common, tmp, **kw):
+def phase(name: str, size: int, common: Dict[str, Any], tmp: str,
+          **kw: Any) -> Tuple[npt.NDArray[np.int64], float]:
     procs = []
     for r in range(size):
         args = dict(common, rank=r, size=size, out=os.path.join(tmp, f"{name}-{r}.npy"), **kw)
@@ -108,7 +111,7 @@ def phase(name, size, common, tmp, **kw):
     return counts, tokens / busy
 
 
-def copy_ceiling(seconds=1.0):
+def copy_ceiling(seconds: float = 1.0) -> float:
     n_tok = BATCH * (SEQ_LEN + 1)
     src, dst = np.ones(64 << 20, dtype=np.int32), np.empty(n_tok, dtype=np.int32)
     off = n = 0
@@ -121,7 +124,7 @@ def copy_ceiling(seconds=1.0):
     return n * n_tok / (time.perf_counter() - start)
 
 
-def main():
+def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--daemon", default=os.path.join(HERE, "..", "bin", "dataloaderd"))
     ap.add_argument("--corpus-mb", type=float, default=16)

@@ -1,12 +1,16 @@
 """Runs the real daemon binary (DATALOADERD_BIN, default bin/dataloaderd) on a
 socket in a temp dir for each test that asks for it."""
 
+from __future__ import annotations
+
 import glob
 import os
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterator, List, Sequence, Set, Union
 
 import pytest
 
@@ -21,7 +25,7 @@ BIN = os.environ.get("DATALOADERD_BIN", os.path.join(REPO, "bin", "dataloaderd")
 SHM = "/dev/shm"
 
 
-def dataloaderd_maps(pid):
+def dataloaderd_maps(pid: Union[int, str]) -> Set[str]:
     """The ring files process pid has mapped (empty when it is gone)."""
     try:
         with open(f"/proc/{pid}/maps") as f:
@@ -32,10 +36,10 @@ def dataloaderd_maps(pid):
     return {p for p in paths if os.path.basename(p).startswith("dataloaderd-")}
 
 
-def rings_of_other_daemons(own_pid):
+def rings_of_other_daemons(own_pid: int) -> Set[str]:
     """Ring files mapped by dataloaderd processes other than own_pid (a daemon
     someone runs beside these tests must not fail them)."""
-    held = set()
+    held: Set[str] = set()
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) == own_pid:
             continue
@@ -51,7 +55,7 @@ def rings_of_other_daemons(own_pid):
 class Daemon:
     """`dataloaderd serve` on a socket in a temp dir, rings in /dev/shm."""
 
-    def __init__(self, tmp_path, extra=()):
+    def __init__(self, tmp_path: Path, extra: Sequence[str] = ()):
         self.socket = str(tmp_path / "d.sock")
         self.before = set(self.rings())
         self.log_path = tmp_path / "daemon.log"
@@ -71,15 +75,15 @@ class Daemon:
         raise RuntimeError(f"daemon did not start: {self.logs()}")
 
     @staticmethod
-    def rings():
+    def rings() -> List[str]:
         return glob.glob(os.path.join(SHM, "dataloaderd-*"))
 
-    def logs(self):
+    def logs(self) -> str:
         if not self.log.closed:
             self.log.flush()
         return self.log_path.read_text()
 
-    def stop(self):
+    def stop(self) -> None:
         """SIGTERM; the daemon must exit 0 and leave no socket and no ring it made."""
         if self.proc.returncode is not None:
             return
@@ -95,17 +99,17 @@ class Daemon:
 
 
 @pytest.fixture
-def daemon(tmp_path):
+def daemon(tmp_path: Path) -> Iterator[Daemon]:
     d = Daemon(tmp_path)
     yield d
     d.stop()
 
 
 @pytest.fixture
-def daemon_factory(tmp_path):
-    started = []
+def daemon_factory(tmp_path: Path) -> Iterator[Callable[..., Daemon]]:
+    started: List[Daemon] = []
 
-    def start(*extra):
+    def start(*extra: str) -> Daemon:
         sub = tmp_path / f"daemon{len(started)}"
         sub.mkdir()
         d = Daemon(sub, extra)
@@ -118,7 +122,7 @@ def daemon_factory(tmp_path):
 
 
 @pytest.fixture
-def config(tmp_path):
+def config(tmp_path: Path) -> Dict[str, Any]:
     """A job config over the small test corpus (test modules may override it)."""
     datasets, _ = make_corpus(str(tmp_path))
     return {"seq_len": 31, "batch_size": 3, "seed": 5, "logical_shards": 8, "eos_id": 0, "datasets": datasets}

@@ -1,16 +1,21 @@
 """Test corpora written with numpy: Megatron indexed datasets whose every token
 value is unique, so that exactly-once delivery can be checked by counting."""
 
+from __future__ import annotations
+
 import os
+from typing import Any, Dict, List, Sequence, Tuple
 
 import numpy as np
+import numpy.typing as npt
 
 EOS = 0
 
 
-def write_megatron(prefix, docs, dtype=np.int32):
+def write_megatron(prefix: str, docs: Sequence[npt.NDArray[np.int32]], dtype: type = np.int32) -> str:
     """Writes docs (lists of token arrays) as prefix.bin/prefix.idx."""
-    code = {np.int32: 4, np.uint16: 8}[dtype]
+    codes: Dict[type, int] = {np.int32: 4, np.uint16: 8}
+    code = codes[dtype]
     size = np.dtype(dtype).itemsize
     lengths = np.array([len(d) for d in docs], dtype=np.int32)
     pointers = np.zeros(len(docs), dtype=np.int64)
@@ -28,7 +33,8 @@ def write_megatron(prefix, docs, dtype=np.int32):
     return prefix
 
 
-def unique_docs(rng, n, max_len, first):
+def unique_docs(rng: np.random.Generator, n: int, max_len: int,
+                first: int) -> Tuple[List[npt.NDArray[np.int32]], int]:
     """n documents of random lengths whose values are first, first+1, ..."""
     docs = []
     for _ in range(n):
@@ -38,7 +44,8 @@ def unique_docs(rng, n, max_len, first):
     return docs, first
 
 
-def make_corpus(directory, seed=0, sizes=((120, 60), (80, 40))):
+def make_corpus(directory: str, seed: int = 0, sizes: Sequence[Tuple[int, int]] = ((120, 60), (80, 40)),
+                ) -> Tuple[List[Dict[str, Any]], List[Tuple[int, int]]]:
     """Datasets named d0, d1, ... with disjoint, unique token values. Returns the
     dataset entries and, per dataset, its (first, last+1) value range."""
     rng = np.random.default_rng(seed)
@@ -53,7 +60,8 @@ def make_corpus(directory, seed=0, sizes=((120, 60), (80, 40))):
     return datasets, ranges
 
 
-def data_tokens(arr):
+def data_tokens(arr: npt.ArrayLike) -> npt.NDArray[Any]:
     """The corpus tokens of a batch: everything but EOS/padding."""
-    arr = np.asarray(arr).ravel()
-    return arr[arr != EOS]
+    flat: npt.NDArray[Any] = np.asarray(arr).ravel()
+    out: npt.NDArray[Any] = flat[flat != EOS]
+    return out

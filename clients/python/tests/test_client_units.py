@@ -98,11 +98,15 @@ def test_error_mapping(code, cls):
 
 def _control_file(tmp_path):
     import struct
-    from dataloaderd import _control
+    from dataloaderd import _ring_layout as L
     buf = bytearray(4096)
-    buf[0:8] = _control.MAGIC
-    struct.pack_into("<IIQQ", buf, 8, 1, 2, 4096, 4096)  # version, 2 slots, data offset, stride
-    struct.pack_into("<II", buf, 68, 128, 256)  # slot records, consumer records
+    buf[0:8] = L.MAGIC
+    struct.pack_into("<I", buf, L.HEADER_VERSION, L.VERSION)
+    struct.pack_into("<I", buf, L.HEADER_SLOTS, 2)
+    struct.pack_into("<Q", buf, L.HEADER_DATA_OFFSET, 4096)
+    struct.pack_into("<Q", buf, L.HEADER_STRIDE, 4096)
+    struct.pack_into("<I", buf, L.HEADER_SLOT_RECORDS, L.HEADER_BYTES)
+    struct.pack_into("<I", buf, L.HEADER_CONSUMER_RECORDS, 2 * L.HEADER_BYTES)
     path = tmp_path / "ring"
     path.write_bytes(bytes(buf))
     return str(path)
@@ -114,13 +118,14 @@ def test_control_poll_never_ends_before_a_published_step(tmp_path, after_reads):
     # Whichever of the client's reads that lands between, poll must never
     # answer "ended" for a step that was published before the state it read.
     from dataloaderd import _control
+    from dataloaderd import _ring_layout as L
     ctl = _control.Control(_control_file(tmp_path), 4096, 0)
     u64, u32 = ctl._u64, ctl._u32
     reads = [0]
 
     def daemon_acts():
-        u64[128 // 8] = 1  # slot 0 holds step 1
-        u32[128 // 4 + 2] = 5
+        u64[(L.HEADER_BYTES + L.SLOT_RECORD_STEP) // 8] = 1  # slot 0 holds step 1
+        u32[(L.HEADER_BYTES + L.SLOT_RECORD_LINES) // 4] = 5
         u64[_control._PUBLISHED // 8] = 1
         u32[_control._STATE // 4] = _control.ENDED
 
@@ -154,7 +159,7 @@ def test_cuda_fence_leaves_the_daemon_a_slot(monkeypatch, slots):
     # so many that the daemon has no slot for the batch the loader waits for.
     import types
     from dataloaderd import _cuda
-    from dataloaderd.loader import _fence_hold
+    from dataloaderd._delivery import _fence_hold
 
     class Event:
         def record(self, stream):
@@ -204,3 +209,16 @@ def test_declared_dependencies_cover_the_generated_stubs():
     assert key(declared["protobuf"]) >= key(proto_gen), (declared, proto_gen)
     major = int(proto_gen.split(".")[0])
     assert re.search(r'"protobuf>=[0-9.]+,<%d"' % (major + 1), deps), f"protobuf needs an upper bound <{major + 1}: {deps}"
+
+
+def test_public_names():
+    # Every exception the client raises, and the batch type, are importable
+    # from the package and listed in its __all__.
+    import dataloaderd
+    from dataloaderd import errors
+
+    raised = {name for name, value in vars(errors).items()
+              if isinstance(value, type) and issubclass(value, dataloaderd.DataloaderdError)}
+    assert raised <= set(dataloaderd.__all__), raised - set(dataloaderd.__all__)
+    assert all(getattr(dataloaderd, name) is getattr(errors, name) for name in raised)
+    assert set(dataloaderd.Batch.__annotations__) == {"tokens", "input_ids", "labels", "step", "lines"}

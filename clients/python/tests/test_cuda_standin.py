@@ -3,12 +3,11 @@ binary and the client's own driver binding both load a stand-in libcuda
 (internal/cuda/testdata/fakecuda.c, built here with cc) whose "device memory"
 is a file under /dev/shm, so the IPC handle the daemon exports really opens in
 this process. Only torch's CUDA runtime (device tensors, streams, events) is
-replaced, by the small stand-in below, since CI has no GPU; the daemon's
-device ring, its control block, the client's IPC mapping, its release fence
-and its control-block loop are the shipped code. scripts/gpu-check.sh runs the
+replaced, by the small stand-in in standin_torch.py, since CI has no GPU; the
+daemon's device ring, its control block, the client's IPC mapping, its
+release fence and its control-block loop are the shipped code. scripts/gpu-check.sh runs the
 same path on a real GPU."""
 
-import contextlib
 import ctypes
 import gc
 import glob
@@ -16,13 +15,13 @@ import os
 import shutil
 import subprocess
 import time
-import types
 
 import numpy as np
 import pytest
 
 from conftest import REPO, rings_of_other_daemons
 from dataloaderd import Loader, _cuda
+from standin_torch import DeviceTensor as _DeviceTensor, StandinEvent as _Event, fake_torch as _fake_torch
 
 
 @pytest.fixture(scope="module")
@@ -33,76 +32,6 @@ def standin(tmp_path_factory):
     subprocess.run([cc, "-shared", "-fPIC", "-O1", "-o", lib,
                     os.path.join(REPO, "internal", "cuda", "testdata", "fakecuda.c")], check=True)
     return lib
-
-
-class _Event:
-    """An event that completes on the second query after its record, so the
-    fence both finds slots done and has to wait for some. Every event made is
-    kept in ``made``, in order."""
-
-    made = []
-
-    def __init__(self):
-        self.queries = 0
-        self.waited = False
-        _Event.made.append(self)
-
-    def record(self, stream):
-        self.queries = 0
-
-    def query(self):
-        self.queries += 1
-        return self.waited or self.queries > 1
-
-    def synchronize(self):
-        self.waited = True
-
-    def done(self):
-        return self.waited or self.queries > 1
-
-
-class _DeviceTensor(np.ndarray):
-    """What torch.as_tensor gives for device memory: here a numpy view of it."""
-
-    def clone(self):
-        return np.array(self).view(_DeviceTensor)
-
-    def copy_(self, src, non_blocking=False):
-        np.copyto(self, src)
-        return self
-
-    def record_stream(self, stream):
-        pass
-
-
-class _Stream:
-    def wait_stream(self, other):
-        pass
-
-    def wait_event(self, event):
-        pass
-
-    def synchronize(self):
-        pass
-
-
-def _fake_torch():
-    def as_tensor(arr, device=None):
-        iface = arr.__cuda_array_interface__
-        assert iface["typestr"] in ("<i4", "|u1") and iface["strides"] is None
-        dtype = np.dtype(iface["typestr"])
-        n = int(np.prod(iface["shape"]))
-        buf = (ctypes.c_char * (n * dtype.itemsize)).from_address(iface["data"][0])
-        view = np.frombuffer(buf, dtype=dtype).reshape(iface["shape"]).view(_DeviceTensor)
-        view._keep = arr  # the mapping lives while the view does, as with torch
-        return view
-
-    cuda = types.SimpleNamespace(is_available=lambda: True, device_count=lambda: 2, Event=_Event,
-                                 current_stream=lambda device=None: _Stream(),
-                                 Stream=lambda device=None: _Stream(), stream=lambda s: contextlib.nullcontext())
-    return types.SimpleNamespace(device=lambda kind, index: types.SimpleNamespace(type=kind, index=index),
-                                 as_tensor=as_tensor, cuda=cuda, int32=np.int32, from_numpy=lambda a: a,
-                                 empty=lambda shape, dtype, device: np.empty(shape, dtype).view(_DeviceTensor))
 
 
 @pytest.fixture

@@ -2,13 +2,15 @@
 node's dataloaderd daemon, as zero-copy views of shared memory or of GPU
 memory shared over CUDA IPC."""
 
-from .errors import (BatchTimeoutError, ConfigError, DaemonUnavailableError, DataloaderdError,
-                     PathNotAllowedError, ResourceExhaustedError, SessionExistsError,
+from .batch import Batch
+from .errors import (BatchTimeoutError, ConfigError, CudaError, CudaUnavailableError, DaemonUnavailableError,
+                     DataloaderdError, PathNotAllowedError, ResourceExhaustedError, SessionExistsError,
                      SessionNotFoundError, StateError, TransportUnavailableError)
 from .loader import Loader
 
 __all__ = [
     "Loader",
+    "Batch",
     "DataloaderdError",
     "ConfigError",
     "SessionNotFoundError",
@@ -17,6 +19,8 @@ __all__ = [
     "PathNotAllowedError",
     "DaemonUnavailableError",
     "TransportUnavailableError",
+    "CudaUnavailableError",
+    "CudaError",
     "ResourceExhaustedError",
     "BatchTimeoutError",
 ]

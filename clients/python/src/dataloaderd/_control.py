@@ -3,8 +3,10 @@
 The daemon publishes "slot k holds step s" in the first pages of the ring file
 and this consumer writes the last step it released there, so a batch costs no
 message. Either side sleeps on a futex word only when it must wait, and says
-so; the other side then wakes it. The layout is in docs/design.md and
-internal/cuda/control.go.
+so; the other side then wakes it. The offsets come from _ring_layout, which
+`make generate` renders from the layout's one spec,
+api/ring/v1/control_block.json (docs/control-block.md describes it; the
+daemon's side is internal/ring/control.go).
 """
 
 from __future__ import annotations
@@ -15,19 +17,24 @@ import os
 import platform
 from typing import Optional, Tuple
 
-MAGIC = b"DLDRING\x01"
-VERSION = 1
+from . import _ring_layout as _L
+
+MAGIC = _L.MAGIC
+VERSION = _L.VERSION
 
 # Header offsets (bytes).
-_PUBLISHED, _END_STEP, _STATE = 32, 40, 48
-_PUB_SEQ, _REL_SEQ, _PROD_WAITING = 52, 56, 60
-_SLOT_RECS, _CONSUMER_RECS = 68, 72
-_CONSUMER_REC_BYTES = 128
+_VERSION, _SLOTS = _L.HEADER_VERSION, _L.HEADER_SLOTS
+_PUBLISHED, _END_STEP, _STATE = _L.HEADER_PUBLISHED, _L.HEADER_END_STEP, _L.HEADER_STATE
+_PUB_SEQ, _REL_SEQ, _PROD_WAITING = _L.HEADER_PUBLISH_SEQ, _L.HEADER_RELEASE_SEQ, _L.HEADER_PRODUCER_WAITING
+_SLOT_RECS, _CONSUMER_RECS = _L.HEADER_SLOT_RECORDS, _L.HEADER_CONSUMER_RECORDS
+_SLOT_REC_BYTES, _SLOT_STEP, _SLOT_LINES = _L.SLOT_RECORD_BYTES, _L.SLOT_RECORD_STEP, _L.SLOT_RECORD_LINES
+_CONSUMER_REC_BYTES = _L.CONSUMER_RECORD_BYTES
 # Consumer record offsets.
-_RELEASED, _WAITING, _WAIT_COUNT, _WAIT_SUM, _WAIT_BUCKETS = 0, 8, 16, 24, 32
-_BUCKET_BOUNDS_NS = [1000 * 4 ** i for i in range(12)]
+_RELEASED, _WAITING = _L.CONSUMER_RECORD_RELEASED, _L.CONSUMER_RECORD_WAITING
+_WAIT_COUNT, _WAIT_SUM, _WAIT_BUCKETS = _L.CONSUMER_RECORD_WAIT_COUNT, _L.CONSUMER_RECORD_WAIT_SUM_NS, _L.CONSUMER_RECORD_WAIT_BUCKETS
+_BUCKET_BOUNDS_NS = _L.WAIT_BUCKET_BOUNDS_NS
 
-RUNNING, ENDED, FAILED, CLOSED = 0, 1, 2, 3
+RUNNING, ENDED, FAILED, CLOSED = _L.STATE_RUNNING, _L.STATE_ENDED, _L.STATE_FAILED, _L.STATE_CLOSED
 
 _SYS_FUTEX = 202  # x86_64
 _FUTEX_WAIT, _FUTEX_WAKE = 0, 1
@@ -44,7 +51,7 @@ def supported() -> bool:
     batches from the stream. One pair is not ordered even there: the store of
     a release and the load of "producer waiting" after it. A wake-up lost that
     way costs one short sleep of the daemon's watcher, which re-polls within
-    about 50 us while the producer waits (internal/server/batches.go)."""
+    about 50 us while the producer waits (internal/session/feed.go)."""
     return platform.system() == "Linux" and platform.machine() in ("x86_64", "AMD64")
 
 
@@ -54,19 +61,22 @@ class Control:
     def __init__(self, path: str, header_bytes: int, consumer: int):
         fd = os.open(path, os.O_RDWR)
         try:
-            self._mm = mmap.mmap(fd, header_bytes, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+            mm = mmap.mmap(fd, header_bytes, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         finally:
             os.close(fd)
-        if self._mm[:8] != MAGIC:
-            self.close()
+        if mm[:8] != MAGIC:
+            mm.close()
             raise ValueError(f"{path} does not start with a dataloaderd control block")
-        self._u64 = memoryview(self._mm).cast("Q")
-        self._u32 = memoryview(self._mm).cast("I")
-        if self._u32[2] != VERSION:
-            version = self._u32[2]
-            self.close()
+        u32 = memoryview(mm).cast("I")
+        if u32[_VERSION // 4] != VERSION:
+            version = u32[_VERSION // 4]
+            u32.release()
+            mm.close()
             raise ValueError(f"{path}: control block version {version}, this client reads {VERSION}")
-        self.slots = self._u32[3]
+        self._mm: Optional[mmap.mmap] = mm
+        self._u64 = memoryview(mm).cast("Q")
+        self._u32 = u32
+        self.slots = self._u32[_SLOTS // 4]
         rec = self._u32[_CONSUMER_RECS // 4] + consumer * _CONSUMER_REC_BYTES
         self._slot_recs = self._u32[_SLOT_RECS // 4]
         self._released = (rec + _RELEASED) // 8
@@ -91,11 +101,11 @@ class Control:
         state = self._u32[_STATE // 4]
         if self._u64[_PUBLISHED // 8] >= step:
             slot = (step - 1) % self.slots
-            rec = self._slot_recs + 16 * slot
-            got = self._u64[rec // 8]
+            rec = self._slot_recs + _SLOT_REC_BYTES * slot
+            got = self._u64[(rec + _SLOT_STEP) // 8]
             if got != step:
                 raise RuntimeError(f"control block: slot {slot} holds step {got}, expected {step}")
-            return RUNNING, (slot, self._u32[rec // 4 + 2])
+            return RUNNING, (slot, self._u32[(rec + _SLOT_LINES) // 4])
         return state, None
 
     def published(self) -> int:
@@ -130,11 +140,9 @@ class Control:
             self._syscall(_SYS_FUTEX, self._rel_seq_addr, _FUTEX_WAKE, 0x7FFFFFFF, None, None, 0)
 
     def close(self) -> None:
-        for name in ("_u64", "_u32"):
-            view = getattr(self, name, None)
-            if view is not None:
-                view.release()
-                setattr(self, name, None)
+        """Unmaps the block. Idempotent."""
+        self._u64.release()
+        self._u32.release()
         mm, self._mm = self._mm, None
         if mm is not None:
             try:

@@ -2,8 +2,9 @@
 memory for the ``shm-pinned`` comparison path.
 
 This module imports on any machine: torch and the NVIDIA driver
-(``libcuda.so.1``) are loaded when a class is first used, and their absence
-raises :class:`CudaUnavailableError` with a message that says what to do.
+(``libcuda.so.1``, bound in :mod:`dataloaderd._cudadriver`) are loaded when a
+class is first used, and their absence raises :class:`CudaUnavailableError`
+(exported from :mod:`dataloaderd`) with a message that says what to do.
 
 Slot lifetime on the GPU. A device view of a slot is read by kernels that run
 *after* Python moved on, so a slot may be released to the daemon only once
@@ -20,35 +21,27 @@ import ctypes
 import os
 import threading
 import warnings
-from typing import Any, Deque, Hashable, List, Optional, Tuple
+from typing import Deque, Dict, Generic, List, Optional, Tuple, TypeVar, cast
 
-from .errors import DataloaderdError, TransportUnavailableError
+import numpy as np
 
-__all__ = ["CudaUnavailableError", "CudaError", "IpcRing", "PinnedShm", "ReleaseFence", "IPC_HANDLE_SIZE"]
+from ._cudadriver import IPC_HANDLE_SIZE, _Mapping
+# _IpcHandle is re-exported for scripts/gpu_check.py's IPC self-test.
+from ._cudadriver import _Driver as _Driver, _IpcHandle as _IpcHandle
+from ._ring import ShmRing
+from ._torchapi import CudaEvent, Tensor, Torch
+from .errors import CudaError, CudaUnavailableError, DataloaderdError
 
-IPC_HANDLE_SIZE = 64
-_CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 0x1
+__all__ = ["CudaUnavailableError", "CudaError", "IpcRing", "PinnedShm", "ReleaseFence", "IPC_HANDLE_SIZE",
+           "device_memory", "require_torch_cuda"]
+
 _CU_MEMHOSTREGISTER_PORTABLE = 0x1
 _CU_MEMHOSTREGISTER_READ_ONLY = 0x8  # the client maps the ring read-only (CUDA 11.1+)
-_CUDA_ERROR_NOT_READY = 600
 
 
-class CudaUnavailableError(TransportUnavailableError):
-    """This process cannot use the GPU transports: no torch with CUDA, no NVIDIA
-    driver, or no GPU. The ``shm`` and ``inline`` transports still work."""
-
-
-class CudaError(DataloaderdError):
-    """A CUDA driver call failed; ``call`` and ``result`` name it
-    (e.g. ``cuIpcOpenMemHandle_v2``, ``CUDA_ERROR_INVALID_CONTEXT``)."""
-
-    def __init__(self, call: str, result: str, message: str):
-        super().__init__(message)
-        self.call, self.result = call, result
-
-
-def _torch() -> Any:
-    """torch, with a usable GPU, or a clear CudaUnavailableError."""
+def _torch() -> Torch:
+    """torch, with a usable GPU, or a clear CudaUnavailableError. (Tests
+    replace this function with one that returns a stand-in torch.)"""
     try:
         import torch
     except ImportError as e:
@@ -59,7 +52,7 @@ def _torch() -> Any:
         raise CudaUnavailableError(
             "PyTorch sees no GPU (torch.cuda.is_available() is False): check the NVIDIA driver and "
             "CUDA_VISIBLE_DEVICES, or use transport='shm'")
-    return torch
+    return cast(Torch, torch)  # torch's own annotations are far wider than the protocol
 
 
 def require_torch_cuda(device: int) -> None:
@@ -69,107 +62,6 @@ def require_torch_cuda(device: int) -> None:
     if not 0 <= device < n:
         raise CudaUnavailableError(f"device {device} asked for, but PyTorch sees {n} GPU(s) "
                                    "(pass device=, or set LOCAL_RANK / CUDA_VISIBLE_DEVICES)")
-
-
-class _IpcHandle(ctypes.Structure):
-    _fields_ = [("reserved", ctypes.c_char * IPC_HANDLE_SIZE)]
-
-
-class _Driver:
-    """The few libcuda calls this module makes, through ctypes."""
-
-    def __init__(self, library: str = "libcuda.so.1"):
-        try:
-            lib = ctypes.CDLL(library)
-        except OSError as e:
-            raise CudaUnavailableError(
-                f"cannot load {library} ({e}): no NVIDIA driver on this machine; use transport='shm'") from e
-        c_int, c_uint, c_void_p, c_size_t = ctypes.c_int, ctypes.c_uint, ctypes.c_void_p, ctypes.c_size_t
-        cuptr = ctypes.c_ulonglong
-        self._lib = lib
-        self._fns = {}
-        for name, alts, args in [
-            ("init", ["cuInit"], [c_uint]),
-            ("device_get", ["cuDeviceGet"], [ctypes.POINTER(c_int), c_int]),
-            ("retain", ["cuDevicePrimaryCtxRetain"], [ctypes.POINTER(c_void_p), c_int]),
-            ("release", ["cuDevicePrimaryCtxRelease_v2", "cuDevicePrimaryCtxRelease"], [c_int]),
-            ("push", ["cuCtxPushCurrent_v2", "cuCtxPushCurrent"], [c_void_p]),
-            ("pop", ["cuCtxPopCurrent_v2", "cuCtxPopCurrent"], [ctypes.POINTER(c_void_p)]),
-            ("ipc_open", ["cuIpcOpenMemHandle_v2", "cuIpcOpenMemHandle"], [ctypes.POINTER(cuptr), _IpcHandle, c_uint]),
-            ("ipc_close", ["cuIpcCloseMemHandle"], [cuptr]),
-            ("host_register", ["cuMemHostRegister_v2", "cuMemHostRegister"], [c_void_p, c_size_t, c_uint]),
-            ("host_unregister", ["cuMemHostUnregister"], [c_void_p]),
-            ("mem_get_info", ["cuMemGetInfo_v2"], [ctypes.POINTER(c_size_t), ctypes.POINTER(c_size_t)]),
-            ("error_name", ["cuGetErrorName"], [c_int, ctypes.POINTER(ctypes.c_char_p)]),
-            ("error_string", ["cuGetErrorString"], [c_int, ctypes.POINTER(ctypes.c_char_p)]),
-        ]:
-            for sym in alts:
-                fn = getattr(lib, sym, None)
-                if fn is not None:
-                    fn.argtypes, fn.restype = args, c_int
-                    self._fns[name] = (sym, fn)
-                    break
-            else:
-                raise CudaUnavailableError(f"{library} has no {alts[0]}: the NVIDIA driver is too old")
-        self.call("init", 0)
-        self._lock = threading.Lock()
-        self._refs: dict = {}
-
-    def _describe(self, r: int) -> Tuple[str, str]:
-        name, text = ctypes.c_char_p(), ctypes.c_char_p()
-        self._fns["error_name"][1](r, ctypes.byref(name))
-        self._fns["error_string"][1](r, ctypes.byref(text))
-        return ((name.value or b"CUresult(%d)" % r).decode(), (text.value or b"").decode())
-
-    def call(self, name: str, *args: Any) -> int:
-        """Calls a driver function; raises CudaError naming it and its result."""
-        sym, fn = self._fns[name]
-        r = fn(*args)
-        if r == 0:
-            return r
-        rname, text = self._describe(r)
-        if name == "init" and r == 100:  # CUDA_ERROR_NO_DEVICE
-            raise CudaUnavailableError(f"the NVIDIA driver sees no GPU ({sym}: {rname}); use transport='shm'")
-        raise CudaError(sym, rname, f"{sym}: {rname} ({text})")
-
-    def retain(self, device: int) -> int:
-        """Retains device's primary context (the one torch uses); refcounted here."""
-        with self._lock:
-            ctx, n = self._refs.get(device, (None, 0))
-            if ctx is None:
-                d, p = ctypes.c_int(), ctypes.c_void_p()
-                self.call("device_get", ctypes.byref(d), device)
-                self.call("retain", ctypes.byref(p), d.value)
-                ctx = p.value
-            self._refs[device] = (ctx, n + 1)
-            return ctx
-
-    def release(self, device: int) -> None:
-        with self._lock:
-            ctx, n = self._refs.get(device, (None, 0))
-            if n > 1:
-                self._refs[device] = (ctx, n - 1)
-            elif n == 1:
-                del self._refs[device]
-                d = ctypes.c_int()
-                self.call("device_get", ctypes.byref(d), device)
-                self.call("release", d.value)
-
-    def in_context(self, ctx: int) -> "_Current":
-        return _Current(self, ctx)
-
-
-class _Current:
-    """Makes a context current on this thread for a with-block."""
-
-    def __init__(self, drv: _Driver, ctx: int):
-        self._drv, self._ctx = drv, ctx
-
-    def __enter__(self) -> None:
-        self._drv.call("push", ctypes.c_void_p(self._ctx))
-
-    def __exit__(self, *exc: Any) -> None:
-        self._drv.call("pop", ctypes.byref(ctypes.c_void_p()))
 
 
 _driver_lock = threading.Lock()
@@ -186,44 +78,13 @@ def _driver() -> _Driver:
         return _driver_instance
 
 
-class _Mapping:
-    """One opened IPC allocation; unmapped when the ring is closed and no
-    tensor view of it is alive any more (views hold a reference)."""
-
-    def __init__(self, drv: _Driver, device: int, handle: bytes):
-        self._drv, self.device = drv, device
-        self._ctx = drv.retain(device)
-        self.ptr = 0
-        try:
-            h = _IpcHandle()
-            ctypes.memmove(ctypes.addressof(h), handle, IPC_HANDLE_SIZE)
-            p = ctypes.c_ulonglong()
-            with drv.in_context(self._ctx):
-                drv.call("ipc_open", ctypes.byref(p), h, _CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)
-            self.ptr = p.value
-        except BaseException:
-            drv.release(device)
-            raise
-
-    def __del__(self) -> None:
-        ptr, self.ptr = self.ptr, 0
-        if not ptr:
-            return
-        try:
-            with self._drv.in_context(self._ctx):
-                self._drv.call("ipc_close", ctypes.c_ulonglong(ptr))
-            self._drv.release(self.device)
-        except Exception:
-            pass  # at interpreter exit the driver may be gone; the OS reclaims it
-
-
 class _DeviceArray:
     """Exposes device memory through __cuda_array_interface__ for torch.as_tensor;
     the tensor keeps this object, and so the mapping, alive."""
 
     def __init__(self, mapping: _Mapping, offset: int, shape: Tuple[int, ...], typestr: str):
         self._mapping = mapping
-        self.__cuda_array_interface__ = {
+        self.__cuda_array_interface__: Dict[str, object] = {
             # torch refuses the read-only flag; the view is writable, and
             # writing into it corrupts the daemon's ring for every reader.
             "shape": shape, "typestr": typestr, "data": (mapping.ptr + offset, False),
@@ -248,7 +109,7 @@ class IpcRing:
         self._slots, self._stride, self._line = slots, stride, line_tokens
         self._mapping: Optional[_Mapping] = _Mapping(_driver(), device, bytes(handle))
 
-    def _view(self, slot: int, shape: Tuple[int, ...], typestr: str) -> Any:
+    def _view(self, slot: int, shape: Tuple[int, ...], typestr: str) -> Tensor:
         if self._mapping is None:
             raise DataloaderdError("the CUDA ring is closed")
         if not 0 <= slot < self._slots:
@@ -256,11 +117,11 @@ class IpcRing:
         arr = _DeviceArray(self._mapping, slot * self._stride, shape, typestr)
         return self._torch.as_tensor(arr, device=self.device)
 
-    def batch(self, slot: int, lines: int) -> Any:
+    def batch(self, slot: int, lines: int) -> Tensor:
         """Slot's tokens as an int32 device tensor [lines, line_tokens], a view."""
         return self._view(slot, (lines, self._line), "<i4")
 
-    def slot_bytes(self, slot: int, n: int) -> Any:
+    def slot_bytes(self, slot: int, n: int) -> Tensor:
         """The first n bytes of a slot as a uint8 device tensor, a view."""
         if n > self._stride:
             raise DataloaderdError(f"{n} bytes asked of a slot of stride {self._stride}")
@@ -270,14 +131,17 @@ class IpcRing:
         """Gives up the ring; the handle is closed once no view of it is alive."""
         self._mapping = None
 
-    def __enter__(self) -> "IpcRing":
+    def __enter__(self) -> IpcRing:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
-class ReleaseFence:
+K = TypeVar("K")
+
+
+class ReleaseFence(Generic[K]):
     """Holds given-up slots until the GPU work queued on them has finished.
 
     ``give_up(key)`` records an event on the current stream of ``device`` (or
@@ -290,9 +154,9 @@ class ReleaseFence:
         self._torch = _torch()
         self._device = self._torch.device("cuda", device)
         self._max = max(1, max_held)
-        self._held: Deque[Tuple[Hashable, Any]] = collections.deque()
+        self._held: Deque[Tuple[K, CudaEvent]] = collections.deque()
 
-    def give_up(self, key: Hashable, event: Any = None) -> List[Hashable]:
+    def give_up(self, key: K, event: Optional[CudaEvent] = None) -> List[K]:
         ev = event
         if ev is None:
             ev = self._torch.cuda.Event()
@@ -305,7 +169,7 @@ class ReleaseFence:
             out.append(k)
         return out
 
-    def completed(self) -> List[Hashable]:
+    def completed(self) -> List[K]:
         """The oldest keys whose events have completed, in order, without
         waiting and without giving anything up."""
         out = []
@@ -313,7 +177,7 @@ class ReleaseFence:
             out.append(self._held.popleft()[0])
         return out
 
-    def drain(self) -> List[Hashable]:
+    def drain(self) -> List[K]:
         out = []
         while self._held:
             k, e = self._held.popleft()
@@ -339,24 +203,21 @@ class PinnedShm:
     tensor is allocated on the copy stream and marked as used on the current
     one (``record_stream``), so a copy overlaps the trainer's previous step."""
 
-    def __init__(self, ring: Any, device: int):
-        import numpy as np
-
+    def __init__(self, ring: ShmRing, device: int):
         self._torch = torch = _torch()
         self.device = torch.device("cuda", device)
         self._index = device
         self._ring = ring
         self._drv = _driver()
-        view = np.frombuffer(ring._mm, dtype=np.uint8)
+        view = np.frombuffer(ring.mapping(), dtype=np.uint8)
         self._ptr, self._size = int(view.ctypes.data), view.nbytes
-        slots = (view.nbytes - ring._data) // ring._stride
         del view
         # Host tensors of every slot, made once: torch warns that the
         # read-only mapping is not writable (nothing writes through them).
-        full = ring._stride // (4 * ring._line)
+        full = ring.stride // (4 * ring.line_tokens)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
-            self._host = [torch.from_numpy(ring.batch(i, full)) for i in range(slots)]
+            self._host = [torch.from_numpy(ring.batch(i, full)) for i in range(ring.slots)]
         self._ctx = self._drv.retain(device)
         registered = False
         try:
@@ -375,7 +236,7 @@ class PinnedShm:
                 self._drv.release(device)
             raise
 
-    def fetch(self, slot: int, lines: int) -> Tuple[Any, Any]:
+    def fetch(self, slot: int, lines: int) -> Tuple[Tensor, CudaEvent]:
         """Copies a batch to the GPU: (int32 tensor [lines, line_tokens], event)."""
         torch = self._torch
         if self._ptr == 0:
@@ -404,12 +265,12 @@ class PinnedShm:
             with self._drv.in_context(self._ctx):
                 self._drv.call("host_unregister", ctypes.c_void_p(ptr))
         finally:
-            self._drv.release(self.device.index)
+            self._drv.release(self._index)
 
-    def __enter__(self) -> "PinnedShm":
+    def __enter__(self) -> PinnedShm:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 

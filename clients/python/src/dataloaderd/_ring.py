@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import mmap
 import os
+from typing import Optional
 
 import numpy as np
+import numpy.typing as npt
 
 
 class ShmRing:
@@ -14,17 +16,25 @@ class ShmRing:
     def __init__(self, path: str, slots: int, stride: int, line_tokens: int, data_offset: int = 0):
         fd = os.open(path, os.O_RDONLY)
         try:
-            self._mm = mmap.mmap(fd, data_offset + slots * stride, mmap.MAP_SHARED, mmap.PROT_READ)
+            self._mm: Optional[mmap.mmap] = mmap.mmap(fd, data_offset + slots * stride, mmap.MAP_SHARED,
+                                                      mmap.PROT_READ)
         finally:
             os.close(fd)
-        self._data = data_offset
-        self._stride = stride
-        self._line = line_tokens
+        self.slots = slots
+        self.data_offset = data_offset
+        self.stride = stride
+        self.line_tokens = line_tokens
 
-    def batch(self, slot: int, lines: int) -> np.ndarray:
+    def mapping(self) -> mmap.mmap:
+        """The whole mapping (control pages, if any, then the slots)."""
+        if self._mm is None:
+            raise ValueError("the shared-memory ring is closed")
+        return self._mm
+
+    def batch(self, slot: int, lines: int) -> npt.NDArray[np.int32]:
         """The tokens of a slot as an int32 array [lines, line_tokens], a view of the ring."""
-        return np.frombuffer(self._mm, dtype="<i4", count=lines * self._line,
-                             offset=self._data + slot * self._stride).reshape(lines, self._line)
+        return np.frombuffer(self.mapping(), dtype="<i4", count=lines * self.line_tokens,
+                             offset=self.data_offset + slot * self.stride).reshape(lines, self.line_tokens)
 
     def close(self) -> None:
         """Unmaps the ring; while views of it are alive the mapping stays until they go."""

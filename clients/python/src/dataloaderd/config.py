@@ -6,15 +6,16 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Mapping, Optional, Union
+from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
 from ._proto import dataloader_pb2 as pb
 from .errors import ConfigError
 
 __all__ = ["load_config", "to_proto", "KEYS", "DATASET_KEYS"]
 
-# key: (type, default); a default of ... means required.
-KEYS: dict = {
+# key: (type or types, default); a default of ... means required.
+Keys = Dict[str, Tuple[Union[type, Tuple[type, ...]], object]]
+KEYS: Keys = {
     "seq_len": (int, ...),
     "batch_size": (int, ...),
     "seed": (int, 0),
@@ -26,7 +27,7 @@ KEYS: dict = {
     "shuffle_window": (int, 0),
     "datasets": (list, ...),
 }
-DATASET_KEYS: dict = {
+DATASET_KEYS: Keys = {
     "name": (str, ...),
     "path": (str, ...),
     "format": (str, ...),
@@ -38,7 +39,7 @@ DATASET_KEYS: dict = {
 }
 
 
-def load_config(config: Union[str, os.PathLike, Mapping[str, Any]]) -> tuple:
+def load_config(config: Union[str, os.PathLike[str], Mapping[str, object]]) -> Tuple[Dict[str, object], str]:
     """Returns (config dict, directory relative paths are resolved against)."""
     if isinstance(config, Mapping):
         return dict(config), os.getcwd()
@@ -67,7 +68,9 @@ def load_config(config: Union[str, os.PathLike, Mapping[str, Any]]) -> tuple:
     return dict(data), os.path.dirname(os.path.abspath(path))
 
 
-def _check(where: str, data: Mapping[str, Any], keys: dict) -> dict:
+def _check(where: str, data: Mapping[str, object], keys: Keys) -> Dict[str, Any]:
+    """The keys of data with their defaults filled in, each of its declared type
+    (so the values may be used as such)."""
     unknown = sorted(set(data) - set(keys))
     if unknown:
         raise ConfigError(f"{where}: unknown key {unknown[0]!r}; known keys: {', '.join(sorted(keys))}")
@@ -86,12 +89,12 @@ def _check(where: str, data: Mapping[str, Any], keys: dict) -> dict:
     return out
 
 
-def _type_name(typ: Any) -> str:
+def _type_name(typ: Union[type, Tuple[type, ...]]) -> str:
     types = typ if isinstance(typ, tuple) else (typ,)
     return " or ".join("null" if t is type(None) else t.__name__ for t in types)
 
 
-def to_proto(data: Mapping[str, Any], base_dir: str) -> "pb.JobConfig":
+def to_proto(data: Mapping[str, object], base_dir: str) -> "pb.JobConfig":
     """Checks a config dict and builds the wire message."""
     c = _check("config", data, KEYS)
     for key in ("seq_len", "batch_size", "logical_shards", "epochs", "shuffle_window", "seed"):
@@ -131,6 +134,6 @@ def env_int(name: str, default: int) -> int:
         raise ConfigError(f"environment variable {name}={value!r} is not an integer") from e
 
 
-def optional_abspath(path: Optional[Union[str, os.PathLike]]) -> str:
+def optional_abspath(path: Optional[Union[str, os.PathLike[str]]]) -> str:
     """An absolute path for the daemon (it has another working directory); "" for None."""
     return "" if path is None else os.path.abspath(os.path.expanduser(os.fspath(path)))

@@ -4,7 +4,7 @@ of these (``raise ... from``), so callers never catch gRPC internals."""
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Optional, TypeVar
+from typing import Any, Callable, Dict, Optional, Type, TypeVar, cast
 
 import grpc
 
@@ -19,6 +19,8 @@ __all__ = [
     "TransportUnavailableError",
     "ResourceExhaustedError",
     "BatchTimeoutError",
+    "CudaUnavailableError",
+    "CudaError",
 ]
 
 
@@ -75,7 +77,21 @@ class BatchTimeoutError(DataloaderdError, TimeoutError):
     closed; resume from the last checkpoint with a new one."""
 
 
-_BY_CODE = {
+class CudaUnavailableError(TransportUnavailableError):
+    """This process cannot use the GPU transports: no torch with CUDA, no NVIDIA
+    driver, or no GPU. The ``shm`` and ``inline`` transports still work."""
+
+
+class CudaError(DataloaderdError):
+    """A CUDA driver call failed; ``call`` and ``result`` name it
+    (e.g. ``cuIpcOpenMemHandle_v2``, ``CUDA_ERROR_INVALID_CONTEXT``)."""
+
+    def __init__(self, call: str, result: str, message: str):
+        super().__init__(message)
+        self.call, self.result = call, result
+
+
+_BY_CODE: Dict[grpc.StatusCode, Type[DataloaderdError]] = {
     grpc.StatusCode.INVALID_ARGUMENT: ConfigError,
     grpc.StatusCode.NOT_FOUND: SessionNotFoundError,
     grpc.StatusCode.ALREADY_EXISTS: SessionExistsError,
@@ -89,10 +105,13 @@ _BY_CODE = {
 
 def from_rpc_error(err: grpc.RpcError) -> DataloaderdError:
     """The package's exception for a gRPC error; its message is the daemon's."""
-    code = err.code() if callable(getattr(err, "code", None)) else None
-    details = err.details() if callable(getattr(err, "details", None)) else None
-    cls = _BY_CODE.get(code, DataloaderdError)
-    name = code.name if isinstance(code, grpc.StatusCode) else None
+    # A bare grpc.RpcError has neither method (its stub says it has both).
+    code_of, details_of = getattr(err, "code", None), getattr(err, "details", None)
+    code = code_of() if callable(code_of) else None
+    details = details_of() if callable(details_of) else None
+    status = code if isinstance(code, grpc.StatusCode) else None
+    cls = DataloaderdError if status is None else _BY_CODE.get(status, DataloaderdError)
+    name = None if status is None else status.name
     if not details:
         details = f"dataloaderd request failed ({name or 'no status'})"
     return cls(details, name)
@@ -111,4 +130,4 @@ def translate(fn: F) -> F:
         except grpc.RpcError as err:
             raise from_rpc_error(err) from err
 
-    return wrapper  # type: ignore[return-value]
+    return cast(F, wrapper)  # wraps() keeps fn's signature; Python 3.9 has no ParamSpec to say so

@@ -4,35 +4,37 @@ from __future__ import annotations
 
 import atexit
 import os
-import queue
 import sys
-import threading
-import time
 import warnings
 import weakref
-from typing import Any, Dict, Iterator, Mapping, Optional, Union
+from typing import Any, Dict, Iterator, List, Mapping, NoReturn, Optional, Union, cast
 
 import grpc
 import numpy as np
 
+from . import _control, _cuda
+from ._delivery import DELIVERIES, CudaDelivery, Delivery, PinnedDelivery, Tokens
+from ._feed import ControlFeed, Feed, Held, open_feed
 from ._proto import dataloader_pb2 as pb
 from ._proto import dataloader_pb2_grpc as pb_grpc
-from . import _control, _cuda
-from ._ring import ShmRing
+from ._torchapi import Torch
+from .batch import Batch
 from .config import env_int, load_config, optional_abspath, to_proto
-from .errors import (BatchTimeoutError, ConfigError, DaemonUnavailableError, DataloaderdError,
-                     StateError, from_rpc_error, translate)
+from .errors import BatchTimeoutError, ConfigError, DaemonUnavailableError, DataloaderdError, StateError, translate
 
-try:  # torch is optional: without it batches are numpy arrays
-    import torch
-except ImportError:  # pragma: no cover - depends on the environment
-    torch = None
+
+def _optional_torch() -> Optional[Torch]:
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - depends on the environment
+        return None
+    return cast(Torch, torch)  # torch's own annotations are far wider than the protocol
+
+
+torch = _optional_torch()  # optional: without it batches are numpy arrays
 
 __all__ = ["Loader"]
 
-# shm-pinned is shm to the daemon; the client copies each batch to the GPU.
-_TRANSPORTS = {"shm": pb.TRANSPORT_SHM, "inline": pb.TRANSPORT_INLINE, "cuda": pb.TRANSPORT_CUDA,
-               "shm-pinned": pb.TRANSPORT_SHM}
 STATE_DICT_VERSION = 1
 
 # Loaders not closed yet. They are closed at exit, while gRPC's threads still
@@ -50,6 +52,16 @@ def _close_open_loaders() -> None:
             pass
 
 
+class _Session:
+    """An open session: the daemon's reply, how its batches are announced
+    (feed) and how a slot becomes tokens (delivery)."""
+
+    __slots__ = ("reply", "feed", "delivery")
+
+    def __init__(self, reply: pb.OpenSessionResponse, feed: Feed, delivery: Delivery):
+        self.reply, self.feed, self.delivery = reply, feed, delivery
+
+
 class Loader:
     """Batches of packed token lines for one data-parallel rank.
 
@@ -58,20 +70,20 @@ class Loader:
     to DATALOADERD_SOCKET. Processes of one tensor/pipeline-parallel group pass
     the same ``dp_rank`` and ``consumers=<group size>`` and read the same batches.
 
-    Iterating yields dicts: ``tokens`` (int32 numpy array [lines, seq_len+1]),
-    ``input_ids`` and ``labels`` (``tokens[:, :-1]`` and ``tokens[:, 1:]``, torch
-    tensors when torch is installed), ``step`` and ``lines``. On the ``shm``
-    transport these are views of shared memory, valid until the next batch is
-    asked for; pass ``copy=True`` to get batches you may keep.
+    Iterating yields :class:`Batch` dicts: ``tokens`` (int32 numpy array
+    [lines, seq_len+1]), ``input_ids`` and ``labels`` (``tokens[:, :-1]`` and
+    ``tokens[:, 1:]``, torch tensors when torch is installed), ``step`` and
+    ``lines``. On the ``shm`` transport these are views of shared memory, valid
+    until the next batch is asked for; pass ``copy=True`` to get batches you may keep.
 
     ``next()`` raises BatchTimeoutError when no batch comes within
     ``batch_timeout`` seconds (default 600; None waits forever), so a stuck
     daemon fails the step instead of hanging it.
     """
 
-    def __init__(self, config: Union[str, os.PathLike, Mapping[str, Any]],
+    def __init__(self, config: Union[str, os.PathLike[str], Mapping[str, object]],
                  dp_rank: Optional[int] = None, dp_size: Optional[int] = None,
-                 socket: Optional[str] = None, resume_from: Optional[Union[str, os.PathLike]] = None,
+                 socket: Optional[str] = None, resume_from: Optional[Union[str, os.PathLike[str]]] = None,
                  transport: str = "shm", *, job: Optional[str] = None, consumers: int = 1,
                  slots: int = 0, copy: bool = False, timeout: float = 60.0, fast: bool = True,
                  device: Optional[int] = None, batch_timeout: Optional[float] = 600.0):
@@ -81,8 +93,8 @@ class Loader:
         self.dp_size = env_int("WORLD_SIZE", 1) if dp_size is None else int(dp_size)
         if self.dp_size < 1 or not 0 <= self.dp_rank < self.dp_size:
             raise ConfigError(f"dp_rank {self.dp_rank} is out of range for dp_size {self.dp_size}")
-        if transport not in _TRANSPORTS:
-            raise ConfigError(f"transport {transport!r}: want one of {', '.join(_TRANSPORTS)}")
+        if transport not in DELIVERIES:
+            raise ConfigError(f"transport {transport!r}: want one of {', '.join(DELIVERIES)}")
         if consumers < 1 or slots < 0:
             raise ConfigError(f"consumers must be >= 1 and slots >= 0, got {consumers} and {slots}")
         if batch_timeout is not None and not batch_timeout > 0:
@@ -96,7 +108,7 @@ class Loader:
         if self.device < 0:
             raise ConfigError(f"device must be >= 0, got {self.device}")
         self._resume_from = optional_abspath(resume_from)
-        self._resume_states: list = []
+        self._resume_states: List[bytes] = []
 
         path = socket or os.environ.get("DATALOADERD_SOCKET")
         if not path:
@@ -109,17 +121,7 @@ class Loader:
             ("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)])
         self._stub = pb_grpc.LoaderStub(self._channel)
         _open_loaders.add(self)
-        self._session: Optional[pb.OpenSessionResponse] = None
-        self._ring: Optional[ShmRing] = None
-        self._ctl: Optional[_control.Control] = None
-        self._dev_ring = None  # cuda: _cuda.IpcRing
-        self._fence = None  # cuda, shm-pinned: _cuda.ReleaseFence
-        self._pinned = None  # shm-pinned: _cuda.PinnedShm
-        self._requests: Optional[queue.Queue] = None
-        self._responses = None
-        self._held: Optional[tuple] = None
-        self._waiting_since: Optional[float] = None  # monotonic, while next() waits on a message
-        self._timed_out = False
+        self._live: Optional[_Session] = None
         self._last_step = 0
         self._ended = False
         self._closed = False
@@ -130,240 +132,66 @@ class Loader:
     def _open(self) -> pb.OpenSessionResponse:
         if self._closed:
             raise DataloaderdError("the loader is closed")
-        if self._session is None:
-            if self.transport in ("cuda", "shm-pinned"):
-                _cuda.require_torch_cuda(self.device)  # before the daemon makes a ring
+        if self._live is None:
+            delivery = DELIVERIES[self.transport](self._copy, self.device)  # before the daemon makes a ring
             s = self._stub.OpenSession(pb.OpenSessionRequest(
                 job=self.job, config=self._config, dp_rank=self.dp_rank, dp_size=self.dp_size,
-                consumers=self._consumers, transport=_TRANSPORTS[self.transport],
+                consumers=self._consumers, transport=delivery.wire,
                 resume_from=self._resume_from, resume_states=self._resume_states, slots=self._slots,
                 device=self.device,
             ), timeout=self._timeout)
-            self._ctl = None
-            if s.transport == pb.TRANSPORT_CUDA:
-                try:
-                    self._dev_ring = _cuda.IpcRing(s.ring.ipc_handle, s.ring.slots, s.ring.slot_stride,
-                                                   s.line_tokens, s.ring.device)
-                    self._fence = _cuda.ReleaseFence(s.ring.device, max_held=_fence_hold(s.ring.slots))
-                except Exception:  # torch's own errors too: nothing of the session may stay
-                    self._fence = None
-                    if self._dev_ring is not None:
-                        self._dev_ring.close()
-                        self._dev_ring = None
-                    self._stub.CloseSession(pb.CloseSessionRequest(session_id=s.session_id, consumer=s.consumer),
-                                            timeout=self._timeout)
-                    raise
-                self._ctl = self._map_control(s)
-            if s.transport == pb.TRANSPORT_SHM:
-                try:
-                    self._ring = ShmRing(s.ring.path, s.ring.slots, s.ring.slot_stride, s.line_tokens,
-                                         s.ring.data_offset)
-                    self._ctl = self._map_control(s)
-                    if self.transport == "shm-pinned":
-                        self._pinned = _cuda.PinnedShm(self._ring, self.device)
-                        self._fence = _cuda.ReleaseFence(self.device, max_held=_fence_hold(s.ring.slots))
-                except Exception as e:  # torch's own errors too: nothing of the session may stay
-                    self._fence = None
-                    for part in (self._pinned, self._ring, self._ctl):
-                        if part is not None:
-                            part.close()
-                    self._pinned = self._ring = self._ctl = None
-                    self._stub.CloseSession(pb.CloseSessionRequest(session_id=s.session_id, consumer=s.consumer),
-                                            timeout=self._timeout)
-                    if not isinstance(e, (OSError, ValueError)):
-                        raise
-                    raise DataloaderdError(
-                        f"cannot map the ring {s.ring.path} ({e}): is the daemon on another machine or in "
-                        "another container? transport='inline' works without shared memory") from e
-            self._session = s
+            feed: Optional[Feed] = None
+            try:
+                feed = open_feed(self._stub, s, self._fast, self._batch_timeout)
+                delivery.open(s, feed.release)
+            except Exception:  # torch's own errors too: nothing of the session may stay
+                delivery.close()
+                if feed is not None:
+                    feed.close()
+                self._stub.CloseSession(pb.CloseSessionRequest(session_id=s.session_id, consumer=s.consumer),
+                                        timeout=self._timeout)
+                raise
+            self._live = _Session(s, feed, delivery)
             self._last_step = s.start_step
             self._ended = False
-        return self._session
-
-    def _map_control(self, s: pb.OpenSessionResponse) -> Optional[_control.Control]:
-        """The session's control block, or None when batches come by messages
-        (fast=False, another platform, an older daemon, or a block this
-        process may not map)."""
-        path, size = s.ring.control_path, s.ring.control_bytes
-        if not path and s.transport == pb.TRANSPORT_SHM:
-            path, size = s.ring.path, s.ring.data_offset  # a daemon from before control_path
-        if not (self._fast and path and size > 0 and _control.supported()):
-            return None
-        try:
-            return _control.Control(path, size, s.consumer)
-        except (OSError, ValueError):
-            return None  # e.g. another user's ring
+        return self._live.reply
 
     def _close_session(self, tell_daemon: bool = True) -> None:
-        s, self._session = self._session, None
-        if s is None:
+        live, self._live = self._live, None
+        if live is None:
             return
-        if self._fence is not None:
-            if self._held is not None:
-                self._fence.give_up(self._held)  # the batch in hand too
-            self._fence.drain()  # kernels may still read device slots
-            self._fence = None
-        if self._dev_ring is not None:
-            self._dev_ring.close()
-            self._dev_ring = None
-        if self._pinned is not None:
-            self._pinned.close()  # waits for its copies; before the ring is unmapped
-            self._pinned = None
+        live.delivery.close()  # on the GPU, waits for the kernels still reading device slots
         try:
             if tell_daemon:
-                self._stub.CloseSession(pb.CloseSessionRequest(session_id=s.session_id, consumer=s.consumer),
+                self._stub.CloseSession(pb.CloseSessionRequest(session_id=live.reply.session_id,
+                                                               consumer=live.reply.consumer),
                                         timeout=self._timeout)
         except grpc.RpcError:
             pass  # the daemon reclaims a session whose stream ends anyway
-        if self._requests is not None:
-            self._requests.put(None)
-        if self._responses is not None:
-            self._responses.cancel()
-        self._requests = self._responses = self._held = None
-        if self._ring is not None:
-            self._ring.close()
-            self._ring = None
-        if self._ctl is not None:
-            self._ctl.close()
-            self._ctl = None
+        live.feed.close()
 
     # -- iteration ------------------------------------------------------------
 
-    def __iter__(self) -> Iterator[Dict[str, Any]]:
+    def __iter__(self) -> Iterator[Batch]:
         self._open()
         return self._batches()
 
-    def _release(self, slot: int, step: int, wait_ns: int) -> None:
-        self._requests.put(pb.BatchesRequest(release=pb.Release(slot=slot, step=step, wait_ns=wait_ns)))
-
-    def _batches(self) -> Iterator[Dict[str, Any]]:
-        s = self._session
-        if self._responses is None:
-            self._requests = queue.Queue()
-            self._requests.put(pb.BatchesRequest(attach=pb.Attach(
-                session_id=s.session_id, consumer=s.consumer, shm_control=self._ctl is not None)))
-            self._responses = self._stub.Batches(_requests_from(self._requests))
-            self._timed_out = False
-            if self._ctl is None and self._batch_timeout is not None:
-                threading.Thread(target=_watch_batches, args=(weakref.ref(self), self._responses),
-                                 name="dataloaderd-batch-timeout", daemon=True).start()
-        if self._ctl is not None:
-            yield from self._control_batches(s)
-            return
-        while not self._ended and self._session is s:
-            if self._held is not None:
-                if self._fence is not None:
-                    # A device slot goes back once the GPU work queued on it is done.
-                    for held in self._fence.give_up(self._held):
-                        self._release(*held)
-                else:
-                    self._release(*self._held)
-                self._held = None
-            if self._fence is not None:
-                # Slots whose GPU work (or copy) finished go back before we block.
-                for held in self._fence.completed():
-                    self._release(*held)
-            start = time.perf_counter_ns()
-            self._waiting_since = time.monotonic()
-            try:
-                msg = next(self._responses)
-            except grpc.RpcError as err:
-                if self._timed_out:
-                    self._time_out(None)
-                raise from_rpc_error(err) from err
-            except StopIteration:
-                raise DaemonUnavailableError("the daemon ended the batch stream") from None
-            finally:
-                self._waiting_since = None
-            wait_ns = time.perf_counter_ns() - start
-            if msg.end:
+    def _batches(self) -> Iterator[Batch]:
+        live = self._live
+        assert live is not None, "_open() first"
+        feed, delivery = live.feed, live.delivery
+        feed.start()
+        while not self._ended and self._live is live:
+            delivery.give_back()
+            got = feed.next(self._last_step + 1, delivery.give_back_finished, self._time_out)
+            if got is None:
                 self._ended = True
                 return
-            if self._pinned is not None:
-                # The shm slot goes back once the copy out of it is done.
-                tokens, copied = self._pinned.fetch(msg.slot, msg.lines)
-                for held in self._fence.give_up((msg.slot, msg.step, wait_ns), copied):
-                    self._release(*held)
-            elif s.transport == pb.TRANSPORT_CUDA:
-                tokens = self._dev_ring.batch(msg.slot, msg.lines)
-                if self._copy:
-                    tokens = tokens.clone()  # queued on the current stream: the fence waits for it
-                    for held in self._fence.give_up((msg.slot, msg.step, wait_ns)):
-                        self._release(*held)
-                else:
-                    self._held = (msg.slot, msg.step, wait_ns)
-            elif s.transport != pb.TRANSPORT_SHM:
-                tokens = np.frombuffer(msg.data, dtype="<i4").reshape(msg.lines, s.line_tokens)
-                self._release(msg.slot, msg.step, wait_ns)
-            elif self._copy:
-                tokens = self._ring.batch(msg.slot, msg.lines).copy()
-                self._release(msg.slot, msg.step, wait_ns)
-            else:
-                tokens = self._ring.batch(msg.slot, msg.lines)
-                self._held = (msg.slot, msg.step, wait_ns)
-            self._last_step = msg.step
-            yield _batch(tokens, msg.step)
+            tokens = delivery.take(got)
+            self._last_step = got.held.step
+            yield _batch(tokens, got.held.step)
 
-    def _control_batches(self, s: pb.OpenSessionResponse) -> Iterator[Dict[str, Any]]:
-        """Batches announced in the ring's control block: no message per batch.
-        On cuda a step is released there only once the GPU work queued on its
-        slot has finished (ReleaseFence); releases stay in step order."""
-        ctl, ring, fence = self._ctl, self._ring, self._fence
-
-        def give_back(held: tuple, event: Any = None) -> None:
-            if fence is None:
-                ctl.release(held[1], held[2])
-            else:
-                for _, step, wait_ns in fence.give_up(held, event):
-                    ctl.release(step, wait_ns)
-
-        while not self._ended and self._session is s:
-            want = self._last_step + 1
-            if self._held is not None:
-                give_back(self._held)
-                self._held = None
-            start = time.perf_counter_ns()
-            deadline = None if self._batch_timeout is None else time.monotonic() + self._batch_timeout
-            while True:
-                state, got = ctl.poll(want)
-                if got is not None:
-                    break
-                if deadline is not None and time.monotonic() > deadline:
-                    self._time_out(ctl.published())
-                if state == _control.ENDED:
-                    self._ended = True
-                    return
-                if state != _control.RUNNING:
-                    self._stream_failure()
-                if fence is not None:
-                    # Slots whose GPU work has finished go back while we wait.
-                    for _, step, wait_ns in fence.completed():
-                        ctl.release(step, wait_ns)
-                ctl.wait(want, 0.05)
-                if self._responses.done():
-                    self._stream_failure()
-            wait_ns = time.perf_counter_ns() - start
-            slot, lines = got
-            if self._pinned is not None:
-                tokens, copied = self._pinned.fetch(slot, lines)
-                give_back((slot, want, wait_ns), copied)  # once the copy out of the slot is done
-            elif fence is not None:
-                tokens = self._dev_ring.batch(slot, lines)
-                if self._copy:
-                    tokens = tokens.clone()  # queued on the current stream: the fence waits for it
-                    give_back((slot, want, wait_ns))
-                else:
-                    self._held = (slot, want, wait_ns)
-            elif self._copy:
-                tokens = ring.batch(slot, lines).copy()
-                ctl.release(want, wait_ns)
-            else:
-                tokens = ring.batch(slot, lines)
-                self._held = (slot, want, wait_ns)
-            self._last_step = want
-            yield _batch(tokens, want)
-
-    def _time_out(self, published: Optional[int]) -> None:
+    def _time_out(self, published: Optional[int]) -> NoReturn:
         """Closes the loader and raises BatchTimeoutError for the batch awaited."""
         s = self._session
         what = f"session {s.session_id}" if s is not None else "the session"
@@ -375,16 +203,30 @@ class Loader:
             "is stuck: see its log and dataloaderd_ready_slots. This loader is closed; resume from the last "
             "checkpoint with a new one")
 
-    @translate
-    def _stream_failure(self) -> None:
-        """Raises what ended the batch stream: the daemon's status."""
-        try:
-            for msg in self._responses:
-                if msg.end:
-                    break
-        except grpc.RpcError as err:
-            raise from_rpc_error(err) from err
-        raise DaemonUnavailableError("the daemon closed the session")
+    # -- what tests and scripts/gpu_check.py look at -----------------------------
+
+    @property
+    def _session(self) -> Optional[pb.OpenSessionResponse]:
+        """The daemon's reply for the open session, or None."""
+        return None if self._live is None else self._live.reply
+
+    @property
+    def _ctl(self) -> Optional[_control.Control]:
+        """The control block batches are announced in, or None (messages)."""
+        feed = None if self._live is None else self._live.feed
+        return feed.control if isinstance(feed, ControlFeed) else None
+
+    @property
+    def _dev_ring(self) -> Optional[_cuda.IpcRing]:
+        """The device ring of an open cuda session, else None."""
+        delivery = None if self._live is None else self._live.delivery
+        return delivery.ring if isinstance(delivery, CudaDelivery) else None
+
+    @property
+    def _fence(self) -> Optional[_cuda.ReleaseFence[Held]]:
+        """The release fence of an open cuda or shm-pinned session, else None."""
+        delivery = None if self._live is None else self._live.delivery
+        return delivery.fence if isinstance(delivery, (CudaDelivery, PinnedDelivery)) else None
 
     # -- state ----------------------------------------------------------------
 
@@ -400,7 +242,7 @@ class Loader:
         return self._last_step
 
     @translate
-    def save(self, folder: Union[str, os.PathLike]) -> str:
+    def save(self, folder: Union[str, os.PathLike[str]]) -> str:
         """Writes this rank's state after the last batch it yielded into
         ``<folder>/dataloader/rank-<r>-of-<W>.json``; returns the file's path."""
         s = self._open()
@@ -410,7 +252,8 @@ class Loader:
 
     @translate
     def state_dict(self) -> Dict[str, Any]:
-        """This rank's state after the last yielded batch, for torch.distributed.checkpoint."""
+        """This rank's state after the last yielded batch, for torch.distributed.checkpoint
+        (whose Stateful protocol types it Dict[str, Any])."""
         s = self._open()
         resp = self._stub.GetState(pb.GetStateRequest(session_id=s.session_id, step=self._last_step),
                                    timeout=self._timeout)
@@ -456,10 +299,10 @@ class Loader:
         finally:
             self._channel.close()
 
-    def __enter__(self) -> "Loader":
+    def __enter__(self) -> Loader:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __del__(self) -> None:
@@ -474,49 +317,15 @@ class Loader:
             pass
 
 
-def _watch_batches(ref: "weakref.ref[Loader]", responses: Any) -> None:
-    """Cancels a message-mode batch stream whose next() has waited longer than
-    the loader's batch_timeout; the loader then raises BatchTimeoutError. Ends
-    with the stream, or when the loader is gone."""
-    while True:
-        loader = ref()
-        if loader is None or loader._closed or loader._responses is not responses or responses.done():
-            return
-        timeout, since = loader._batch_timeout, loader._waiting_since
-        if since is not None and time.monotonic() - since > timeout:
-            if loader._waiting_since is since:  # else the batch came meanwhile
-                loader._timed_out = True  # before the cancel that the waiting next() sees
-                responses.cancel()
-                return
-        del loader
-        time.sleep(min(1.0, timeout / 4))
-
-
-def _fence_hold(slots: int) -> int:
-    """How many given-up device slots a ReleaseFence may hold: at most 2, and
-    fewer than the ring has, since the daemon needs a free slot to produce the
-    batch the loader waits for."""
-    return max(1, min(2, slots - 1))
-
-
-def _requests_from(q: "queue.Queue[Optional[pb.BatchesRequest]]") -> Iterator[pb.BatchesRequest]:
-    """The request side of a Batches stream: what the loader queues, until None."""
-    while True:
-        msg = q.get()
-        if msg is None:
-            return
-        yield msg
-
-
-def _batch(tokens: Any, step: int) -> Dict[str, Any]:
-    out: Dict[str, Any] = {"tokens": tokens, "step": step, "lines": tokens.shape[0]}
-    if not isinstance(tokens, np.ndarray):  # a device tensor (cuda)
-        out["input_ids"], out["labels"] = tokens[:, :-1], tokens[:, 1:]
-    elif torch is not None:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)  # read-only shared memory
-            t = torch.from_numpy(tokens)
-        out["input_ids"], out["labels"] = t[:, :-1], t[:, 1:]
-    else:
-        out["input_ids"], out["labels"] = tokens[:, :-1], tokens[:, 1:]
-    return out
+def _batch(tokens: Tokens, step: int) -> Batch:
+    """The batch of a slot's tokens: input_ids and labels are views of them."""
+    if not isinstance(tokens, np.ndarray):  # a device tensor (cuda, shm-pinned)
+        return {"tokens": tokens, "step": step, "lines": tokens.shape[0],
+                "input_ids": tokens[:, :-1], "labels": tokens[:, 1:]}
+    if torch is None:
+        return {"tokens": tokens, "step": step, "lines": tokens.shape[0],
+                "input_ids": tokens[:, :-1], "labels": tokens[:, 1:]}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # read-only shared memory
+        t = torch.from_numpy(tokens)
+    return {"tokens": tokens, "step": step, "lines": tokens.shape[0], "input_ids": t[:, :-1], "labels": t[:, 1:]}

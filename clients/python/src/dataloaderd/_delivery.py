@@ -1,0 +1,263 @@
+"""How an announced slot becomes tokens, and when it may be given back: one
+class per transport, behind the Delivery protocol.
+
+Where announcements come from (control block or stream) is the feed's
+concern (dataloaderd._feed); a delivery only gets each announcement and the
+feed's release function.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, ClassVar, Dict, Optional, Protocol, Union
+
+import numpy as np
+import numpy.typing as npt
+
+from . import _cuda
+from ._feed import Announced, Held, Release
+from ._proto import dataloader_pb2 as pb
+from ._ring import ShmRing
+from ._torchapi import Tensor
+from .errors import DataloaderdError
+
+__all__ = ["Tokens", "Delivery", "ShmDelivery", "InlineDelivery", "CudaDelivery", "PinnedDelivery", "DELIVERIES"]
+
+# Host arrays (shm, inline) or device tensors (cuda, shm-pinned).
+Tokens = Union[npt.NDArray[np.int32], Tensor]
+
+
+class Delivery(Protocol):
+    """One transport's way from an announced slot to tokens.
+
+    Made when a session opens (a transport that cannot work in this process
+    raises then, before the daemon makes a ring); ``open`` maps what the
+    session's reply describes; ``take`` turns an announcement into tokens;
+    ``give_back`` returns the batch in hand when the next one is asked for;
+    ``give_back_finished`` returns, while the loader waits, slots that were
+    given back but whose GPU work was still running; ``close`` lets go of
+    everything (the daemon is told after it)."""
+
+    wire: ClassVar[pb.Transport.ValueType]  # what the daemon is asked for
+
+    def open(self, session: pb.OpenSessionResponse, release: Release) -> None: ...
+
+    def take(self, batch: Announced) -> Tokens: ...
+
+    def give_back(self) -> None: ...
+
+    def give_back_finished(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def _map_ring(session: pb.OpenSessionResponse) -> ShmRing:
+    r = session.ring
+    return ShmRing(r.path, r.slots, r.slot_stride, session.line_tokens, r.data_offset)
+
+
+def _unmappable(session: pb.OpenSessionResponse, e: Exception) -> DataloaderdError:
+    return DataloaderdError(
+        f"cannot map the ring {session.ring.path} ({e}): is the daemon on another machine or in "
+        "another container? transport='inline' works without shared memory")
+
+
+def _fence_hold(slots: int) -> int:
+    """How many given-up device slots a ReleaseFence may hold: at most 2, and
+    fewer than the ring has, since the daemon needs a free slot to produce the
+    batch the loader waits for."""
+    return max(1, min(2, slots - 1))
+
+
+class ShmDelivery:
+    """``shm``: read-only views of the shared-memory ring, each valid until the
+    next batch is asked for; with ``copy`` a private copy, released at once."""
+
+    wire: ClassVar[pb.Transport.ValueType] = pb.TRANSPORT_SHM
+
+    def __init__(self, copy: bool, device: int):
+        self._copy = copy
+        self._ring: Optional[ShmRing] = None
+        self._release: Optional[Release] = None
+        self._held: Optional[Held] = None
+
+    def open(self, session: pb.OpenSessionResponse, release: Release) -> None:
+        try:
+            self._ring = _map_ring(session)
+        except (OSError, ValueError) as e:
+            raise _unmappable(session, e) from e
+        self._release = release
+
+    def take(self, batch: Announced) -> Tokens:
+        assert self._ring is not None and self._release is not None, "open() first"
+        tokens = self._ring.batch(batch.held.slot, batch.lines)
+        if self._copy:
+            tokens = tokens.copy()
+            self._release(batch.held)
+        else:
+            self._held = batch.held
+        return tokens
+
+    def give_back(self) -> None:
+        if self._held is not None and self._release is not None:
+            self._release(self._held)
+        self._held = None
+
+    def give_back_finished(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self._held = None
+        if self._ring is not None:
+            self._ring.close()
+            self._ring = None
+
+
+class InlineDelivery:
+    """``inline``: the batch's bytes came in the announcement; the slot goes
+    back at once."""
+
+    wire: ClassVar[pb.Transport.ValueType] = pb.TRANSPORT_INLINE
+
+    def __init__(self, copy: bool, device: int):
+        self._line_tokens = 0
+        self._release: Optional[Release] = None
+
+    def open(self, session: pb.OpenSessionResponse, release: Release) -> None:
+        self._line_tokens = session.line_tokens
+        self._release = release
+
+    def take(self, batch: Announced) -> Tokens:
+        assert self._release is not None, "open() first"
+        tokens = np.frombuffer(batch.data, dtype="<i4").reshape(batch.lines, self._line_tokens)
+        self._release(batch.held)
+        return tokens
+
+    def give_back(self) -> None:
+        pass
+
+    def give_back_finished(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class CudaDelivery:
+    """``cuda``: device tensors that view the daemon's device ring (CUDA IPC).
+    A slot goes back through a ReleaseFence once the GPU work queued on it has
+    finished; with ``copy`` the batch is cloned on the current stream and its
+    slot given up at once (the fence waits for the clone)."""
+
+    wire: ClassVar[pb.Transport.ValueType] = pb.TRANSPORT_CUDA
+
+    def __init__(self, copy: bool, device: int):
+        _cuda.require_torch_cuda(device)
+        self._copy = copy
+        self.ring: Optional[_cuda.IpcRing] = None
+        self.fence: Optional[_cuda.ReleaseFence[Held]] = None
+        self._release: Optional[Release] = None
+        self._held: Optional[Held] = None
+
+    def open(self, session: pb.OpenSessionResponse, release: Release) -> None:
+        r = session.ring
+        self.ring = _cuda.IpcRing(r.ipc_handle, r.slots, r.slot_stride, session.line_tokens, r.device)
+        self.fence = _cuda.ReleaseFence(r.device, max_held=_fence_hold(r.slots))
+        self._release = release
+
+    def take(self, batch: Announced) -> Tokens:
+        assert self.ring is not None, "open() first"
+        tokens = self.ring.batch(batch.held.slot, batch.lines)
+        if self._copy:
+            tokens = tokens.clone()  # queued on the current stream: the fence waits for it
+            self._fence_up(batch.held)
+        else:
+            self._held = batch.held
+        return tokens
+
+    def _fence_up(self, held: Held) -> None:
+        assert self.fence is not None and self._release is not None, "open() first"
+        for done in self.fence.give_up(held):
+            self._release(done)
+
+    def give_back(self) -> None:
+        if self._held is not None:
+            self._fence_up(self._held)  # its slot goes back once the GPU work queued on it is done
+            self._held = None
+
+    def give_back_finished(self) -> None:
+        if self.fence is not None and self._release is not None:
+            for done in self.fence.completed():
+                self._release(done)
+
+    def close(self) -> None:
+        fence, self.fence = self.fence, None
+        if fence is not None:
+            if self._held is not None:
+                fence.give_up(self._held)  # the batch in hand too
+            fence.drain()  # kernels may still read device slots
+        self._held = None
+        if self.ring is not None:
+            self.ring.close()
+            self.ring = None
+
+
+class PinnedDelivery:
+    """``shm-pinned``: a fresh device tensor per batch, copied out of the
+    shared-memory ring (registered with the driver as pinned memory) on a
+    stream of the loader's own; the shm slot goes back once the copy's event
+    has completed."""
+
+    wire: ClassVar[pb.Transport.ValueType] = pb.TRANSPORT_SHM  # shm to the daemon; the copy to the GPU is the client's
+
+    def __init__(self, copy: bool, device: int):
+        _cuda.require_torch_cuda(device)
+        self._device = device
+        self._ring: Optional[ShmRing] = None
+        self._pinned: Optional[_cuda.PinnedShm] = None
+        self.fence: Optional[_cuda.ReleaseFence[Held]] = None
+        self._release: Optional[Release] = None
+
+    def open(self, session: pb.OpenSessionResponse, release: Release) -> None:
+        try:
+            self._ring = _map_ring(session)
+            self._pinned = _cuda.PinnedShm(self._ring, self._device)
+            self.fence = _cuda.ReleaseFence(self._device, max_held=_fence_hold(session.ring.slots))
+        except (OSError, ValueError) as e:
+            raise _unmappable(session, e) from e
+        self._release = release
+
+    def take(self, batch: Announced) -> Tokens:
+        assert self._pinned is not None and self.fence is not None and self._release is not None, "open() first"
+        tokens, copied = self._pinned.fetch(batch.held.slot, batch.lines)
+        for done in self.fence.give_up(batch.held, copied):  # once the copy out of the slot is done
+            self._release(done)
+        return tokens
+
+    def give_back(self) -> None:
+        pass  # the batch is the caller's own copy
+
+    def give_back_finished(self) -> None:
+        if self.fence is not None and self._release is not None:
+            for done in self.fence.completed():
+                self._release(done)
+
+    def close(self) -> None:
+        fence, self.fence = self.fence, None
+        if fence is not None:
+            fence.drain()
+        if self._pinned is not None:
+            self._pinned.close()  # waits for its copies; before the ring is unmapped
+            self._pinned = None
+        if self._ring is not None:
+            self._ring.close()
+            self._ring = None
+
+
+# Transport names, in the order error messages list them: the delivery of
+# each, made from (copy, device).
+DELIVERIES: Dict[str, Callable[[bool, int], Delivery]] = {
+    "shm": ShmDelivery,
+    "inline": InlineDelivery,
+    "cuda": CudaDelivery,
+    "shm-pinned": PinnedDelivery,
+}
