@@ -185,9 +185,7 @@ class CudaDelivery:
             self._held = None
 
     def give_back_finished(self) -> None:
-        if self.fence is not None and self._release is not None:
-            for done in self.fence.completed():
-                self._release(done)
+        _release_finished(self.fence, self._release)
 
     def close(self) -> None:
         fence, self.fence = self.fence, None
@@ -237,9 +235,7 @@ class PinnedDelivery:
         pass  # the batch is the caller's own copy
 
     def give_back_finished(self) -> None:
-        if self.fence is not None and self._release is not None:
-            for done in self.fence.completed():
-                self._release(done)
+        _release_finished(self.fence, self._release)
 
     def close(self) -> None:
         fence, self.fence = self.fence, None
@@ -255,6 +251,13 @@ class PinnedDelivery:
 
 # Transport names, in the order error messages list them: the delivery of
 # each, made from (copy, device).
+def _release_finished(fence: "Optional[_cuda.ReleaseFence[Held]]", release: Optional[Release]) -> None:
+    """Hands back the fenced slots whose GPU work has finished, oldest first."""
+    if fence is not None and release is not None:
+        for done in fence.completed():
+            release(done)
+
+
 DELIVERIES: Dict[str, Callable[[bool, int], Delivery]] = {
     "shm": ShmDelivery,
     "inline": InlineDelivery,
