@@ -6,8 +6,6 @@ import platform
 import statistics
 import subprocess
 
-import numpy as np
-
 from .common import REPO, summary
 
 TOK_ENCODINGS = ("r50k_base", "cl100k_base", "o200k_base")
@@ -180,6 +178,7 @@ def git_commit():
 
 
 def machine(load):
+    import numpy as np
     cpu = platform.processor()
     try:
         with open("/proc/cpuinfo") as f:
