@@ -172,8 +172,9 @@ def git_commit():
     head = git("rev-parse", "--short", "HEAD")
     if not head:
         return None
-    # The results a run writes are not a change of the code it measured.
-    changed = git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!bench/results")
+    # The results a run writes, and the Markdown pages, are not a change of
+    # the code it measured.
+    changed = git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!bench/results", ":!*.md")
     return head + ("+changes" if changed else "")
 
 
