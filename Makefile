@@ -35,7 +35,7 @@ RING_LAYOUT := internal/ring/layout.go clients/python/src/dataloaderd/_ring_layo
 # The tokenizer conformance targets and their variables (used by test-python).
 include mk/tokenize.mk
 
-.PHONY: all setup build test test-go test-python vet lint lint-go lint-python staticcheck bench bench-quick bench-go demo generate generate-check clean
+.PHONY: all setup build test test-go test-python vet lint lint-go lint-python staticcheck bench bench-quick bench-go bench-spread demo generate generate-check clean
 
 all: build
 
@@ -129,6 +129,11 @@ bench: build $(VENV)/.stamp $(BENCH_VENV)/.stamp
 # bench-quick: the smoke run (tiny corpus, one repeat; peers only if bench/.venv exists).
 bench-quick: build $(VENV)/.stamp
 	$(PY) scripts/bench.py --quick --daemon $(BIN)/dataloaderd --peers-python $(BENCH_VENV)/bin/python $(BENCH_ARGS)
+
+# bench-spread: every full run kept in bench/results/runs/ folded into one
+# table of their spread (bench/results/spread.md and docs/benchmarks.md).
+bench-spread:
+	$(PYTHON) scripts/bench_spread.py --doc docs/benchmarks.md
 
 # bench-go: the Go microbenchmarks on their small built-in corpora.
 bench-go:

@@ -47,7 +47,7 @@ warnings.filterwarnings("ignore", message=".*not writable.*")  # torch views of 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "clients", "python", "src"))
 sys.path.insert(0, HERE)
-from bench import write_corpus  # noqa: E402
+from benchmark.corpus import write_corpus  # noqa: E402
 from daemon import running  # noqa: E402
 from dataloaderd import CudaUnavailableError, _cuda  # noqa: E402
 from gpu_check_memory import daemon_memory, device_copies, free_port, killed_client, wait_gpu_mib  # noqa: E402

@@ -11,8 +11,9 @@ import (
 // batchScheduling puts every thread of the daemon in the SCHED_BATCH class.
 // The daemon is a throughput worker beside the training processes: when a
 // trainer's slot release wakes the producer, a normal thread preempts the
-// trainer on its core (measured here: next() p50 44 us instead of 6 us on a
-// 2-core machine); a batch thread waits for the core's next turn instead.
+// trainer on its core, which shows in the trainer's wait in next() on a
+// machine with few cores (docs/benchmarks.md has the figures); a batch
+// thread waits for the core's next turn instead.
 // Threads inherit the class from the thread that creates them, so setting
 // every thread there is now (twice, for those created meanwhile) covers the
 // ones the Go runtime makes later.

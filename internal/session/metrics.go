@@ -63,7 +63,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.devCopy = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name: "dataloaderd_device_copy_seconds",
 		Help: "Time a cuda session's producer took to copy one batch to its device slot and see the copy complete.",
-		// 10 us to 164 ms: a slot of MiBs copies in tens of us; more is a busy or throttled GPU link.
+		// 10 us to 164 ms, by factors of 4: from a small slot on a fast link to a busy or throttled one.
 		Buckets: prometheus.ExponentialBuckets(1e-5, 4, 8),
 	})
 	m.skipped = prometheus.NewCounterVec(prometheus.CounterOpts{

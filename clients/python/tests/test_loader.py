@@ -233,6 +233,27 @@ def test_process_exiting_without_close_does_not_hang(daemon, config):
         assert next(iter(again))["step"] == 1
 
 
+@pytest.mark.parametrize("fast", [True, False])
+def test_close_frees_the_batch_stream_under_a_live_iterator(daemon, config, fast):
+    # A loader closed (at exit, say) while an iterator of it is still
+    # referenced must free its Batches call then: freed during interpreter
+    # finalization instead, the call's __del__ can wait forever on a lock a
+    # frozen gRPC thread holds (the exit hang above, in some runs).
+    import gc
+    import weakref
+    loader = Loader(config, dp_rank=0, dp_size=1, socket=daemon.socket, fast=fast)
+    it = iter(loader)
+    next(it)
+    call = weakref.ref(loader._live.feed._stream.responses)
+    loader.close()
+    deadline = time.monotonic() + 5  # message mode: the batch-timeout watcher lets go within a second
+    while call() is not None and time.monotonic() < deadline:
+        gc.collect()
+        time.sleep(0.05)
+    assert call() is None, "the Batches call outlived close() while an iterator was alive"
+    del it
+
+
 def test_control_block_stress_many_consumers_small_ring(daemon, config):
     # Four consumers of one dp_rank in threads with random pauses, a 2-slot
     # ring (the producer waits on almost every release): every consumer reads

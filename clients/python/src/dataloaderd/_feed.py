@@ -93,6 +93,10 @@ class _BatchStream:
                                                                wait_ns=held.wait_ns)))
 
     def close(self) -> None:
+        """Ends the call. The feed then drops this object, so that the call is
+        freed now: freed while the interpreter finalizes (a loader closed at
+        exit and still referenced by a suspended iterator), its __del__ would
+        wait on a lock that a gRPC thread frozen by finalization may hold."""
         self.requests.put(None)
         self.responses.cancel()
 
@@ -158,8 +162,9 @@ class ControlFeed:
         self.control.release(held.step, held.wait_ns)
 
     def close(self) -> None:
-        if self._stream is not None:
-            self._stream.close()
+        stream, self._stream = self._stream, None  # see _BatchStream.close
+        if stream is not None:
+            stream.close()
         self.control.close()
 
 
@@ -214,8 +219,9 @@ class StreamFeed:
 
     def close(self) -> None:
         self.closed = True
-        if self._stream is not None:
-            self._stream.close()
+        stream, self._stream = self._stream, None  # see _BatchStream.close
+        if stream is not None:
+            stream.close()
 
 
 def _watch(ref: weakref.ref[StreamFeed], responses: _Responses, timeout: float) -> None:

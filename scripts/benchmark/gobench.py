@@ -1,0 +1,60 @@
+"""The ceilings and the Go pipeline: `go test -bench` of the corpus
+benchmarks on the generated corpus (one core), and np.copyto of one batch."""
+import os
+import re
+import subprocess
+import time
+
+import numpy as np
+
+from .common import BATCH_TOKENS, LINE_TOKENS, LINES, REPO, SHARDS, log
+
+GO_LINE = re.compile(r"^(BenchmarkCorpus\w+?)(?:-\d+)?\s+\d+\s+.*?([\d.e+]+) tokens/s")
+GO_BENCHMARKS = ("BenchmarkCorpusCopyCeiling", "BenchmarkCorpusRank", "BenchmarkCorpusPipeline")
+
+
+def go_benchmarks(prefix, benchtime, repeats):
+    """The Go ceiling and pipeline benchmarks on the corpus, one core:
+    {benchmark: [tokens/s per repeat]}."""
+    env = dict(os.environ, DATALOADERD_BENCH_PREFIX=prefix, DATALOADERD_BENCH_SHARDS=str(SHARDS))
+    cmd = ["go", "test", "-run", "^$", "-bench", "^BenchmarkCorpus", "-benchtime", benchtime,
+           "-count", str(repeats), "-cpu", "1", "./internal/stream/"]
+    log("go: " + " ".join(cmd))
+    out = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"go test failed:\n{out.stdout}\n{out.stderr}")
+    found = {}
+    for line in out.stdout.splitlines():
+        m = GO_LINE.match(line)
+        if m:
+            found.setdefault(m.group(1), []).append(float(m.group(2)))
+    missing = [w for w in GO_BENCHMARKS if w not in found]
+    if missing:
+        raise RuntimeError(f"go test printed no result for {missing}:\n{out.stdout}")
+    return {k: found[k] for k in GO_BENCHMARKS}
+
+
+def numpy_copy(seconds):
+    """tokens/s of np.copyto of one batch from a 256 MiB int32 buffer into a
+    staging buffer: the same copy a client does to touch its batch."""
+    src = np.arange(64 << 20, dtype=np.int32)
+    dst = np.empty((LINES, LINE_TOKENS), dtype=np.int32)
+    flat = dst.reshape(-1)
+    off, n, t0 = 0, 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        if off + BATCH_TOKENS > src.size:
+            off = 0
+        np.copyto(flat, src[off:off + BATCH_TOKENS])
+        off += BATCH_TOKENS
+        n += 1
+    return n * BATCH_TOKENS / (time.perf_counter() - t0)
+
+
+def ceiling_and_pipeline_rows(prefix, benchtime, repeats, numpy_seconds):
+    """The rows go_copy, go_rank, go_pipeline and numpy_copy."""
+    go = go_benchmarks(prefix, benchtime, repeats)
+    rows = {"go_copy": go["BenchmarkCorpusCopyCeiling"], "go_rank": go["BenchmarkCorpusRank"],
+            "go_pipeline": go["BenchmarkCorpusPipeline"],
+            "numpy_copy": [numpy_copy(numpy_seconds) for _ in range(repeats)]}
+    log(f"copy ceilings: Go {np.median(rows['go_copy']):,.0f}, numpy {np.median(rows['numpy_copy']):,.0f} tokens/s")
+    return rows
