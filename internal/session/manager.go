@@ -68,7 +68,9 @@ type Manager struct {
 	byID     map[string]*session
 	// opening holds a channel per key whose session is being made, closed
 	// when it is made (or failed).
-	opening  map[sessionKey]chan struct{}
+	opening map[sessionKey]chan struct{}
+	// closing counts sessions dropped whose memory is still being freed.
+	closing  int
 	stopping bool
 }
 
@@ -120,11 +122,11 @@ func New(cfg Config) (*Manager, error) {
 	return m, nil
 }
 
-// Sessions is the number of open sessions.
+// Sessions is the number of sessions open, or closing and not yet freed.
 func (m *Manager) Sessions() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return len(m.sessions)
+	return len(m.sessions) + m.closing
 }
 
 // Shutdown refuses new sessions, closes every open one (their feeds end
@@ -177,11 +179,15 @@ func (m *Manager) drop(ss *session, why string) {
 	}
 	delete(m.byID, ss.id)
 	delete(m.sessions, ss.key)
+	m.closing++
 	m.mu.Unlock()
 	ss.stop(m.metrics.clientWait)
 	m.metrics.sessions.Dec()
 	m.metrics.ringBytes.Sub(float64(ss.ring.Slots() * ss.ring.Stride()))
 	m.metrics.readySlots.DeleteLabelValues(ss.labels()...)
+	m.mu.Lock()
+	m.closing--
+	m.mu.Unlock()
 	ss.log.Info("session closed", zap.String("why", why))
 }
 
