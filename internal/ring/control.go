@@ -41,6 +41,9 @@ type Control struct {
 
 	mu   sync.RWMutex // held for reading while the memory is used
 	gone bool
+	// waits counts the producer's waits for a slot (SetProducerWaiting(true)):
+	// the daemon's own, not in the shared block.
+	waits atomic.Uint64
 }
 
 // detach wakes every release watcher and makes later calls no-ops; the ring
@@ -173,9 +176,15 @@ func (c *Control) SetProducerWaiting(waiting bool) {
 	}
 	atomic.StoreUint32(c.u32(HeaderProducerWaiting), v)
 	if waiting {
+		c.waits.Add(1)
 		c.wakeWatchers()
 	}
 }
+
+// ProducerWaits is how many times the producer began to wait for a slot: a
+// release watcher that sees it move knows a wait began since it last looked,
+// the moment a consumer's wake-up can be lost.
+func (c *Control) ProducerWaits() uint64 { return c.waits.Load() }
 
 // ProducerWaiting reports whether the producer waits for a free slot.
 func (c *Control) ProducerWaiting() bool {

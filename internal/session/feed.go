@@ -72,9 +72,20 @@ func (f *Feed) Release(slot int, step, waitNs uint64) error {
 
 // Watch serves a consumer that reads the ring's control block: it applies
 // the releases the consumer writes there until the producer stops, and
-// returns the rank's last step, or the production error. It sleeps on the
-// release futex, woken by the consumer when the producer waits for a slot,
-// else every watchPoll.
+// returns the rank's last step, or the production error.
+//
+// It sleeps on the release futex, and is woken by every event that needs
+// it: a consumer's release while the producer waits for a slot (the
+// consumer sees the producer's waiting flag and wakes it), the producer
+// starting to wait (so releases made before it are seen), the producer
+// stopping, ctx ending, the session closing. One wake-up can be lost: a
+// consumer's release store and its look at the waiting flag are not
+// ordered (see the client's _control.py), so a release made just as the
+// producer starts to wait may be seen by neither side at first. So each
+// time the producer began to wait, the watcher looks again a few times,
+// quickly, while it still waits. Otherwise it sleeps up to watchPoll: at a
+// trainer's pace the producer waits for a slot most of the time, and each
+// release costs a few wake-ups, not one every few hundred microseconds.
 func (f *Feed) Watch(ctx context.Context) (uint64, error) {
 	ss, ctl := f.ss, f.ss.ctl
 	stop := context.AfterFunc(ctx, ctl.WakeReleaseWatchers)
@@ -83,13 +94,18 @@ func (f *Feed) Watch(ctx context.Context) (uint64, error) {
 	var last uint64
 	var endErr error
 	go func() {
-		defer close(ended)
 		last, endErr = ss.pipeline.Wait(ctx)
+		close(ended)
+		ctl.WakeReleaseWatchers()
 	}()
-	var applied uint64
-	backoff := minWatchPoll
+	var applied, waits uint64
+	quick, backoff := 0, minWatchPoll
 	for {
 		seq := ctl.ReleaseSeq()
+		if w := ctl.ProducerWaits(); w != waits {
+			// The producer began to wait since the last look: look again soon.
+			waits, quick, backoff = w, quickPolls, minWatchPoll
+		}
 		if r := ctl.Released(f.c); r > applied {
 			if err := ss.pipeline.ReleaseThrough(f.c, r); err != nil {
 				ss.log.Warn("bad release", zap.Int("consumer", f.c), zap.Error(err))
@@ -104,29 +120,23 @@ func (f *Feed) Watch(ctx context.Context) (uint64, error) {
 			return last, endErr
 		default:
 		}
-		// While the producer waits for a slot, look again soon even if no
-		// consumer wakes us: a wake-up can be lost (a consumer's release
-		// store and its look at "producer waiting" are not ordered, see the
-		// client's _control.py), so back off from minWatchPoll instead of
-		// sleeping a whole watchPoll.
 		timeout := watchPoll
-		if ctl.ProducerWaiting() {
-			timeout = backoff
-			backoff = min(2*backoff, watchPoll)
-		} else {
-			backoff = minWatchPoll
+		if quick > 0 && ctl.ProducerWaiting() {
+			timeout, backoff, quick = backoff, 2*backoff, quick-1
 		}
 		ctl.WaitRelease(seq, timeout)
 	}
 }
 
-// watchPoll is how often a release watcher looks at the control block when
-// nobody wakes it and the producer does not wait: releases then only move
-// the saved state's base. minWatchPoll is its first look while the producer
-// waits for a slot.
+// watchPoll is the longest a release watcher sleeps: every event it must
+// act on wakes it, so this only bounds the harm of a wake-up missed some way
+// not foreseen. After the producer began to wait, the watcher looks again
+// quickPolls times while it waits, from minWatchPoll and doubling, to catch
+// the release whose wake-up was lost.
 const (
-	watchPoll    = 20 * time.Millisecond
+	watchPoll    = 100 * time.Millisecond
 	minWatchPoll = 50 * time.Microsecond
+	quickPolls   = 2
 )
 
 // Detach ends the consumer's stream. A consumer whose stream ends without
