@@ -1,10 +1,13 @@
 package server
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 
 	pb "github.com/dataloaderd/dataloaderd/api/proto/dataloader/v1"
 	"github.com/dataloaderd/dataloaderd/internal/session"
+	"github.com/dataloaderd/dataloaderd/internal/state"
 	"github.com/dataloaderd/dataloaderd/internal/stream"
 )
 
@@ -26,11 +29,48 @@ func requestFrom(req *pb.OpenSessionRequest) (session.Request, error) {
 	if !ok {
 		return session.Request{}, fmt.Errorf("%w: transport %v is not supported (shm, inline or cuda)", session.ErrBadRequest, req.GetTransport())
 	}
-	return session.Request{
+	r := session.Request{
 		Job: req.GetJob(), DPRank: req.GetDpRank(), DPSize: req.GetDpSize(), Consumers: int(req.GetConsumers()),
 		Transport: t, Slots: int(req.GetSlots()), Device: int(req.GetDevice()),
 		ResumeFrom: req.GetResumeFrom(), ResumeStates: req.GetResumeStates(), Config: cfg,
-	}, nil
+	}
+	if s := req.GetResumeSharded(); s != nil {
+		sharded, err := shardedFrom(s)
+		if err != nil {
+			return session.Request{}, err
+		}
+		r.ResumeSharded = &sharded
+	}
+	return r, nil
+}
+
+// shardedFrom converts a sharded state from the wire; a shard given twice
+// is refused.
+func shardedFrom(s *pb.ShardedState) (state.Sharded, error) {
+	out := state.Sharded{Run: s.GetRun(), Shards: make(map[state.ShardID]state.Shard, len(s.GetShards()))}
+	for _, sh := range s.GetShards() {
+		id := state.ShardID{Dataset: int(sh.GetDataset()), Shard: sh.GetShard()}
+		if _, dup := out.Shards[id]; dup {
+			return state.Sharded{}, fmt.Errorf("%w: resume_sharded holds %v twice", state.ErrMismatch, id)
+		}
+		out.Shards[id] = state.Shard{Lines: sh.GetLines(), Taken: sh.GetTaken(), Base: sh.GetBase(),
+			Window: state.Cursor{Epoch: sh.GetEpoch(), Pos: sh.GetPos(), Offset: sh.GetOffset()}}
+	}
+	return out, nil
+}
+
+// shardedTo converts a sharded state to the wire, shards in (dataset, shard)
+// order.
+func shardedTo(s state.Sharded) *pb.ShardedState {
+	out := &pb.ShardedState{Run: s.Run}
+	for id, sh := range s.Shards {
+		out.Shards = append(out.Shards, &pb.ShardState{Dataset: uint32(id.Dataset), Shard: id.Shard, Lines: sh.Lines,
+			Epoch: sh.Window.Epoch, Pos: sh.Window.Pos, Offset: sh.Window.Offset, Taken: sh.Taken, Base: sh.Base})
+	}
+	slices.SortFunc(out.Shards, func(a, b *pb.ShardState) int {
+		return cmp.Or(cmp.Compare(a.GetDataset(), b.GetDataset()), cmp.Compare(a.GetShard(), b.GetShard()))
+	})
+	return out
 }
 
 // configFrom converts the wire config into the stream package's.

@@ -114,7 +114,7 @@ func (s *Server) GetState(ctx context.Context, req *pb.GetStateRequest) (*pb.Get
 	if err != nil {
 		return nil, s.fail(err)
 	}
-	return &pb.GetStateResponse{State: st.State, DpRank: st.DPRank, DpSize: st.DPSize}, nil
+	return &pb.GetStateResponse{State: st.State, DpRank: st.DPRank, DpSize: st.DPSize, Sharded: shardedTo(st.Sharded)}, nil
 }
 
 // SaveState implements Loader.

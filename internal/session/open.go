@@ -119,7 +119,7 @@ func (m *Manager) newSession(key sessionKey, req Request, group string) (*sessio
 	if err != nil {
 		return nil, err
 	}
-	from, err := restore(corpus.Fingerprint(), m.roots, req.ResumeFrom, req.ResumeStates)
+	from, err := restore(corpus.Fingerprint(), m.roots, req)
 	if err != nil {
 		release()
 		return nil, err
@@ -169,11 +169,14 @@ func (s *session) describe(c, device int) Opened {
 
 // restore builds the state a session resumes from, if any; a resume folder
 // is read through the roots.
-func restore(fp state.Fingerprint, roots *files.Roots, folder string, blobs [][]byte) (*state.Restored, error) {
+func restore(fp state.Fingerprint, roots *files.Roots, req Request) (*state.Restored, error) {
 	var names []string
+	blobs := req.ResumeStates
 	switch {
-	case folder != "":
-		f, err := roots.Folder("resume_from", folder)
+	case req.ResumeSharded != nil:
+		return req.ResumeSharded.Restore(fp, req.DPRank, req.DPSize)
+	case req.ResumeFrom != "":
+		f, err := roots.Folder("resume_from", req.ResumeFrom)
 		if err != nil {
 			return nil, err
 		}

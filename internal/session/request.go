@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/dataloaderd/dataloaderd/internal/ring"
+	"github.com/dataloaderd/dataloaderd/internal/state"
 	"github.com/dataloaderd/dataloaderd/internal/stream"
 )
 
@@ -48,10 +49,13 @@ type Request struct {
 	// Device is the GPU the consumer reads from (cuda).
 	Device int
 	// ResumeFrom is a checkpoint folder holding every rank file of a saved
-	// world; ResumeStates are rank states given inline. At most one is set.
-	ResumeFrom   string
-	ResumeStates [][]byte
-	Config       stream.Config
+	// world; ResumeStates are rank states given inline; ResumeSharded is the
+	// state of exactly the shards this rank owns (torch.distributed.checkpoint
+	// loads it so). At most one is set.
+	ResumeFrom    string
+	ResumeStates  [][]byte
+	ResumeSharded *state.Sharded
+	Config        stream.Config
 }
 
 // Opened tells a consumer what it joined and what to map.
@@ -68,10 +72,12 @@ type Opened struct {
 	StartStep uint64
 }
 
-// Snapshot is a rank's encoded state after a step.
+// Snapshot is a rank's state after a step: encoded as its state file, and
+// split by shard.
 type Snapshot struct {
 	State          []byte
 	DPRank, DPSize uint32
+	Sharded        state.Sharded
 }
 
 // Saved is a state file written by Save.
@@ -118,6 +124,15 @@ func (r *Request) resolve(defaultSlots int) error {
 	if r.Device < 0 {
 		return fmt.Errorf("%w: device must be >= 0, got %d", ErrBadRequest, r.Device)
 	}
+	resumes := 0
+	for _, given := range []bool{r.ResumeFrom != "", len(r.ResumeStates) > 0, r.ResumeSharded != nil} {
+		if given {
+			resumes++
+		}
+	}
+	if resumes > 1 {
+		return fmt.Errorf("%w: resume_from, resume_states and resume_sharded are ways to resume: give one", ErrBadRequest)
+	}
 	return nil
 }
 
@@ -125,15 +140,20 @@ func (r *Request) resolve(defaultSlots int) error {
 // request but the job and rank (the session's key) and the consumer's GPU
 // (a cuda ring gets slots on each consumer's GPU).
 func (r *Request) groupKey() (string, error) {
+	var sharded string
+	if r.ResumeSharded != nil {
+		sharded = r.ResumeSharded.Key()
+	}
 	b, err := json.Marshal(struct {
-		Config       stream.Config
-		DPSize       uint32
-		Consumers    int
-		Transport    Transport
-		Slots        int
-		ResumeFrom   string
-		ResumeStates [][]byte
-	}{r.Config, r.DPSize, r.Consumers, r.Transport, r.Slots, r.ResumeFrom, r.ResumeStates})
+		Config        stream.Config
+		DPSize        uint32
+		Consumers     int
+		Transport     Transport
+		Slots         int
+		ResumeFrom    string
+		ResumeStates  [][]byte
+		ResumeSharded string
+	}{r.Config, r.DPSize, r.Consumers, r.Transport, r.Slots, r.ResumeFrom, r.ResumeStates, sharded})
 	if err != nil {
 		return "", fmt.Errorf("%w: %v", ErrBadRequest, err)
 	}

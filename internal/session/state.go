@@ -25,7 +25,11 @@ func (m *Manager) State(id string, step uint64) (Snapshot, error) {
 	if err != nil {
 		return Snapshot{}, err
 	}
-	return Snapshot{State: b, DPRank: st.DPRank, DPSize: st.DPSize}, nil
+	sharded, err := state.Split(ss.pipeline.Fingerprint(), st)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	return Snapshot{State: b, DPRank: st.DPRank, DPSize: st.DPSize, Sharded: sharded}, nil
 }
 
 // Save writes session id's rank state after step into

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"sort"
 	"strconv"
 )
 
@@ -47,17 +46,7 @@ type shardRun struct {
 // Encode returns the file form of a rank's state.
 func Encode(fp Fingerprint, r Rank) ([]byte, error) {
 	f := file{Version: Version, DPRank: r.DPRank, DPSize: r.DPSize, Step: r.Step, Fingerprint: fp, Mixture: r.Mixture}
-	ids := make([]ShardID, 0, len(r.Shards))
-	for id := range r.Shards {
-		ids = append(ids, id)
-	}
-	sort.Slice(ids, func(i, j int) bool {
-		if ids[i].Dataset != ids[j].Dataset {
-			return ids[i].Dataset < ids[j].Dataset
-		}
-		return ids[i].Shard < ids[j].Shard
-	})
-	for _, id := range ids {
+	for _, id := range sortedIDs(r.Shards) {
 		n := len(f.Datasets)
 		if n == 0 || f.Datasets[n-1].Dataset != id.Dataset ||
 			f.Datasets[n-1].First+uint32(len(f.Datasets[n-1].Lines)) != id.Shard {

@@ -328,7 +328,11 @@ type OpenSessionRequest struct {
 	Slots uint32 `protobuf:"varint,9,opt,name=slots,proto3" json:"slots,omitempty"`
 	// CUDA transport: the GPU (device index) of the ring; the client sends its
 	// LOCAL_RANK by default.
-	Device        uint32 `protobuf:"varint,10,opt,name=device,proto3" json:"device,omitempty"`
+	Device uint32 `protobuf:"varint,10,opt,name=device,proto3" json:"device,omitempty"`
+	// The state to resume from, split by shard (see ShardedState): the cursors
+	// of exactly the shards dp_rank owns in a world of dp_size. At most one of
+	// resume_from, resume_states and resume_sharded is set.
+	ResumeSharded *ShardedState `protobuf:"bytes,11,opt,name=resume_sharded,json=resumeSharded,proto3" json:"resume_sharded,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -433,6 +437,174 @@ func (x *OpenSessionRequest) GetDevice() uint32 {
 	return 0
 }
 
+func (x *OpenSessionRequest) GetResumeSharded() *ShardedState {
+	if x != nil {
+		return x.ResumeSharded
+	}
+	return nil
+}
+
+// A rank's state split the way torch.distributed.checkpoint keeps it: a
+// run-wide part that every rank of a world holds alike, and one cursor per
+// logical shard the rank owns. Saved from every rank, each shard's cursor is
+// saved once (by its owner); on a world of another size each rank loads the
+// cursors of the shards it owns now.
+type ShardedState struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The fingerprint, step and mixture log, encoded by the daemon; empty for
+	// the state before the first batch (every cursor is then zero).
+	Run           []byte        `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
+	Shards        []*ShardState `protobuf:"bytes,2,rep,name=shards,proto3" json:"shards,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShardedState) Reset() {
+	*x = ShardedState{}
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShardedState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShardedState) ProtoMessage() {}
+
+func (x *ShardedState) ProtoReflect() protoreflect.Message {
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShardedState.ProtoReflect.Descriptor instead.
+func (*ShardedState) Descriptor() ([]byte, []int) {
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ShardedState) GetRun() []byte {
+	if x != nil {
+		return x.Run
+	}
+	return nil
+}
+
+func (x *ShardedState) GetShards() []*ShardState {
+	if x != nil {
+		return x.Shards
+	}
+	return nil
+}
+
+// One logical shard's cursor (internal/state.Shard).
+type ShardState struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The dataset's index in the job config, and the shard's in the dataset.
+	Dataset       uint32 `protobuf:"varint,1,opt,name=dataset,proto3" json:"dataset,omitempty"`
+	Shard         uint32 `protobuf:"varint,2,opt,name=shard,proto3" json:"shard,omitempty"`
+	Lines         uint64 `protobuf:"varint,3,opt,name=lines,proto3" json:"lines,omitempty"`
+	Epoch         uint64 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Pos           uint64 `protobuf:"varint,5,opt,name=pos,proto3" json:"pos,omitempty"`
+	Offset        uint64 `protobuf:"varint,6,opt,name=offset,proto3" json:"offset,omitempty"`
+	Taken         uint64 `protobuf:"varint,7,opt,name=taken,proto3" json:"taken,omitempty"`
+	Base          uint64 `protobuf:"varint,8,opt,name=base,proto3" json:"base,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShardState) Reset() {
+	*x = ShardState{}
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShardState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShardState) ProtoMessage() {}
+
+func (x *ShardState) ProtoReflect() protoreflect.Message {
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShardState.ProtoReflect.Descriptor instead.
+func (*ShardState) Descriptor() ([]byte, []int) {
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ShardState) GetDataset() uint32 {
+	if x != nil {
+		return x.Dataset
+	}
+	return 0
+}
+
+func (x *ShardState) GetShard() uint32 {
+	if x != nil {
+		return x.Shard
+	}
+	return 0
+}
+
+func (x *ShardState) GetLines() uint64 {
+	if x != nil {
+		return x.Lines
+	}
+	return 0
+}
+
+func (x *ShardState) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *ShardState) GetPos() uint64 {
+	if x != nil {
+		return x.Pos
+	}
+	return 0
+}
+
+func (x *ShardState) GetOffset() uint64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *ShardState) GetTaken() uint64 {
+	if x != nil {
+		return x.Taken
+	}
+	return 0
+}
+
+func (x *ShardState) GetBase() uint64 {
+	if x != nil {
+		return x.Base
+	}
+	return 0
+}
+
 type Ring struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The shared-memory file (shm transport), empty for inline.
@@ -461,7 +633,7 @@ type Ring struct {
 
 func (x *Ring) Reset() {
 	*x = Ring{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[3]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -473,7 +645,7 @@ func (x *Ring) String() string {
 func (*Ring) ProtoMessage() {}
 
 func (x *Ring) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[3]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -486,7 +658,7 @@ func (x *Ring) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ring.ProtoReflect.Descriptor instead.
 func (*Ring) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{3}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Ring) GetPath() string {
@@ -570,7 +742,7 @@ type OpenSessionResponse struct {
 
 func (x *OpenSessionResponse) Reset() {
 	*x = OpenSessionResponse{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[4]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -582,7 +754,7 @@ func (x *OpenSessionResponse) String() string {
 func (*OpenSessionResponse) ProtoMessage() {}
 
 func (x *OpenSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[4]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -595,7 +767,7 @@ func (x *OpenSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSessionResponse.ProtoReflect.Descriptor instead.
 func (*OpenSessionResponse) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{4}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *OpenSessionResponse) GetSessionId() string {
@@ -663,7 +835,7 @@ type Attach struct {
 
 func (x *Attach) Reset() {
 	*x = Attach{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[5]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -675,7 +847,7 @@ func (x *Attach) String() string {
 func (*Attach) ProtoMessage() {}
 
 func (x *Attach) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[5]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -688,7 +860,7 @@ func (x *Attach) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Attach.ProtoReflect.Descriptor instead.
 func (*Attach) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{5}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Attach) GetSessionId() string {
@@ -724,7 +896,7 @@ type Release struct {
 
 func (x *Release) Reset() {
 	*x = Release{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[6]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -736,7 +908,7 @@ func (x *Release) String() string {
 func (*Release) ProtoMessage() {}
 
 func (x *Release) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[6]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -749,7 +921,7 @@ func (x *Release) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Release.ProtoReflect.Descriptor instead.
 func (*Release) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{6}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Release) GetSlot() uint32 {
@@ -786,7 +958,7 @@ type BatchesRequest struct {
 
 func (x *BatchesRequest) Reset() {
 	*x = BatchesRequest{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[7]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -798,7 +970,7 @@ func (x *BatchesRequest) String() string {
 func (*BatchesRequest) ProtoMessage() {}
 
 func (x *BatchesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[7]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -811,7 +983,7 @@ func (x *BatchesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchesRequest.ProtoReflect.Descriptor instead.
 func (*BatchesRequest) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{7}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *BatchesRequest) GetKind() isBatchesRequest_Kind {
@@ -872,7 +1044,7 @@ type Batch struct {
 
 func (x *Batch) Reset() {
 	*x = Batch{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[8]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -884,7 +1056,7 @@ func (x *Batch) String() string {
 func (*Batch) ProtoMessage() {}
 
 func (x *Batch) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[8]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -897,7 +1069,7 @@ func (x *Batch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Batch.ProtoReflect.Descriptor instead.
 func (*Batch) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{8}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Batch) GetStep() uint64 {
@@ -947,7 +1119,7 @@ type SaveStateRequest struct {
 
 func (x *SaveStateRequest) Reset() {
 	*x = SaveStateRequest{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[9]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -959,7 +1131,7 @@ func (x *SaveStateRequest) String() string {
 func (*SaveStateRequest) ProtoMessage() {}
 
 func (x *SaveStateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[9]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -972,7 +1144,7 @@ func (x *SaveStateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SaveStateRequest.ProtoReflect.Descriptor instead.
 func (*SaveStateRequest) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{9}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SaveStateRequest) GetSessionId() string {
@@ -1006,7 +1178,7 @@ type SaveStateResponse struct {
 
 func (x *SaveStateResponse) Reset() {
 	*x = SaveStateResponse{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[10]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1018,7 +1190,7 @@ func (x *SaveStateResponse) String() string {
 func (*SaveStateResponse) ProtoMessage() {}
 
 func (x *SaveStateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[10]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1031,7 +1203,7 @@ func (x *SaveStateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SaveStateResponse.ProtoReflect.Descriptor instead.
 func (*SaveStateResponse) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{10}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SaveStateResponse) GetPath() string {
@@ -1058,7 +1230,7 @@ type GetStateRequest struct {
 
 func (x *GetStateRequest) Reset() {
 	*x = GetStateRequest{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[11]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1070,7 +1242,7 @@ func (x *GetStateRequest) String() string {
 func (*GetStateRequest) ProtoMessage() {}
 
 func (x *GetStateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[11]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1083,7 +1255,7 @@ func (x *GetStateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStateRequest.ProtoReflect.Descriptor instead.
 func (*GetStateRequest) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{11}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GetStateRequest) GetSessionId() string {
@@ -1101,17 +1273,20 @@ func (x *GetStateRequest) GetStep() uint64 {
 }
 
 type GetStateResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	State         []byte                 `protobuf:"bytes,1,opt,name=state,proto3" json:"state,omitempty"`
-	DpRank        uint32                 `protobuf:"varint,2,opt,name=dp_rank,json=dpRank,proto3" json:"dp_rank,omitempty"`
-	DpSize        uint32                 `protobuf:"varint,3,opt,name=dp_size,json=dpSize,proto3" json:"dp_size,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The rank's state file (what SaveState writes).
+	State  []byte `protobuf:"bytes,1,opt,name=state,proto3" json:"state,omitempty"`
+	DpRank uint32 `protobuf:"varint,2,opt,name=dp_rank,json=dpRank,proto3" json:"dp_rank,omitempty"`
+	DpSize uint32 `protobuf:"varint,3,opt,name=dp_size,json=dpSize,proto3" json:"dp_size,omitempty"`
+	// The same state split by shard.
+	Sharded       *ShardedState `protobuf:"bytes,4,opt,name=sharded,proto3" json:"sharded,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetStateResponse) Reset() {
 	*x = GetStateResponse{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[12]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1123,7 +1298,7 @@ func (x *GetStateResponse) String() string {
 func (*GetStateResponse) ProtoMessage() {}
 
 func (x *GetStateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[12]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1136,7 +1311,7 @@ func (x *GetStateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStateResponse.ProtoReflect.Descriptor instead.
 func (*GetStateResponse) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{12}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GetStateResponse) GetState() []byte {
@@ -1160,6 +1335,13 @@ func (x *GetStateResponse) GetDpSize() uint32 {
 	return 0
 }
 
+func (x *GetStateResponse) GetSharded() *ShardedState {
+	if x != nil {
+		return x.Sharded
+	}
+	return nil
+}
+
 type CloseSessionRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
@@ -1170,7 +1352,7 @@ type CloseSessionRequest struct {
 
 func (x *CloseSessionRequest) Reset() {
 	*x = CloseSessionRequest{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[13]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1182,7 +1364,7 @@ func (x *CloseSessionRequest) String() string {
 func (*CloseSessionRequest) ProtoMessage() {}
 
 func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[13]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1195,7 +1377,7 @@ func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionRequest.ProtoReflect.Descriptor instead.
 func (*CloseSessionRequest) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{13}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CloseSessionRequest) GetSessionId() string {
@@ -1220,7 +1402,7 @@ type CloseSessionResponse struct {
 
 func (x *CloseSessionResponse) Reset() {
 	*x = CloseSessionResponse{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[14]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1232,7 +1414,7 @@ func (x *CloseSessionResponse) String() string {
 func (*CloseSessionResponse) ProtoMessage() {}
 
 func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[14]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1245,7 +1427,7 @@ func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionResponse.ProtoReflect.Descriptor instead.
 func (*CloseSessionResponse) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{14}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{16}
 }
 
 var File_dataloader_v1_dataloader_proto protoreflect.FileDescriptor
@@ -1274,7 +1456,7 @@ const file_dataloader_v1_dataloader_proto_rawDesc = "" +
 	"\x06epochs\x18\b \x01(\rR\x06epochs\x12%\n" +
 	"\x0eshuffle_window\x18\t \x01(\rR\rshuffleWindow\x122\n" +
 	"\bdatasets\x18\n" +
-	" \x03(\v2\x16.dataloader.v1.DatasetR\bdatasets\"\xd4\x02\n" +
+	" \x03(\v2\x16.dataloader.v1.DatasetR\bdatasets\"\x98\x03\n" +
 	"\x12OpenSessionRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x120\n" +
 	"\x06config\x18\x02 \x01(\v2\x18.dataloader.v1.JobConfigR\x06config\x12\x17\n" +
@@ -1287,7 +1469,21 @@ const file_dataloader_v1_dataloader_proto_rawDesc = "" +
 	"\rresume_states\x18\b \x03(\fR\fresumeStates\x12\x14\n" +
 	"\x05slots\x18\t \x01(\rR\x05slots\x12\x16\n" +
 	"\x06device\x18\n" +
-	" \x01(\rR\x06device\"\x90\x02\n" +
+	" \x01(\rR\x06device\x12B\n" +
+	"\x0eresume_sharded\x18\v \x01(\v2\x1b.dataloader.v1.ShardedStateR\rresumeSharded\"S\n" +
+	"\fShardedState\x12\x10\n" +
+	"\x03run\x18\x01 \x01(\fR\x03run\x121\n" +
+	"\x06shards\x18\x02 \x03(\v2\x19.dataloader.v1.ShardStateR\x06shards\"\xbc\x01\n" +
+	"\n" +
+	"ShardState\x12\x18\n" +
+	"\adataset\x18\x01 \x01(\rR\adataset\x12\x14\n" +
+	"\x05shard\x18\x02 \x01(\rR\x05shard\x12\x14\n" +
+	"\x05lines\x18\x03 \x01(\x04R\x05lines\x12\x14\n" +
+	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\x12\x10\n" +
+	"\x03pos\x18\x05 \x01(\x04R\x03pos\x12\x16\n" +
+	"\x06offset\x18\x06 \x01(\x04R\x06offset\x12\x14\n" +
+	"\x05taken\x18\a \x01(\x04R\x05taken\x12\x12\n" +
+	"\x04base\x18\b \x01(\x04R\x04base\"\x90\x02\n" +
 	"\x04Ring\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x14\n" +
 	"\x05slots\x18\x02 \x01(\rR\x05slots\x12\x1d\n" +
@@ -1345,11 +1541,12 @@ const file_dataloader_v1_dataloader_proto_rawDesc = "" +
 	"\x0fGetStateRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x12\n" +
-	"\x04step\x18\x02 \x01(\x04R\x04step\"Z\n" +
+	"\x04step\x18\x02 \x01(\x04R\x04step\"\x91\x01\n" +
 	"\x10GetStateResponse\x12\x14\n" +
 	"\x05state\x18\x01 \x01(\fR\x05state\x12\x17\n" +
 	"\adp_rank\x18\x02 \x01(\rR\x06dpRank\x12\x17\n" +
-	"\adp_size\x18\x03 \x01(\rR\x06dpSize\"P\n" +
+	"\adp_size\x18\x03 \x01(\rR\x06dpSize\x125\n" +
+	"\asharded\x18\x04 \x01(\v2\x1b.dataloader.v1.ShardedStateR\asharded\"P\n" +
 	"\x13CloseSessionRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1a\n" +
@@ -1380,48 +1577,53 @@ func file_dataloader_v1_dataloader_proto_rawDescGZIP() []byte {
 }
 
 var file_dataloader_v1_dataloader_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_dataloader_v1_dataloader_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_dataloader_v1_dataloader_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_dataloader_v1_dataloader_proto_goTypes = []any{
 	(Transport)(0),               // 0: dataloader.v1.Transport
 	(*Dataset)(nil),              // 1: dataloader.v1.Dataset
 	(*JobConfig)(nil),            // 2: dataloader.v1.JobConfig
 	(*OpenSessionRequest)(nil),   // 3: dataloader.v1.OpenSessionRequest
-	(*Ring)(nil),                 // 4: dataloader.v1.Ring
-	(*OpenSessionResponse)(nil),  // 5: dataloader.v1.OpenSessionResponse
-	(*Attach)(nil),               // 6: dataloader.v1.Attach
-	(*Release)(nil),              // 7: dataloader.v1.Release
-	(*BatchesRequest)(nil),       // 8: dataloader.v1.BatchesRequest
-	(*Batch)(nil),                // 9: dataloader.v1.Batch
-	(*SaveStateRequest)(nil),     // 10: dataloader.v1.SaveStateRequest
-	(*SaveStateResponse)(nil),    // 11: dataloader.v1.SaveStateResponse
-	(*GetStateRequest)(nil),      // 12: dataloader.v1.GetStateRequest
-	(*GetStateResponse)(nil),     // 13: dataloader.v1.GetStateResponse
-	(*CloseSessionRequest)(nil),  // 14: dataloader.v1.CloseSessionRequest
-	(*CloseSessionResponse)(nil), // 15: dataloader.v1.CloseSessionResponse
+	(*ShardedState)(nil),         // 4: dataloader.v1.ShardedState
+	(*ShardState)(nil),           // 5: dataloader.v1.ShardState
+	(*Ring)(nil),                 // 6: dataloader.v1.Ring
+	(*OpenSessionResponse)(nil),  // 7: dataloader.v1.OpenSessionResponse
+	(*Attach)(nil),               // 8: dataloader.v1.Attach
+	(*Release)(nil),              // 9: dataloader.v1.Release
+	(*BatchesRequest)(nil),       // 10: dataloader.v1.BatchesRequest
+	(*Batch)(nil),                // 11: dataloader.v1.Batch
+	(*SaveStateRequest)(nil),     // 12: dataloader.v1.SaveStateRequest
+	(*SaveStateResponse)(nil),    // 13: dataloader.v1.SaveStateResponse
+	(*GetStateRequest)(nil),      // 14: dataloader.v1.GetStateRequest
+	(*GetStateResponse)(nil),     // 15: dataloader.v1.GetStateResponse
+	(*CloseSessionRequest)(nil),  // 16: dataloader.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil), // 17: dataloader.v1.CloseSessionResponse
 }
 var file_dataloader_v1_dataloader_proto_depIdxs = []int32{
 	1,  // 0: dataloader.v1.JobConfig.datasets:type_name -> dataloader.v1.Dataset
 	2,  // 1: dataloader.v1.OpenSessionRequest.config:type_name -> dataloader.v1.JobConfig
 	0,  // 2: dataloader.v1.OpenSessionRequest.transport:type_name -> dataloader.v1.Transport
-	4,  // 3: dataloader.v1.OpenSessionResponse.ring:type_name -> dataloader.v1.Ring
-	0,  // 4: dataloader.v1.OpenSessionResponse.transport:type_name -> dataloader.v1.Transport
-	6,  // 5: dataloader.v1.BatchesRequest.attach:type_name -> dataloader.v1.Attach
-	7,  // 6: dataloader.v1.BatchesRequest.release:type_name -> dataloader.v1.Release
-	3,  // 7: dataloader.v1.Loader.OpenSession:input_type -> dataloader.v1.OpenSessionRequest
-	8,  // 8: dataloader.v1.Loader.Batches:input_type -> dataloader.v1.BatchesRequest
-	10, // 9: dataloader.v1.Loader.SaveState:input_type -> dataloader.v1.SaveStateRequest
-	12, // 10: dataloader.v1.Loader.GetState:input_type -> dataloader.v1.GetStateRequest
-	14, // 11: dataloader.v1.Loader.CloseSession:input_type -> dataloader.v1.CloseSessionRequest
-	5,  // 12: dataloader.v1.Loader.OpenSession:output_type -> dataloader.v1.OpenSessionResponse
-	9,  // 13: dataloader.v1.Loader.Batches:output_type -> dataloader.v1.Batch
-	11, // 14: dataloader.v1.Loader.SaveState:output_type -> dataloader.v1.SaveStateResponse
-	13, // 15: dataloader.v1.Loader.GetState:output_type -> dataloader.v1.GetStateResponse
-	15, // 16: dataloader.v1.Loader.CloseSession:output_type -> dataloader.v1.CloseSessionResponse
-	12, // [12:17] is the sub-list for method output_type
-	7,  // [7:12] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	4,  // 3: dataloader.v1.OpenSessionRequest.resume_sharded:type_name -> dataloader.v1.ShardedState
+	5,  // 4: dataloader.v1.ShardedState.shards:type_name -> dataloader.v1.ShardState
+	6,  // 5: dataloader.v1.OpenSessionResponse.ring:type_name -> dataloader.v1.Ring
+	0,  // 6: dataloader.v1.OpenSessionResponse.transport:type_name -> dataloader.v1.Transport
+	8,  // 7: dataloader.v1.BatchesRequest.attach:type_name -> dataloader.v1.Attach
+	9,  // 8: dataloader.v1.BatchesRequest.release:type_name -> dataloader.v1.Release
+	4,  // 9: dataloader.v1.GetStateResponse.sharded:type_name -> dataloader.v1.ShardedState
+	3,  // 10: dataloader.v1.Loader.OpenSession:input_type -> dataloader.v1.OpenSessionRequest
+	10, // 11: dataloader.v1.Loader.Batches:input_type -> dataloader.v1.BatchesRequest
+	12, // 12: dataloader.v1.Loader.SaveState:input_type -> dataloader.v1.SaveStateRequest
+	14, // 13: dataloader.v1.Loader.GetState:input_type -> dataloader.v1.GetStateRequest
+	16, // 14: dataloader.v1.Loader.CloseSession:input_type -> dataloader.v1.CloseSessionRequest
+	7,  // 15: dataloader.v1.Loader.OpenSession:output_type -> dataloader.v1.OpenSessionResponse
+	11, // 16: dataloader.v1.Loader.Batches:output_type -> dataloader.v1.Batch
+	13, // 17: dataloader.v1.Loader.SaveState:output_type -> dataloader.v1.SaveStateResponse
+	15, // 18: dataloader.v1.Loader.GetState:output_type -> dataloader.v1.GetStateResponse
+	17, // 19: dataloader.v1.Loader.CloseSession:output_type -> dataloader.v1.CloseSessionResponse
+	15, // [15:20] is the sub-list for method output_type
+	10, // [10:15] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_dataloader_v1_dataloader_proto_init() }
@@ -1429,7 +1631,7 @@ func file_dataloader_v1_dataloader_proto_init() {
 	if File_dataloader_v1_dataloader_proto != nil {
 		return
 	}
-	file_dataloader_v1_dataloader_proto_msgTypes[7].OneofWrappers = []any{
+	file_dataloader_v1_dataloader_proto_msgTypes[9].OneofWrappers = []any{
 		(*BatchesRequest_Attach)(nil),
 		(*BatchesRequest_Release)(nil),
 	}
@@ -1439,7 +1641,7 @@ func file_dataloader_v1_dataloader_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_dataloader_v1_dataloader_proto_rawDesc), len(file_dataloader_v1_dataloader_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   15,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#dataloaderd/_proto/dataloader.proto\x12\rdataloader.v1\"\x8d\x01\n\x07\x44\x61taset\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04path\x18\x02 \x01(\t\x12\x0e\n\x06\x66ormat\x18\x03 \x01(\t\x12\x0e\n\x06weight\x18\x04 \x01(\x01\x12\r\n\x05\x64type\x18\x05 \x01(\t\x12\r\n\x05\x66ield\x18\x06 \x01(\t\x12\x11\n\ttokenizer\x18\x07 \x01(\t\x12\x15\n\ron_bad_record\x18\x08 \x01(\t\"\xd8\x01\n\tJobConfig\x12\x0f\n\x07seq_len\x18\x01 \x01(\r\x12\x12\n\nbatch_size\x18\x02 \x01(\r\x12\x0c\n\x04seed\x18\x03 \x01(\x04\x12\x16\n\x0elogical_shards\x18\x04 \x01(\r\x12\x0e\n\x06\x65os_id\x18\x05 \x01(\x03\x12\x0e\n\x06\x62os_id\x18\x06 \x01(\x03\x12\x0e\n\x06pad_id\x18\x07 \x01(\x03\x12\x0e\n\x06\x65pochs\x18\x08 \x01(\r\x12\x16\n\x0eshuffle_window\x18\t \x01(\r\x12(\n\x08\x64\x61tasets\x18\n \x03(\x0b\x32\x16.dataloader.v1.Dataset\"\xf8\x01\n\x12OpenSessionRequest\x12\x0b\n\x03job\x18\x01 \x01(\t\x12(\n\x06\x63onfig\x18\x02 \x01(\x0b\x32\x18.dataloader.v1.JobConfig\x12\x0f\n\x07\x64p_rank\x18\x03 \x01(\r\x12\x0f\n\x07\x64p_size\x18\x04 \x01(\r\x12\x11\n\tconsumers\x18\x05 \x01(\r\x12+\n\ttransport\x18\x06 \x01(\x0e\x32\x18.dataloader.v1.Transport\x12\x13\n\x0bresume_from\x18\x07 \x01(\t\x12\x15\n\rresume_states\x18\x08 \x03(\x0c\x12\r\n\x05slots\x18\t \x01(\r\x12\x0e\n\x06\x64\x65vice\x18\n \x01(\r\"\xb2\x01\n\x04Ring\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\r\n\x05slots\x18\x02 \x01(\r\x12\x12\n\nslot_bytes\x18\x03 \x01(\x04\x12\x13\n\x0bslot_stride\x18\x04 \x01(\x04\x12\x13\n\x0b\x64\x61ta_offset\x18\x05 \x01(\x04\x12\x12\n\nipc_handle\x18\x06 \x01(\x0c\x12\x0e\n\x06\x64\x65vice\x18\x07 \x01(\r\x12\x14\n\x0c\x63ontrol_path\x18\x08 \x01(\t\x12\x15\n\rcontrol_bytes\x18\t \x01(\x04\"\xc8\x01\n\x13OpenSessionResponse\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x10\n\x08\x63onsumer\x18\x02 \x01(\r\x12!\n\x04ring\x18\x03 \x01(\x0b\x32\x13.dataloader.v1.Ring\x12+\n\ttransport\x18\x04 \x01(\x0e\x32\x18.dataloader.v1.Transport\x12\x13\n\x0bline_tokens\x18\x05 \x01(\r\x12\x12\n\nbatch_size\x18\x06 \x01(\r\x12\x12\n\nstart_step\x18\x07 \x01(\x04\"C\n\x06\x41ttach\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x10\n\x08\x63onsumer\x18\x02 \x01(\r\x12\x13\n\x0bshm_control\x18\x03 \x01(\x08\"6\n\x07Release\x12\x0c\n\x04slot\x18\x01 \x01(\r\x12\x0c\n\x04step\x18\x02 \x01(\x04\x12\x0f\n\x07wait_ns\x18\x03 \x01(\x04\"l\n\x0e\x42\x61tchesRequest\x12\'\n\x06\x61ttach\x18\x01 \x01(\x0b\x32\x15.dataloader.v1.AttachH\x00\x12)\n\x07release\x18\x02 \x01(\x0b\x32\x16.dataloader.v1.ReleaseH\x00\x42\x06\n\x04kind\"M\n\x05\x42\x61tch\x12\x0c\n\x04step\x18\x01 \x01(\x04\x12\x0c\n\x04slot\x18\x02 \x01(\r\x12\r\n\x05lines\x18\x03 \x01(\r\x12\x0c\n\x04\x64\x61ta\x18\x04 \x01(\x0c\x12\x0b\n\x03\x65nd\x18\x05 \x01(\x08\"D\n\x10SaveStateRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x04\x12\x0e\n\x06\x66older\x18\x03 \x01(\t\"0\n\x11SaveStateResponse\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\r\n\x05\x62ytes\x18\x02 \x01(\x04\"3\n\x0fGetStateRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x04\"C\n\x10GetStateResponse\x12\r\n\x05state\x18\x01 \x01(\x0c\x12\x0f\n\x07\x64p_rank\x18\x02 \x01(\r\x12\x0f\n\x07\x64p_size\x18\x03 \x01(\r\";\n\x13\x43loseSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x10\n\x08\x63onsumer\x18\x02 \x01(\r\"\x16\n\x14\x43loseSessionResponse*c\n\tTransport\x12\x19\n\x15TRANSPORT_UNSPECIFIED\x10\x00\x12\x11\n\rTRANSPORT_SHM\x10\x01\x12\x14\n\x10TRANSPORT_INLINE\x10\x02\x12\x12\n\x0eTRANSPORT_CUDA\x10\x03\x32\x98\x03\n\x06Loader\x12T\n\x0bOpenSession\x12!.dataloader.v1.OpenSessionRequest\x1a\".dataloader.v1.OpenSessionResponse\x12\x42\n\x07\x42\x61tches\x12\x1d.dataloader.v1.BatchesRequest\x1a\x14.dataloader.v1.Batch(\x01\x30\x01\x12N\n\tSaveState\x12\x1f.dataloader.v1.SaveStateRequest\x1a .dataloader.v1.SaveStateResponse\x12K\n\x08GetState\x12\x1e.dataloader.v1.GetStateRequest\x1a\x1f.dataloader.v1.GetStateResponse\x12W\n\x0c\x43loseSession\x12\".dataloader.v1.CloseSessionRequest\x1a#.dataloader.v1.CloseSessionResponseBIZGgithub.com/dataloaderd/dataloaderd/api/proto/dataloader/v1;dataloaderv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#dataloaderd/_proto/dataloader.proto\x12\rdataloader.v1\"\x8d\x01\n\x07\x44\x61taset\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04path\x18\x02 \x01(\t\x12\x0e\n\x06\x66ormat\x18\x03 \x01(\t\x12\x0e\n\x06weight\x18\x04 \x01(\x01\x12\r\n\x05\x64type\x18\x05 \x01(\t\x12\r\n\x05\x66ield\x18\x06 \x01(\t\x12\x11\n\ttokenizer\x18\x07 \x01(\t\x12\x15\n\ron_bad_record\x18\x08 \x01(\t\"\xd8\x01\n\tJobConfig\x12\x0f\n\x07seq_len\x18\x01 \x01(\r\x12\x12\n\nbatch_size\x18\x02 \x01(\r\x12\x0c\n\x04seed\x18\x03 \x01(\x04\x12\x16\n\x0elogical_shards\x18\x04 \x01(\r\x12\x0e\n\x06\x65os_id\x18\x05 \x01(\x03\x12\x0e\n\x06\x62os_id\x18\x06 \x01(\x03\x12\x0e\n\x06pad_id\x18\x07 \x01(\x03\x12\x0e\n\x06\x65pochs\x18\x08 \x01(\r\x12\x16\n\x0eshuffle_window\x18\t \x01(\r\x12(\n\x08\x64\x61tasets\x18\n \x03(\x0b\x32\x16.dataloader.v1.Dataset\"\xad\x02\n\x12OpenSessionRequest\x12\x0b\n\x03job\x18\x01 \x01(\t\x12(\n\x06\x63onfig\x18\x02 \x01(\x0b\x32\x18.dataloader.v1.JobConfig\x12\x0f\n\x07\x64p_rank\x18\x03 \x01(\r\x12\x0f\n\x07\x64p_size\x18\x04 \x01(\r\x12\x11\n\tconsumers\x18\x05 \x01(\r\x12+\n\ttransport\x18\x06 \x01(\x0e\x32\x18.dataloader.v1.Transport\x12\x13\n\x0bresume_from\x18\x07 \x01(\t\x12\x15\n\rresume_states\x18\x08 \x03(\x0c\x12\r\n\x05slots\x18\t \x01(\r\x12\x0e\n\x06\x64\x65vice\x18\n \x01(\r\x12\x33\n\x0eresume_sharded\x18\x0b \x01(\x0b\x32\x1b.dataloader.v1.ShardedState\"F\n\x0cShardedState\x12\x0b\n\x03run\x18\x01 \x01(\x0c\x12)\n\x06shards\x18\x02 \x03(\x0b\x32\x19.dataloader.v1.ShardState\"\x84\x01\n\nShardState\x12\x0f\n\x07\x64\x61taset\x18\x01 \x01(\r\x12\r\n\x05shard\x18\x02 \x01(\r\x12\r\n\x05lines\x18\x03 \x01(\x04\x12\r\n\x05\x65poch\x18\x04 \x01(\x04\x12\x0b\n\x03pos\x18\x05 \x01(\x04\x12\x0e\n\x06offset\x18\x06 \x01(\x04\x12\r\n\x05taken\x18\x07 \x01(\x04\x12\x0c\n\x04\x62\x61se\x18\x08 \x01(\x04\"\xb2\x01\n\x04Ring\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\r\n\x05slots\x18\x02 \x01(\r\x12\x12\n\nslot_bytes\x18\x03 \x01(\x04\x12\x13\n\x0bslot_stride\x18\x04 \x01(\x04\x12\x13\n\x0b\x64\x61ta_offset\x18\x05 \x01(\x04\x12\x12\n\nipc_handle\x18\x06 \x01(\x0c\x12\x0e\n\x06\x64\x65vice\x18\x07 \x01(\r\x12\x14\n\x0c\x63ontrol_path\x18\x08 \x01(\t\x12\x15\n\rcontrol_bytes\x18\t \x01(\x04\"\xc8\x01\n\x13OpenSessionResponse\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x10\n\x08\x63onsumer\x18\x02 \x01(\r\x12!\n\x04ring\x18\x03 \x01(\x0b\x32\x13.dataloader.v1.Ring\x12+\n\ttransport\x18\x04 \x01(\x0e\x32\x18.dataloader.v1.Transport\x12\x13\n\x0bline_tokens\x18\x05 \x01(\r\x12\x12\n\nbatch_size\x18\x06 \x01(\r\x12\x12\n\nstart_step\x18\x07 \x01(\x04\"C\n\x06\x41ttach\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x10\n\x08\x63onsumer\x18\x02 \x01(\r\x12\x13\n\x0bshm_control\x18\x03 \x01(\x08\"6\n\x07Release\x12\x0c\n\x04slot\x18\x01 \x01(\r\x12\x0c\n\x04step\x18\x02 \x01(\x04\x12\x0f\n\x07wait_ns\x18\x03 \x01(\x04\"l\n\x0e\x42\x61tchesRequest\x12\'\n\x06\x61ttach\x18\x01 \x01(\x0b\x32\x15.dataloader.v1.AttachH\x00\x12)\n\x07release\x18\x02 \x01(\x0b\x32\x16.dataloader.v1.ReleaseH\x00\x42\x06\n\x04kind\"M\n\x05\x42\x61tch\x12\x0c\n\x04step\x18\x01 \x01(\x04\x12\x0c\n\x04slot\x18\x02 \x01(\r\x12\r\n\x05lines\x18\x03 \x01(\r\x12\x0c\n\x04\x64\x61ta\x18\x04 \x01(\x0c\x12\x0b\n\x03\x65nd\x18\x05 \x01(\x08\"D\n\x10SaveStateRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x04\x12\x0e\n\x06\x66older\x18\x03 \x01(\t\"0\n\x11SaveStateResponse\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\r\n\x05\x62ytes\x18\x02 \x01(\x04\"3\n\x0fGetStateRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x04\"q\n\x10GetStateResponse\x12\r\n\x05state\x18\x01 \x01(\x0c\x12\x0f\n\x07\x64p_rank\x18\x02 \x01(\r\x12\x0f\n\x07\x64p_size\x18\x03 \x01(\r\x12,\n\x07sharded\x18\x04 \x01(\x0b\x32\x1b.dataloader.v1.ShardedState\";\n\x13\x43loseSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x10\n\x08\x63onsumer\x18\x02 \x01(\r\"\x16\n\x14\x43loseSessionResponse*c\n\tTransport\x12\x19\n\x15TRANSPORT_UNSPECIFIED\x10\x00\x12\x11\n\rTRANSPORT_SHM\x10\x01\x12\x14\n\x10TRANSPORT_INLINE\x10\x02\x12\x12\n\x0eTRANSPORT_CUDA\x10\x03\x32\x98\x03\n\x06Loader\x12T\n\x0bOpenSession\x12!.dataloader.v1.OpenSessionRequest\x1a\".dataloader.v1.OpenSessionResponse\x12\x42\n\x07\x42\x61tches\x12\x1d.dataloader.v1.BatchesRequest\x1a\x14.dataloader.v1.Batch(\x01\x30\x01\x12N\n\tSaveState\x12\x1f.dataloader.v1.SaveStateRequest\x1a .dataloader.v1.SaveStateResponse\x12K\n\x08GetState\x12\x1e.dataloader.v1.GetStateRequest\x1a\x1f.dataloader.v1.GetStateResponse\x12W\n\x0c\x43loseSession\x12\".dataloader.v1.CloseSessionRequest\x1a#.dataloader.v1.CloseSessionResponseBIZGgithub.com/dataloaderd/dataloaderd/api/proto/dataloader/v1;dataloaderv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,38 +32,42 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'dataloaderd._proto.dataload
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'ZGgithub.com/dataloaderd/dataloaderd/api/proto/dataloader/v1;dataloaderv1'
-  _globals['_TRANSPORT']._serialized_start=1693
-  _globals['_TRANSPORT']._serialized_end=1792
+  _globals['_TRANSPORT']._serialized_start=1999
+  _globals['_TRANSPORT']._serialized_end=2098
   _globals['_DATASET']._serialized_start=55
   _globals['_DATASET']._serialized_end=196
   _globals['_JOBCONFIG']._serialized_start=199
   _globals['_JOBCONFIG']._serialized_end=415
   _globals['_OPENSESSIONREQUEST']._serialized_start=418
-  _globals['_OPENSESSIONREQUEST']._serialized_end=666
-  _globals['_RING']._serialized_start=669
-  _globals['_RING']._serialized_end=847
-  _globals['_OPENSESSIONRESPONSE']._serialized_start=850
-  _globals['_OPENSESSIONRESPONSE']._serialized_end=1050
-  _globals['_ATTACH']._serialized_start=1052
-  _globals['_ATTACH']._serialized_end=1119
-  _globals['_RELEASE']._serialized_start=1121
-  _globals['_RELEASE']._serialized_end=1175
-  _globals['_BATCHESREQUEST']._serialized_start=1177
-  _globals['_BATCHESREQUEST']._serialized_end=1285
-  _globals['_BATCH']._serialized_start=1287
-  _globals['_BATCH']._serialized_end=1364
-  _globals['_SAVESTATEREQUEST']._serialized_start=1366
-  _globals['_SAVESTATEREQUEST']._serialized_end=1434
-  _globals['_SAVESTATERESPONSE']._serialized_start=1436
-  _globals['_SAVESTATERESPONSE']._serialized_end=1484
-  _globals['_GETSTATEREQUEST']._serialized_start=1486
-  _globals['_GETSTATEREQUEST']._serialized_end=1537
-  _globals['_GETSTATERESPONSE']._serialized_start=1539
-  _globals['_GETSTATERESPONSE']._serialized_end=1606
-  _globals['_CLOSESESSIONREQUEST']._serialized_start=1608
-  _globals['_CLOSESESSIONREQUEST']._serialized_end=1667
-  _globals['_CLOSESESSIONRESPONSE']._serialized_start=1669
-  _globals['_CLOSESESSIONRESPONSE']._serialized_end=1691
-  _globals['_LOADER']._serialized_start=1795
-  _globals['_LOADER']._serialized_end=2203
+  _globals['_OPENSESSIONREQUEST']._serialized_end=719
+  _globals['_SHARDEDSTATE']._serialized_start=721
+  _globals['_SHARDEDSTATE']._serialized_end=791
+  _globals['_SHARDSTATE']._serialized_start=794
+  _globals['_SHARDSTATE']._serialized_end=926
+  _globals['_RING']._serialized_start=929
+  _globals['_RING']._serialized_end=1107
+  _globals['_OPENSESSIONRESPONSE']._serialized_start=1110
+  _globals['_OPENSESSIONRESPONSE']._serialized_end=1310
+  _globals['_ATTACH']._serialized_start=1312
+  _globals['_ATTACH']._serialized_end=1379
+  _globals['_RELEASE']._serialized_start=1381
+  _globals['_RELEASE']._serialized_end=1435
+  _globals['_BATCHESREQUEST']._serialized_start=1437
+  _globals['_BATCHESREQUEST']._serialized_end=1545
+  _globals['_BATCH']._serialized_start=1547
+  _globals['_BATCH']._serialized_end=1624
+  _globals['_SAVESTATEREQUEST']._serialized_start=1626
+  _globals['_SAVESTATEREQUEST']._serialized_end=1694
+  _globals['_SAVESTATERESPONSE']._serialized_start=1696
+  _globals['_SAVESTATERESPONSE']._serialized_end=1744
+  _globals['_GETSTATEREQUEST']._serialized_start=1746
+  _globals['_GETSTATEREQUEST']._serialized_end=1797
+  _globals['_GETSTATERESPONSE']._serialized_start=1799
+  _globals['_GETSTATERESPONSE']._serialized_end=1912
+  _globals['_CLOSESESSIONREQUEST']._serialized_start=1914
+  _globals['_CLOSESESSIONREQUEST']._serialized_end=1973
+  _globals['_CLOSESESSIONRESPONSE']._serialized_start=1975
+  _globals['_CLOSESESSIONRESPONSE']._serialized_end=1997
+  _globals['_LOADER']._serialized_start=2101
+  _globals['_LOADER']._serialized_end=2509
 # @@protoc_insertion_point(module_scope)

@@ -170,6 +170,7 @@ class OpenSessionRequest(_message.Message):
     RESUME_STATES_FIELD_NUMBER: _builtins.int
     SLOTS_FIELD_NUMBER: _builtins.int
     DEVICE_FIELD_NUMBER: _builtins.int
+    RESUME_SHARDED_FIELD_NUMBER: _builtins.int
     job: _builtins.str
     dp_rank: _builtins.int
     dp_size: _builtins.int
@@ -190,6 +191,13 @@ class OpenSessionRequest(_message.Message):
     def resume_states(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]:
         """State blobs from GetState, every rank of the old world; used when resume_from is empty."""
 
+    @_builtins.property
+    def resume_sharded(self) -> Global___ShardedState:
+        """The state to resume from, split by shard (see ShardedState): the cursors
+        of exactly the shards dp_rank owns in a world of dp_size. At most one of
+        resume_from, resume_states and resume_sharded is set.
+        """
+
     def __init__(
         self,
         *,
@@ -203,14 +211,91 @@ class OpenSessionRequest(_message.Message):
         resume_states: _abc.Iterable[_builtins.bytes] | None = ...,
         slots: _builtins.int = ...,
         device: _builtins.int = ...,
+        resume_sharded: Global___ShardedState | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["config", b"config"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["config", b"config", "resume_sharded", b"resume_sharded"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["config", b"config", "consumers", b"consumers", "device", b"device", "dp_rank", b"dp_rank", "dp_size", b"dp_size", "job", b"job", "resume_from", b"resume_from", "resume_states", b"resume_states", "slots", b"slots", "transport", b"transport"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["config", b"config", "consumers", b"consumers", "device", b"device", "dp_rank", b"dp_rank", "dp_size", b"dp_size", "job", b"job", "resume_from", b"resume_from", "resume_sharded", b"resume_sharded", "resume_states", b"resume_states", "slots", b"slots", "transport", b"transport"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___OpenSessionRequest: _TypeAlias = OpenSessionRequest  # noqa: Y015
+
+@_typing.final
+class ShardedState(_message.Message):
+    """A rank's state split the way torch.distributed.checkpoint keeps it: a
+    run-wide part that every rank of a world holds alike, and one cursor per
+    logical shard the rank owns. Saved from every rank, each shard's cursor is
+    saved once (by its owner); on a world of another size each rank loads the
+    cursors of the shards it owns now.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RUN_FIELD_NUMBER: _builtins.int
+    SHARDS_FIELD_NUMBER: _builtins.int
+    run: _builtins.bytes
+    """The fingerprint, step and mixture log, encoded by the daemon; empty for
+    the state before the first batch (every cursor is then zero).
+    """
+    @_builtins.property
+    def shards(self) -> _containers.RepeatedCompositeFieldContainer[Global___ShardState]: ...
+    def __init__(
+        self,
+        *,
+        run: _builtins.bytes = ...,
+        shards: _abc.Iterable[Global___ShardState] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["run", b"run", "shards", b"shards"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ShardedState: _TypeAlias = ShardedState  # noqa: Y015
+
+@_typing.final
+class ShardState(_message.Message):
+    """One logical shard's cursor (internal/state.Shard)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DATASET_FIELD_NUMBER: _builtins.int
+    SHARD_FIELD_NUMBER: _builtins.int
+    LINES_FIELD_NUMBER: _builtins.int
+    EPOCH_FIELD_NUMBER: _builtins.int
+    POS_FIELD_NUMBER: _builtins.int
+    OFFSET_FIELD_NUMBER: _builtins.int
+    TAKEN_FIELD_NUMBER: _builtins.int
+    BASE_FIELD_NUMBER: _builtins.int
+    dataset: _builtins.int
+    """The dataset's index in the job config, and the shard's in the dataset."""
+    shard: _builtins.int
+    lines: _builtins.int
+    epoch: _builtins.int
+    pos: _builtins.int
+    offset: _builtins.int
+    taken: _builtins.int
+    base: _builtins.int
+    def __init__(
+        self,
+        *,
+        dataset: _builtins.int = ...,
+        shard: _builtins.int = ...,
+        lines: _builtins.int = ...,
+        epoch: _builtins.int = ...,
+        pos: _builtins.int = ...,
+        offset: _builtins.int = ...,
+        taken: _builtins.int = ...,
+        base: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["base", b"base", "dataset", b"dataset", "epoch", b"epoch", "lines", b"lines", "offset", b"offset", "pos", b"pos", "shard", b"shard", "taken", b"taken"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ShardState: _TypeAlias = ShardState  # noqa: Y015
 
 @_typing.final
 class Ring(_message.Message):
@@ -505,19 +590,26 @@ class GetStateResponse(_message.Message):
     STATE_FIELD_NUMBER: _builtins.int
     DP_RANK_FIELD_NUMBER: _builtins.int
     DP_SIZE_FIELD_NUMBER: _builtins.int
+    SHARDED_FIELD_NUMBER: _builtins.int
     state: _builtins.bytes
+    """The rank's state file (what SaveState writes)."""
     dp_rank: _builtins.int
     dp_size: _builtins.int
+    @_builtins.property
+    def sharded(self) -> Global___ShardedState:
+        """The same state split by shard."""
+
     def __init__(
         self,
         *,
         state: _builtins.bytes = ...,
         dp_rank: _builtins.int = ...,
         dp_size: _builtins.int = ...,
+        sharded: Global___ShardedState | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["sharded", b"sharded"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["dp_rank", b"dp_rank", "dp_size", b"dp_size", "state", b"state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dp_rank", b"dp_rank", "dp_size", b"dp_size", "sharded", b"sharded", "state", b"state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
