@@ -135,24 +135,6 @@ def test_tensor_parallel_consumers(daemon, config):
     b.close()
 
 
-def test_state_dict_round_trip(daemon, config):
-    with Loader(config, dp_rank=0, dp_size=1, socket=daemon.socket, job="sd") as a:
-        take(a, 5)
-        sd = a.state_dict()
-        rest = take(a, 7)
-    assert sd["step"] == 5 and sd["dp_size"] == 1 and isinstance(sd["state"], bytes)
-    with Loader(config, dp_rank=0, dp_size=1, socket=daemon.socket, job="sd2") as b:
-        b.load_state_dict(sd)
-        assert same(take(b, 7), rest)
-    with Loader(config, dp_rank=0, dp_size=2, socket=daemon.socket, job="sd3") as c:
-        with pytest.raises(StateError, match="dp_size 1.*resume_from"):
-            c.load_state_dict(sd)
-    with Loader(config, dp_rank=0, dp_size=1, socket=daemon.socket, job="sd4") as d:
-        take(d, 2)
-        d.load_state_dict(sd)  # closes the open session; the next iteration resumes
-        assert same(take(d, 7), rest)
-
-
 def test_killed_client_is_reclaimed(daemon, config):
     script = textwrap.dedent(f"""
         import os, signal

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import atexit
+import glob
+import json
 import os
 import sys
 import warnings
@@ -12,7 +14,7 @@ from typing import Any, Dict, Iterator, List, Mapping, NoReturn, Optional, Union
 import grpc
 import numpy as np
 
-from . import _control, _cuda
+from . import _control, _cuda, _state
 from ._delivery import DELIVERIES, CudaDelivery, Delivery, PinnedDelivery, Tokens
 from ._feed import ControlFeed, Feed, Held, open_feed
 from ._proto import dataloader_pb2 as pb
@@ -35,7 +37,7 @@ torch = _optional_torch()  # optional: without it batches are numpy arrays
 
 __all__ = ["Loader"]
 
-STATE_DICT_VERSION = 1
+STATE_DICT_VERSION = _state.VERSION
 
 # Loaders not closed yet. They are closed at exit, while gRPC's threads still
 # run: closing a channel with a live stream during interpreter finalization
@@ -121,8 +123,11 @@ class Loader:
             ("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)])
         self._stub = pb_grpc.LoaderStub(self._channel)
         _open_loaders.add(self)
+        self._resume_sharded: Optional[pb.ShardedState] = None
         self._live: Optional[_Session] = None
         self._last_step = 0
+        # Whether _last_step is the resumed step before a session said so.
+        self._step_known = not self._resume_from or self._read_resumed_step()
         self._ended = False
         self._closed = False
 
@@ -137,8 +142,8 @@ class Loader:
             s = self._stub.OpenSession(pb.OpenSessionRequest(
                 job=self.job, config=self._config, dp_rank=self.dp_rank, dp_size=self.dp_size,
                 consumers=self._consumers, transport=delivery.wire,
-                resume_from=self._resume_from, resume_states=self._resume_states, slots=self._slots,
-                device=self.device,
+                resume_from=self._resume_from, resume_states=self._resume_states,
+                resume_sharded=self._resume_sharded, slots=self._slots, device=self.device,
             ), timeout=self._timeout)
             feed: Optional[Feed] = None
             try:
@@ -152,7 +157,7 @@ class Loader:
                                         timeout=self._timeout)
                 raise
             self._live = _Session(s, feed, delivery)
-            self._last_step = s.start_step
+            self._last_step, self._step_known = s.start_step, True
             self._ended = False
         return self._live.reply
 
@@ -238,8 +243,22 @@ class Loader:
 
     @property
     def step(self) -> int:
-        """The last step this loader yielded (the resumed step before any)."""
+        """The last step this loader yielded; before any, the step it resumes
+        after (0 for a fresh run)."""
+        if not self._step_known:
+            self._open()  # the resume folder could not be read here: the daemon says
         return self._last_step
+
+    def _read_resumed_step(self) -> bool:
+        """Sets _last_step to the step of the rank files in the resume folder;
+        False when they cannot be read from this process."""
+        files = sorted(glob.glob(os.path.join(self._resume_from, "dataloader", "rank-*-of-*.json")))
+        try:
+            with open(files[0], encoding="utf-8") as f:
+                self._last_step = int(json.load(f)["step"])
+        except (IndexError, OSError, ValueError, KeyError, TypeError):
+            return False
+        return True
 
     @translate
     def save(self, folder: Union[str, os.PathLike[str]]) -> str:
@@ -252,34 +271,53 @@ class Loader:
 
     @translate
     def state_dict(self) -> Dict[str, Any]:
-        """This rank's state after the last yielded batch, for torch.distributed.checkpoint
-        (whose Stateful protocol types it Dict[str, Any])."""
+        """This rank's state after the last yielded batch, split by shard (see
+        dataloaderd._state) so that torch.distributed.checkpoint saves every
+        rank's and reshards it onto any dp_size. Before the first batch, with
+        nothing to resume, it is the initial state and opens no session: DCP
+        asks for it as the template of a load."""
+        if self._live is None and not (self._resume_from or self._resume_states or self._resume_sharded):
+            return _state.template(self._config, self.dp_rank, self.dp_size)
         s = self._open()
         resp = self._stub.GetState(pb.GetStateRequest(session_id=s.session_id, step=self._last_step),
                                    timeout=self._timeout)
-        return {"version": STATE_DICT_VERSION, "dp_rank": resp.dp_rank, "dp_size": resp.dp_size,
-                "step": self._last_step, "state": resp.state}
+        return _state.from_sharded(resp.sharded)
 
     def load_state_dict(self, sd: Mapping[str, Any]) -> None:
-        """Restores a state from state_dict(); the next iteration continues after
-        its step. Resuming onto another dp_size needs resume_from=<checkpoint folder>."""
+        """Resumes from a state dict: the next batch is the one after its step.
+        A version 2 dict (state_dict()) must hold the cursors of the shards
+        this rank owns, as DCP's load gives it on any dp_size; a version 1
+        dict (older clients) must be this rank's own, on the same dp_size."""
+        version = sd.get("version") if isinstance(sd, Mapping) else None
+        if version == _state.VERSION:
+            sharded = _state.to_sharded(sd, self._config, self.dp_rank, self.dp_size)
+            step = _state.step_of(sharded.run)
+            self._close_session()
+            self._resume_sharded, self._resume_states, self._resume_from = sharded, [], ""
+        elif version == 1:
+            step = self._check_v1(sd)
+            self._close_session()
+            self._resume_sharded, self._resume_states, self._resume_from = None, [bytes(sd["state"])], ""
+        else:
+            raise StateError(f"state dict version {version!r}: this client reads versions 1 and {_state.VERSION}")
+        self._last_step, self._step_known = step, True
+
+    def _check_v1(self, sd: Mapping[str, Any]) -> int:
+        """Checks a version 1 state dict (one rank's state file) and returns its step."""
         try:
-            version, rank, size, blob = sd["version"], sd["dp_rank"], sd["dp_size"], sd["state"]
-        except (KeyError, TypeError) as e:
-            raise StateError(f"not a dataloaderd state dict: missing {e}") from e
-        if version != STATE_DICT_VERSION:
-            raise StateError(f"state dict version {version}, this client reads {STATE_DICT_VERSION}")
+            rank, size, step = sd["dp_rank"], sd["dp_size"], int(sd["step"])
+            bytes(sd["state"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise StateError(f"not a dataloaderd state dict: missing or bad {e}") from e
         if size != self.dp_size:
             raise StateError(
-                f"state dict is from dp_size {size}, this loader has dp_size {self.dp_size}: a state dict "
+                f"state dict is from dp_size {size}, this loader has dp_size {self.dp_size}: a version 1 state dict "
                 "holds one rank's shards; to resume onto another dp_size pass resume_from=<checkpoint folder>")
         if rank != self.dp_rank:
             raise StateError(
                 f"state dict is dp_rank {rank}'s, this loader is dp_rank {self.dp_rank}: load each "
                 "rank's own state dict, or pass resume_from=<checkpoint folder>")
-        self._close_session()
-        self._resume_states = [bytes(blob)]
-        self._resume_from = ""
+        return step
 
     # -- lifetime -------------------------------------------------------------
 

@@ -1,0 +1,106 @@
+"""A rank's state as a state dict, split by shard for torch.distributed.checkpoint.
+
+``{"version": 2, "run": bytes, "shards": {"<dataset>": {"<shard>": int64[6]}}}``:
+``run`` is the run-wide part (fingerprint, step, mixture log), the same bytes
+on every rank of a world, so DCP keeps one copy; ``shards`` holds, under keys
+no other rank has, the cursor of each logical shard this rank owns (datasets
+and shards by their index in the config). DCP saves each shard's cursor from
+its owner, and on a resume with another dp_size loads into each rank the
+cursors of the shards it owns now: its own resharding, with nothing added
+across ranks. The state before the first batch needs no daemon: an empty run
+and zero cursors, which is also the template DCP asks for before a load.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Dict, List, Mapping, Tuple
+
+import numpy as np
+
+from ._proto import dataloader_pb2 as pb
+from .errors import StateError
+
+__all__ = ["VERSION", "owned", "template", "from_sharded", "to_sharded", "step_of"]
+
+VERSION = 2
+# A shard's cursor, in this order (internal/state.Shard).
+FIELDS = ("lines", "epoch", "pos", "offset", "taken", "base")
+
+
+def owned(dp_rank: int, dp_size: int, shards: int) -> Tuple[int, int]:
+    """The logical shards [lo, hi) that rank dp_rank of dp_size owns in every
+    dataset: the daemon's rule (internal/state.Owned)."""
+    return dp_rank * shards // dp_size, (dp_rank + 1) * shards // dp_size
+
+
+def _cursor(values: List[int]) -> Any:
+    """A cursor as DCP stores it best: an int64 tensor, or a numpy array
+    without torch."""
+    try:
+        import torch
+    except ImportError:
+        return np.array(values, dtype=np.int64)
+    return torch.tensor(values, dtype=torch.int64)
+
+
+def template(config: pb.JobConfig, dp_rank: int, dp_size: int) -> Dict[str, Any]:
+    """The state before the first batch: an empty run and zero cursors for
+    every shard the rank owns."""
+    lo, hi = owned(dp_rank, dp_size, config.logical_shards)
+    shards = {str(d): {str(k): _cursor([0] * len(FIELDS)) for k in range(lo, hi)}
+              for d in range(len(config.datasets))}
+    return {"version": VERSION, "run": b"", "shards": shards}
+
+
+def from_sharded(state: pb.ShardedState) -> Dict[str, Any]:
+    """The state dict of the daemon's split state."""
+    shards: Dict[str, Dict[str, Any]] = {}
+    for sh in state.shards:
+        shards.setdefault(str(sh.dataset), {})[str(sh.shard)] = _cursor([getattr(sh, f) for f in FIELDS])
+    return {"version": VERSION, "run": bytes(state.run), "shards": shards}
+
+
+def to_sharded(sd: Mapping[str, Any], config: pb.JobConfig, dp_rank: int, dp_size: int) -> pb.ShardedState:
+    """The daemon's form of a state dict, checked to hold the cursors of
+    exactly the shards this rank owns (what DCP loads into a rank whose
+    template state_dict() built)."""
+    run, shards = sd.get("run"), sd.get("shards")
+    if not isinstance(run, (bytes, bytearray)) or not isinstance(shards, Mapping):
+        raise StateError("not a dataloaderd state dict: it needs 'run' (bytes) and 'shards' (a dict)")
+    lo, hi = owned(dp_rank, dp_size, config.logical_shards)
+    want = {(d, k) for d in range(len(config.datasets)) for k in range(lo, hi)}
+    out = pb.ShardedState(run=bytes(run))
+    got = set()
+    for dkey, per_dataset in shards.items():
+        if not isinstance(per_dataset, Mapping):
+            raise StateError(f"state dict: shards[{dkey!r}] is not a dict of shard cursors")
+        for skey, value in per_dataset.items():
+            try:
+                ident = (int(dkey), int(skey))
+                values = [int(v) for v in np.asarray(value).reshape(-1).tolist()]
+            except (TypeError, ValueError) as e:
+                raise StateError(f"state dict: shards[{dkey!r}][{skey!r}] is not a shard cursor: {e}") from e
+            if len(values) != len(FIELDS) or min(values) < 0:
+                raise StateError(f"state dict: shards[{dkey!r}][{skey!r}] holds {values}, want {len(FIELDS)} counts >= 0")
+            got.add(ident)
+            out.shards.append(pb.ShardState(dataset=ident[0], shard=ident[1], **dict(zip(FIELDS, values))))
+    if got != want:
+        missing, extra = sorted(want - got), sorted(got - want)
+        raise StateError(
+            f"the state dict holds the cursors of {len(got)} shards, dp_rank {dp_rank} of {dp_size} owns "
+            f"{len(want)} (shards {lo} to {hi - 1} of each dataset)"
+            + (f"; missing (dataset, shard) {missing[:4]}" if missing else "")
+            + (f"; not its own {extra[:4]}" if extra else "")
+            + ": load into each rank the state dict its own state_dict() templated (torch.distributed.checkpoint does)")
+    return out
+
+
+def step_of(run: bytes) -> int:
+    """The step a run part was saved at (0 for the state before the first batch)."""
+    if not run:
+        return 0
+    try:
+        return int(json.loads(run)["step"])
+    except (ValueError, KeyError, TypeError) as e:
+        raise StateError(f"state dict: its run part is not a dataloaderd state ({e})") from e
