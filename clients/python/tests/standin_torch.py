@@ -51,6 +51,9 @@ class DeviceTensor(np.ndarray[Any, np.dtype[Any]]):
     def clone(self) -> DeviceTensor:
         return np.array(self).view(DeviceTensor)
 
+    def long(self) -> DeviceTensor:
+        return np.asarray(self, dtype=np.int64).view(DeviceTensor)
+
     def copy_(self, src: npt.ArrayLike, non_blocking: bool = False) -> DeviceTensor:
         np.copyto(self, src)
         return self
@@ -117,7 +120,7 @@ class StandinTorch:
         view._keep = arr  # the mapping lives while the view does, as with torch
         return _as_tensor(view)
 
-    def from_numpy(self, a: npt.NDArray[np.int32]) -> Tensor:
+    def from_numpy(self, a: npt.NDArray[Any]) -> Tensor:
         return _as_tensor(a)
 
     def empty(self, shape: Tuple[int, ...], dtype: object, device: Device) -> Tensor:

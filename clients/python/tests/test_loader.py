@@ -87,7 +87,9 @@ def test_control_block_consumers_and_resume(daemon, config, tmp_path):
 
 
 def test_zero_copy_views(daemon, config):
-    with Loader(config, socket=daemon.socket, dp_rank=0, dp_size=1) as loader:
+    # tokens is a read-only view of the ring; with dtype="int32" input_ids,
+    # labels and shift_labels are views of it too (no torch here: numpy).
+    with Loader(config, socket=daemon.socket, dp_rank=0, dp_size=1, dtype="int32") as loader:
         batch = next(iter(loader))
         tokens = batch["tokens"]
         assert not tokens.flags.writeable and not tokens.flags.owndata
@@ -97,7 +99,9 @@ def test_zero_copy_views(daemon, config):
         owner = base.obj if isinstance(base, memoryview) else base
         assert isinstance(owner, mmap.mmap), f"tokens are not a view of the ring: {type(owner)}"
         assert np.shares_memory(batch["input_ids"], tokens)
-        assert np.array_equal(np.asarray(batch["labels"])[:, :-1], np.asarray(batch["input_ids"])[:, 1:])
+        assert np.array_equal(np.asarray(batch["shift_labels"])[:, :-1], np.asarray(batch["input_ids"])[:, 1:])
+        with pytest.raises(ValueError, match="read-only"):
+            batch["labels"][0, 0] = -100
     with Loader(config, socket=daemon.socket, dp_rank=0, dp_size=1, copy=True, job="c") as loader:
         assert next(iter(loader))["tokens"].flags.owndata
 
@@ -182,7 +186,10 @@ def test_daemon_stopping_mid_iteration_raises_package_error(daemon_factory, conf
 
 
 def test_torch_tensors_without_warnings(daemon, config, monkeypatch):
-    # torch is not installed here: a stand-in checks what the loader hands it.
+    # torch is not installed here: a stand-in checks what the loader hands it:
+    # writable arrays only (torch warns of, and would crash on writing into,
+    # read-only memory): int64 copies by default, and with dtype="int32"
+    # copy-on-write views of the ring.
     seen = []
 
     class FakeTorch:
@@ -198,8 +205,23 @@ def test_torch_tensors_without_warnings(daemon, config, monkeypatch):
         warnings.simplefilter("error")
         with Loader(config, dp_rank=0, dp_size=1, socket=daemon.socket) as loader:
             batch = next(iter(loader))
-    assert len(seen) == 1 and seen[0] is batch["tokens"]
-    assert np.array_equal(batch["input_ids"], batch["tokens"][:, :-1])
+            assert [a.dtype for a in seen] == [np.int64] * 3 and not np.shares_memory(seen[0], seen[1])
+            assert np.array_equal(batch["input_ids"], batch["tokens"][:, :-1])
+            assert np.array_equal(batch["labels"], batch["input_ids"])
+            assert np.array_equal(batch["shift_labels"], batch["tokens"][:, 1:])
+        seen.clear()
+        with Loader(config, dp_rank=0, dp_size=1, socket=daemon.socket, dtype="int32", job="v") as loader:
+            it = iter(loader)
+            batch = next(it)
+            assert [a.dtype for a in seen] == [np.int32] * 3
+            assert np.array_equal(batch["input_ids"], batch["tokens"][:, :-1])
+            got = [np.array(batch["tokens"])]
+            batch["labels"][:] = -100  # copy-on-write: never reaches the ring
+            assert (batch["input_ids"] == -100).all()  # labels is input_ids itself under int32
+            got += [np.array(next(it)["tokens"]) for _ in range(20)]  # the written slot comes round again
+    with Loader(config, dp_rank=0, dp_size=1, socket=daemon.socket, dtype="int32", job="w") as again:
+        want = [np.array(b["tokens"]) for _, b in zip(range(21), again)]
+    assert all(np.array_equal(g, w) for g, w in zip(got, want)), "a write reached the ring or a later batch"
 
 
 def test_process_exiting_without_close_does_not_hang(daemon, config):

@@ -69,13 +69,17 @@ def _fence_hold(slots: int) -> int:
 
 
 class ShmDelivery:
-    """``shm``: read-only views of the shared-memory ring, each valid until the
-    next batch is asked for; with ``copy`` a private copy, released at once."""
+    """``shm``: views of the shared-memory ring, each valid until the next
+    batch is asked for: read-only ones (a write raises numpy's ValueError),
+    or with ``writable`` copy-on-write ones (a write copies the pages it
+    touches into this process: it never reaches the ring, the daemon or the
+    other consumers; for torch, which has no read-only tensors). With
+    ``copy`` a private copy, released at once."""
 
     wire: ClassVar[pb.Transport.ValueType] = pb.TRANSPORT_SHM
 
-    def __init__(self, copy: bool, device: int):
-        self._copy = copy
+    def __init__(self, copy: bool, device: int, writable: bool = False):
+        self._copy, self._writable = copy, writable
         self._ring: Optional[ShmRing] = None
         self._release: Optional[Release] = None
         self._held: Optional[Held] = None
@@ -89,16 +93,21 @@ class ShmDelivery:
 
     def take(self, batch: Announced) -> Tokens:
         assert self._ring is not None and self._release is not None, "open() first"
-        tokens = self._ring.batch(batch.held.slot, batch.lines)
         if self._copy:
-            tokens = tokens.copy()
+            tokens = self._ring.batch(batch.held.slot, batch.lines).copy()
             self._release(batch.held)
+        elif self._writable:
+            tokens = self._ring.private_batch(batch.held.slot, batch.lines)
+            self._held = batch.held
         else:
+            tokens = self._ring.batch(batch.held.slot, batch.lines)
             self._held = batch.held
         return tokens
 
     def give_back(self) -> None:
         if self._held is not None and self._release is not None:
+            if self._writable and self._ring is not None:
+                self._ring.forget(self._held.slot)  # what was written stays out of the slot's next batch
             self._release(self._held)
         self._held = None
 
@@ -118,7 +127,7 @@ class InlineDelivery:
 
     wire: ClassVar[pb.Transport.ValueType] = pb.TRANSPORT_INLINE
 
-    def __init__(self, copy: bool, device: int):
+    def __init__(self, copy: bool, device: int, writable: bool = False):
         self._line_tokens = 0
         self._release: Optional[Release] = None
 
@@ -150,7 +159,7 @@ class CudaDelivery:
 
     wire: ClassVar[pb.Transport.ValueType] = pb.TRANSPORT_CUDA
 
-    def __init__(self, copy: bool, device: int):
+    def __init__(self, copy: bool, device: int, writable: bool = False):
         _cuda.require_torch_cuda(device)
         self._copy = copy
         self.ring: Optional[_cuda.IpcRing] = None
@@ -207,7 +216,7 @@ class PinnedDelivery:
 
     wire: ClassVar[pb.Transport.ValueType] = pb.TRANSPORT_SHM  # shm to the daemon; the copy to the GPU is the client's
 
-    def __init__(self, copy: bool, device: int):
+    def __init__(self, copy: bool, device: int, writable: bool = False):
         _cuda.require_torch_cuda(device)
         self._device = device
         self._ring: Optional[ShmRing] = None
@@ -249,8 +258,6 @@ class PinnedDelivery:
             self._ring = None
 
 
-# Transport names, in the order error messages list them: the delivery of
-# each, made from (copy, device).
 def _release_finished(fence: "Optional[_cuda.ReleaseFence[Held]]", release: Optional[Release]) -> None:
     """Hands back the fenced slots whose GPU work has finished, oldest first."""
     if fence is not None and release is not None:
@@ -258,7 +265,9 @@ def _release_finished(fence: "Optional[_cuda.ReleaseFence[Held]]", release: Opti
             release(done)
 
 
-DELIVERIES: Dict[str, Callable[[bool, int], Delivery]] = {
+# Transport names, in the order error messages list them: the delivery of
+# each, made from (copy, device, writable).
+DELIVERIES: Dict[str, Callable[[bool, int, bool], Delivery]] = {
     "shm": ShmDelivery,
     "inline": InlineDelivery,
     "cuda": CudaDelivery,

@@ -1,4 +1,5 @@
-"""A read-only mapping of a session's shared-memory ring."""
+"""A session's shared-memory ring, mapped read-only, and on demand also
+copy-on-write."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ class ShmRing:
                                                       mmap.PROT_READ)
         finally:
             os.close(fd)
+        self._path = path
+        self._private: Optional[mmap.mmap] = None
         self.slots = slots
         self.data_offset = data_offset
         self.stride = stride
@@ -36,11 +39,33 @@ class ShmRing:
         return np.frombuffer(self.mapping(), dtype="<i4", count=lines * self.line_tokens,
                              offset=self.data_offset + slot * self.stride).reshape(lines, self.line_tokens)
 
+    def private_batch(self, slot: int, lines: int) -> npt.NDArray[np.int32]:
+        """The tokens of a slot as a writable, copy-on-write view: reads see
+        the ring, a write copies the pages it touches into this process
+        only. forget(slot) drops those copies before the slot is given back."""
+        if self._private is None:
+            self.mapping()  # raises once closed
+            fd = os.open(self._path, os.O_RDONLY)
+            try:
+                self._private = mmap.mmap(fd, self.data_offset + self.slots * self.stride, access=mmap.ACCESS_COPY)
+            finally:
+                os.close(fd)
+        return np.frombuffer(self._private, dtype="<i4", count=lines * self.line_tokens,
+                             offset=self.data_offset + slot * self.stride).reshape(lines, self.line_tokens)
+
+    def forget(self, slot: int) -> None:
+        """Drops the pages of a slot written through private_batch, so its
+        next batch is read from the ring again."""
+        if self._private is not None:
+            self._private.madvise(mmap.MADV_DONTNEED, self.data_offset + slot * self.stride, self.stride)
+
     def close(self) -> None:
         """Unmaps the ring; while views of it are alive the mapping stays until they go."""
-        mm, self._mm = self._mm, None
-        if mm is not None:
-            try:
-                mm.close()
-            except BufferError:
-                pass  # a batch view is still referenced; the GC unmaps it later
+        for name in ("_mm", "_private"):
+            mm = getattr(self, name)
+            setattr(self, name, None)
+            if mm is not None:
+                try:
+                    mm.close()
+                except BufferError:
+                    pass  # a batch view is still referenced; the GC unmaps it later

@@ -1,32 +1,73 @@
-"""The batches a Loader yields."""
+"""The batches a Loader yields, and how they are made from a slot's tokens."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, TypedDict, Union
+from typing import TYPE_CHECKING, Any, Optional, Tuple, TypedDict, Union, cast
 
 import numpy as np
 import numpy.typing as npt
 
+from ._torchapi import Tensor, Torch
+
 if TYPE_CHECKING:  # torch is optional; a type checker without it sees Any
     import torch
 
-__all__ = ["Batch"]
+__all__ = ["Batch", "DTYPES", "make_batch"]
+
+# What Loader(dtype=...) takes: the integer type of input_ids, labels and
+# shift_labels. int64 is what losses and Hugging Face models take; int32 is
+# the ring's own, served as zero-copy views.
+DTYPES = ("int64", "int32")
 
 
 class Batch(TypedDict):
     """One step's lines, indexed as a dict: ``batch["input_ids"]``.
 
-    ``tokens`` is an int32 array ``[lines, seq_len + 1]``: a numpy array on the
-    ``shm`` and ``inline`` transports, a device tensor on ``cuda`` and
-    ``shm-pinned``. ``input_ids`` and ``labels`` are ``tokens[:, :-1]`` and
-    ``tokens[:, 1:]`` as torch tensors (numpy arrays when torch is not
-    installed). ``step`` counts from 1 over the whole run, resumes included;
-    ``lines`` is ``batch_size``, fewer only in the last batch of a bounded run.
-    On ``shm`` the arrays are views of shared memory, valid until the next
-    batch is asked for (README: lifetime of a batch)."""
+    ``tokens`` is the int32 array ``[lines, seq_len + 1]`` of the lines as
+    the daemon wrote them: a read-only numpy view of shared memory on
+    ``shm`` (valid until the next batch is asked for), a numpy array on
+    ``inline``, a device tensor on ``cuda`` and ``shm-pinned``.
+
+    ``input_ids`` is ``tokens[:, :-1]``. ``labels`` is ``input_ids`` again,
+    as Hugging Face causal LMs take it (the model shifts labels by one to
+    predict each next token, and ignores -100). ``shift_labels`` is
+    ``tokens[:, 1:]``: each position's next token, already shifted, for
+    trainers whose loss does not shift (and Hugging Face's own
+    ``shift_labels=``, which then uses every position, the last one
+    included). With the default ``dtype="int64"`` the three are torch
+    tensors of their own (numpy arrays without torch), writable; with
+    ``dtype="int32"`` they are zero-copy views of ``tokens`` (``labels`` is
+    ``input_ids`` itself), copy-on-write on ``shm`` when torch is there.
+
+    ``step`` counts from 1 over the whole run, resumes included; ``lines``
+    is ``batch_size``, fewer only in the last batch of a bounded run."""
 
     tokens: Union[torch.Tensor, npt.NDArray[np.int32]]
     step: int
     lines: int
     input_ids: torch.Tensor
     labels: torch.Tensor
+    shift_labels: torch.Tensor
+
+
+def _targets(tokens: Any, dtype: str) -> Tuple[Any, Any, Any]:
+    """input_ids, labels and shift_labels of tokens, numpy or a tensor."""
+    x, y = tokens[:, :-1], tokens[:, 1:]
+    if dtype == "int32":
+        return x, x, y
+    if isinstance(tokens, np.ndarray):
+        return x.astype(np.int64), x.astype(np.int64), y.astype(np.int64)
+    return x.long(), x.long(), y.long()  # device tensors: new ones, on the same device
+
+
+def make_batch(tokens: Union[Tensor, npt.NDArray[np.int32]], step: int, dtype: str,
+               torch_mod: Optional[Torch]) -> Batch:
+    """A Batch of a slot's tokens."""
+    ids, labels, shifted = _targets(tokens, dtype)
+    if isinstance(tokens, np.ndarray) and torch_mod is not None:
+        # Fresh int64 arrays, or int32 views of writable (copy-on-write)
+        # memory: torch warns of neither.
+        ids, labels, shifted = (torch_mod.from_numpy(a) for a in (ids, labels, shifted))
+    batch = {"tokens": tokens, "step": step, "lines": tokens.shape[0],
+             "input_ids": ids, "labels": labels, "shift_labels": shifted}
+    return cast(Batch, batch)

@@ -7,7 +7,6 @@ import glob
 import json
 import os
 import sys
-import warnings
 import weakref
 from typing import Any, Dict, Iterator, List, Mapping, NoReturn, Optional, Union, cast
 
@@ -15,12 +14,12 @@ import grpc
 import numpy as np
 
 from . import _control, _cuda, _state
-from ._delivery import DELIVERIES, CudaDelivery, Delivery, PinnedDelivery, Tokens
+from ._delivery import DELIVERIES, CudaDelivery, Delivery, PinnedDelivery
 from ._feed import ControlFeed, Feed, Held, open_feed
 from ._proto import dataloader_pb2 as pb
 from ._proto import dataloader_pb2_grpc as pb_grpc
 from ._torchapi import Torch
-from .batch import Batch
+from .batch import DTYPES, Batch, make_batch
 from .config import env_int, load_config, optional_abspath, to_proto
 from .errors import BatchTimeoutError, ConfigError, DaemonUnavailableError, DataloaderdError, StateError, translate
 
@@ -72,11 +71,15 @@ class Loader:
     to DATALOADERD_SOCKET. Processes of one tensor/pipeline-parallel group pass
     the same ``dp_rank`` and ``consumers=<group size>`` and read the same batches.
 
-    Iterating yields :class:`Batch` dicts: ``tokens`` (int32 numpy array
-    [lines, seq_len+1]), ``input_ids`` and ``labels`` (``tokens[:, :-1]`` and
-    ``tokens[:, 1:]``, torch tensors when torch is installed), ``step`` and
-    ``lines``. On the ``shm`` transport these are views of shared memory, valid
-    until the next batch is asked for; pass ``copy=True`` to get batches you may keep.
+    Iterating yields :class:`Batch` dicts: ``tokens`` (the int32 lines
+    [lines, seq_len+1] as the daemon wrote them; on ``shm`` a read-only view
+    of shared memory, valid until the next batch is asked for),
+    ``input_ids`` (``tokens[:, :-1]``), ``labels`` (``input_ids`` again, as
+    Hugging Face models take it: they shift it), ``shift_labels``
+    (``tokens[:, 1:]``, the next tokens already shifted), ``step`` and
+    ``lines``. The three are ``dtype`` (int64 by default, writable torch
+    tensors, numpy arrays without torch; ``"int32"``: zero-copy views). Pass
+    ``copy=True`` for a ``tokens`` you may keep and write.
 
     ``next()`` raises BatchTimeoutError when no batch comes within
     ``batch_timeout`` seconds (default 600; None waits forever), so a stuck
@@ -88,7 +91,7 @@ class Loader:
                  socket: Optional[str] = None, resume_from: Optional[Union[str, os.PathLike[str]]] = None,
                  transport: str = "shm", *, job: Optional[str] = None, consumers: int = 1,
                  slots: int = 0, copy: bool = False, timeout: float = 60.0, fast: bool = True,
-                 device: Optional[int] = None, batch_timeout: Optional[float] = 600.0):
+                 device: Optional[int] = None, batch_timeout: Optional[float] = 600.0, dtype: object = "int64"):
         data, base = load_config(config)
         self._config = to_proto(data, base)
         self.dp_rank = env_int("RANK", 0) if dp_rank is None else int(dp_rank)
@@ -101,6 +104,9 @@ class Loader:
             raise ConfigError(f"consumers must be >= 1 and slots >= 0, got {consumers} and {slots}")
         if batch_timeout is not None and not batch_timeout > 0:
             raise ConfigError(f"batch_timeout must be > 0 seconds or None, got {batch_timeout!r}")
+        self._dtype = str(dtype).replace("torch.", "")  # "int64", np.int64 and torch.int64 alike
+        if self._dtype not in DTYPES:
+            raise ConfigError(f"dtype {dtype!r}: want one of {', '.join(DTYPES)} (or the torch or numpy type)")
         self._batch_timeout = batch_timeout
         self.job = job or os.environ.get("DATALOADERD_JOB") or os.environ.get("TORCHELASTIC_RUN_ID") or "default"
         self.transport = transport
@@ -138,7 +144,11 @@ class Loader:
         if self._closed:
             raise DataloaderdError("the loader is closed")
         if self._live is None:
-            delivery = DELIVERIES[self.transport](self._copy, self.device)  # before the daemon makes a ring
+            # Zero-copy torch views of shm are copy-on-write: torch has no
+            # read-only tensors, and a write into the ring's read-only
+            # mapping would kill the process.
+            writable = self._dtype == "int32" and torch is not None
+            delivery = DELIVERIES[self.transport](self._copy, self.device, writable)  # before the daemon makes a ring
             s = self._stub.OpenSession(pb.OpenSessionRequest(
                 job=self.job, config=self._config, dp_rank=self.dp_rank, dp_size=self.dp_size,
                 consumers=self._consumers, transport=delivery.wire,
@@ -194,7 +204,7 @@ class Loader:
                 return
             tokens = delivery.take(got)
             self._last_step = got.held.step
-            yield _batch(tokens, got.held.step)
+            yield make_batch(tokens, got.held.step, self._dtype, torch)
 
     def _time_out(self, published: Optional[int]) -> NoReturn:
         """Closes the loader and raises BatchTimeoutError for the batch awaited."""
@@ -353,17 +363,3 @@ class Loader:
             self.close()
         except Exception:
             pass
-
-
-def _batch(tokens: Tokens, step: int) -> Batch:
-    """The batch of a slot's tokens: input_ids and labels are views of them."""
-    if not isinstance(tokens, np.ndarray):  # a device tensor (cuda, shm-pinned)
-        return {"tokens": tokens, "step": step, "lines": tokens.shape[0],
-                "input_ids": tokens[:, :-1], "labels": tokens[:, 1:]}
-    if torch is None:
-        return {"tokens": tokens, "step": step, "lines": tokens.shape[0],
-                "input_ids": tokens[:, :-1], "labels": tokens[:, 1:]}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # read-only shared memory
-        t = torch.from_numpy(tokens)
-    return {"tokens": tokens, "step": step, "lines": tokens.shape[0], "input_ids": t[:, :-1], "labels": t[:, 1:]}
