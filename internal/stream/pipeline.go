@@ -290,14 +290,23 @@ func (p *Pipeline) release(c int, f *inFlight) {
 
 // State returns the rank's state after step, which must be produced and not
 // older than the last step every consumer released.
+//
+// Once the rank's iteration has ended, any later step is available too: a
+// client that pads (equal steps across ranks) counts steps past the last
+// batch, and the state after them is the final one at that step, from which
+// a resume ends at once.
 func (p *Pipeline) State(step uint64) (state.Rank, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if step < p.base.Step || step > p.produced {
+	last := step
+	if p.ended && step > p.produced {
+		last = p.produced
+	}
+	if last < p.base.Step || last > p.produced {
 		return state.Rank{}, fmt.Errorf("%w: state after step %d asked for; steps %d to %d are available", ErrStep, step, p.base.Step, p.produced)
 	}
 	st := p.base.Clone()
-	for s := p.base.Step + 1; s <= step; s++ {
+	for s := p.base.Step + 1; s <= last; s++ {
 		for id, sh := range p.inFlight[s].delta {
 			st.Shards[id] = sh
 		}

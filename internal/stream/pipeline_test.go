@@ -174,6 +174,19 @@ func TestPipelineEnd(t *testing.T) {
 	if err != nil || st.Step != uint64(n) {
 		t.Fatalf("state after the last step: %v %v", st.Step, err)
 	}
+	// Steps past the end (a padding client's) have the final state at that
+	// step; a rank resumed from it ends at once, after that step.
+	past, err := p.State(uint64(n) + 3)
+	if err != nil || past.Step != uint64(n)+3 || !reflect.DeepEqual(past.Shards, st.Shards) {
+		t.Fatalf("state 3 steps past the end: %+v %v", past, err)
+	}
+	resumed, err := NewRank(corpus, 0, 1, saveWorld(t, corpus.Fingerprint(), []state.Rank{past}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := resumed.NextBatchBytes(make([]byte, int(cfg.BatchSize)*cfg.LineTokens()*4)); err != nil || b.Lines != 0 || resumed.Step() != uint64(n)+3 {
+		t.Fatalf("resumed past the end: %d lines, step %d, %v", b.Lines, resumed.Step(), err)
+	}
 }
 
 // TestPipelineHooksAndReleaseThrough: a consumer that reads slots through

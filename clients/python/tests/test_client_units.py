@@ -221,4 +221,5 @@ def test_public_names():
               if isinstance(value, type) and issubclass(value, dataloaderd.DataloaderdError)}
     assert raised <= set(dataloaderd.__all__), raised - set(dataloaderd.__all__)
     assert all(getattr(dataloaderd, name) is getattr(errors, name) for name in raised)
-    assert set(dataloaderd.Batch.__annotations__) == {"tokens", "input_ids", "labels", "shift_labels", "step", "lines"}
+    assert set(dataloaderd.Batch.__annotations__) == {"tokens", "input_ids", "labels", "shift_labels", "step", "lines",
+                                                      "padding"}

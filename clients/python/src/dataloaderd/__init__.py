@@ -2,7 +2,7 @@
 node's dataloaderd daemon, as zero-copy views of shared memory or of GPU
 memory shared over CUDA IPC."""
 
-from .batch import Batch
+from .batch import Batch, all_padding
 from .errors import (BatchTimeoutError, ConfigError, CudaError, CudaUnavailableError, DaemonUnavailableError,
                      DataloaderdError, PathNotAllowedError, ResourceExhaustedError, SessionExistsError,
                      SessionNotFoundError, StateError, TransportUnavailableError)
@@ -11,6 +11,7 @@ from .loader import Loader
 __all__ = [
     "Loader",
     "Batch",
+    "all_padding",
     "DataloaderdError",
     "ConfigError",
     "SessionNotFoundError",

@@ -12,7 +12,7 @@ from ._torchapi import Tensor, Torch
 if TYPE_CHECKING:  # torch is optional; a type checker without it sees Any
     import torch
 
-__all__ = ["Batch", "DTYPES", "make_batch"]
+__all__ = ["Batch", "DTYPES", "make_batch", "all_padding"]
 
 # What Loader(dtype=...) takes: the integer type of input_ids, labels and
 # shift_labels. int64 is what losses and Hugging Face models take; int32 is
@@ -40,7 +40,10 @@ class Batch(TypedDict):
     ``input_ids`` itself), copy-on-write on ``shm`` when torch is there.
 
     ``step`` counts from 1 over the whole run, resumes included; ``lines``
-    is ``batch_size``, fewer only in the last batch of a bounded run."""
+    is ``batch_size``, fewer only in the last batch of a bounded run.
+    ``padding`` is True for the batches a loader with ``end="pad"`` yields
+    after its rank's last one: every token is ``pad_id``, and the step must
+    not count (multiply its loss by 0, still step with the others)."""
 
     tokens: Union[torch.Tensor, npt.NDArray[np.int32]]
     step: int
@@ -48,6 +51,7 @@ class Batch(TypedDict):
     input_ids: torch.Tensor
     labels: torch.Tensor
     shift_labels: torch.Tensor
+    padding: bool
 
 
 def _targets(tokens: Any, dtype: str) -> Tuple[Any, Any, Any]:
@@ -61,13 +65,31 @@ def _targets(tokens: Any, dtype: str) -> Tuple[Any, Any, Any]:
 
 
 def make_batch(tokens: Union[Tensor, npt.NDArray[np.int32]], step: int, dtype: str,
-               torch_mod: Optional[Torch]) -> Batch:
-    """A Batch of a slot's tokens."""
+               torch_mod: Optional[Torch], padding: bool = False) -> Batch:
+    """A Batch of a slot's tokens (or of a padding batch's)."""
     ids, labels, shifted = _targets(tokens, dtype)
     if isinstance(tokens, np.ndarray) and torch_mod is not None:
         # Fresh int64 arrays, or int32 views of writable (copy-on-write)
         # memory: torch warns of neither.
         ids, labels, shifted = (torch_mod.from_numpy(a) for a in (ids, labels, shifted))
     batch = {"tokens": tokens, "step": step, "lines": tokens.shape[0],
-             "input_ids": ids, "labels": labels, "shift_labels": shifted}
+             "input_ids": ids, "labels": labels, "shift_labels": shifted, "padding": padding}
     return cast(Batch, batch)
+
+
+def all_padding(batch: Batch, group: Any = None) -> bool:
+    """Whether every rank of the trainer's process group got a padding batch
+    at this step (loaders with ``end="pad"``): the rank-wide end of an epoch.
+    Call it at every step on every rank and stop when it is True; before,
+    step on padding batches with their loss multiplied by 0, so that every
+    rank takes the same steps (DDP's collectives match).
+
+    This is the trainer's own communication, on its own process group: one
+    all-reduce of one integer a step. The loader adds none."""
+    import torch
+    import torch.distributed as dist
+
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend(group) == "nccl" else None
+    flag = torch.tensor([1 if batch["padding"] else 0], dtype=torch.int64, device=device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=group)
+    return bool(flag.item())

@@ -91,7 +91,8 @@ class Loader:
                  socket: Optional[str] = None, resume_from: Optional[Union[str, os.PathLike[str]]] = None,
                  transport: str = "shm", *, job: Optional[str] = None, consumers: int = 1,
                  slots: int = 0, copy: bool = False, timeout: float = 60.0, fast: bool = True,
-                 device: Optional[int] = None, batch_timeout: Optional[float] = 600.0, dtype: object = "int64"):
+                 device: Optional[int] = None, batch_timeout: Optional[float] = 600.0, dtype: object = "int64",
+                 end: str = "stop"):
         data, base = load_config(config)
         self._config = to_proto(data, base)
         self.dp_rank = env_int("RANK", 0) if dp_rank is None else int(dp_rank)
@@ -104,6 +105,9 @@ class Loader:
             raise ConfigError(f"consumers must be >= 1 and slots >= 0, got {consumers} and {slots}")
         if batch_timeout is not None and not batch_timeout > 0:
             raise ConfigError(f"batch_timeout must be > 0 seconds or None, got {batch_timeout!r}")
+        if end not in ("stop", "pad"):
+            raise ConfigError(f"end {end!r}: want 'stop' (iteration ends after the rank's last batch) or 'pad'")
+        self._end = end
         self._dtype = str(dtype).replace("torch.", "")  # "int64", np.int64 and torch.int64 alike
         if self._dtype not in DTYPES:
             raise ConfigError(f"dtype {dtype!r}: want one of {', '.join(DTYPES)} (or the torch or numpy type)")
@@ -201,10 +205,27 @@ class Loader:
             got = feed.next(self._last_step + 1, delivery.give_back_finished, self._time_out)
             if got is None:
                 self._ended = True
+                if self._end == "pad":
+                    yield from self._padding(live)
                 return
             tokens = delivery.take(got)
             self._last_step = got.held.step
             yield make_batch(tokens, got.held.step, self._dtype, torch)
+
+    def _padding(self, live: _Session) -> Iterator[Batch]:
+        """end="pad": after the rank's last batch, batches of pad_id flagged
+        as padding, one step after another, for as long as the trainer asks
+        (until every rank pads: see all_padding). The daemon saves the state
+        at these steps too, and a resume from one goes on padding."""
+        c = self._config
+        tokens: Any = np.full((c.batch_size, c.seq_len + 1), c.pad_id, dtype=np.int32)
+        tokens.flags.writeable = False
+        if self.transport in ("cuda", "shm-pinned"):
+            t = _cuda._torch()
+            tokens = t.as_tensor(tokens, device=t.device("cuda", self.device))
+        while self._live is live:
+            self._last_step += 1
+            yield make_batch(tokens, self._last_step, self._dtype, torch, padding=True)
 
     def _time_out(self, published: Optional[int]) -> NoReturn:
         """Closes the loader and raises BatchTimeoutError for the batch awaited."""
