@@ -24,6 +24,13 @@ TYPES_PYYAML_VERSION := 6.0.12.20261113
 # writes the .py without annotations.
 MYPY_PROTOBUF_VERSION := 5.1.0
 
+# The environment of the tests with real PyTorch and Hugging Face transformers
+# (make test-torch; several GB, since the package index's torch is the CUDA
+# build, used on the CPU here). Pinned.
+TORCH_VENV := $(CURDIR)/.venv-torch
+TORCH_VERSION := 2.15.0
+TRANSFORMERS_VERSION := 5.23.0
+
 PROTO_DIR := api/proto/dataloader/v1
 PY_PROTO_DIR := clients/python/src/dataloaderd/_proto
 # The ring control block's layout: one spec, and what layoutgen makes of it.
@@ -35,7 +42,7 @@ RING_LAYOUT := internal/ring/layout.go clients/python/src/dataloaderd/_ring_layo
 # The tokenizer conformance targets and their variables (used by test-python).
 include mk/tokenize.mk
 
-.PHONY: all setup build test test-go test-python vet lint lint-go lint-python staticcheck bench bench-quick bench-go bench-spread demo generate generate-check clean
+.PHONY: all setup build test test-go test-python test-torch vet lint lint-go lint-python staticcheck bench bench-quick bench-go bench-spread demo generate generate-check clean
 
 all: build
 
@@ -83,7 +90,21 @@ test-python: build $(VENV)/.stamp $(VENV)/.tokenize-stamp $(TOKENIZE_VOCAB)/.sta
 	DATALOADERD_BIN=$(BIN)/dataloaderd DATALOADERD_TOKENIZER_VOCAB=$(TOKENIZE_VOCAB) \
 		$(PY) -m pytest -q clients/python/tests
 
-test: setup generate-check generate-tokenize-check lint test-tokenize test-go test-python
+$(TORCH_VENV)/.stamp: clients/python/pyproject.toml Makefile
+	$(PYTHON) -m venv $(TORCH_VENV)
+	$(TORCH_VENV)/bin/pip install -q --upgrade pip
+	$(TORCH_VENV)/bin/pip install -q torch==$(TORCH_VERSION) transformers==$(TRANSFORMERS_VERSION) \
+		grpcio==$(GRPCIO_VERSION) numpy==2.4.6 protobuf==7.36.2 pyyaml==6.0.3 pytest==9.2.0
+	$(TORCH_VENV)/bin/pip install -q -e ./clients/python
+	touch $@
+
+# test-torch: the client under real PyTorch: examples/train_gpt.py under
+# torchrun through deploy/torchrun-with-dataloaderd.sh (DDP on gloo, DCP,
+# kill -9, a resume on another world size), and Hugging Face's conventions.
+test-torch: build $(TORCH_VENV)/.stamp
+	DATALOADERD_BIN=$(BIN)/dataloaderd $(TORCH_VENV)/bin/python -m pytest -q clients/python/tests_torch
+
+test: setup generate-check generate-tokenize-check lint test-tokenize test-go test-python test-torch
 
 # generate writes the Go and Python stubs, and the ring layout's constants
 # and doc, into OUT (default: in place).
@@ -144,4 +165,4 @@ demo: build $(VENV)/.stamp
 
 
 clean:
-	rm -rf $(BIN) $(VENV) $(TOOLS) $(BENCH_VENV) bench/.corpus
+	rm -rf $(BIN) $(VENV) $(TOOLS) $(TORCH_VENV) $(BENCH_VENV) bench/.corpus

@@ -25,7 +25,7 @@ REPO = os.path.join(HERE, "..")
 sys.path.insert(0, os.path.join(REPO, "clients", "python", "tests"))
 sys.path.insert(0, os.path.join(REPO, "clients", "python", "src"))
 
-from conftest import Daemon  # noqa: E402
+from rundaemon import Daemon  # noqa: E402
 from corpus import make_corpus  # noqa: E402
 import standin_torch  # noqa: E402
 from dataloaderd import Loader, _cuda  # noqa: E402

@@ -3,14 +3,10 @@ socket in a temp dir for each test that asks for it."""
 
 from __future__ import annotations
 
-import glob
 import os
-import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Sequence, Set, Union
+from typing import Any, Callable, Dict, Iterator, List
 
 import pytest
 
@@ -18,84 +14,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 from corpus import make_corpus  # noqa: E402
 
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
-BIN = os.environ.get("DATALOADERD_BIN", os.path.join(REPO, "bin", "dataloaderd"))
-
-
-SHM = "/dev/shm"
-
-
-def dataloaderd_maps(pid: Union[int, str]) -> Set[str]:
-    """The ring files process pid has mapped (empty when it is gone)."""
-    try:
-        with open(f"/proc/{pid}/maps") as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return set()
-    paths = (line.split(None, 5)[5] for line in lines if len(line.split(None, 5)) == 6)
-    return {p for p in paths if os.path.basename(p).startswith("dataloaderd-")}
-
-
-def rings_of_other_daemons(own_pid: int) -> Set[str]:
-    """Ring files mapped by dataloaderd processes other than own_pid (a daemon
-    someone runs beside these tests must not fail them)."""
-    held: Set[str] = set()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == own_pid:
-            continue
-        try:
-            if os.path.basename(os.readlink(f"/proc/{entry}/exe")) != "dataloaderd":
-                continue
-        except OSError:
-            continue
-        held |= dataloaderd_maps(entry)
-    return held
-
-
-class Daemon:
-    """`dataloaderd serve` on a socket in a temp dir, rings in /dev/shm."""
-
-    def __init__(self, tmp_path: Path, extra: Sequence[str] = ()):
-        self.socket = str(tmp_path / "d.sock")
-        self.before = set(self.rings())
-        self.log_path = tmp_path / "daemon.log"
-        self.log = open(self.log_path, "w")
-        self.proc = subprocess.Popen(
-            [BIN, "serve", "--socket", self.socket, "--log-level", "warn", "--attach-within", "5s", *extra],
-            stdout=self.log, stderr=subprocess.STDOUT)
-        for _ in range(200):
-            if subprocess.run([BIN, "healthcheck", "--socket", self.socket, "--timeout", "1s"],
-                              capture_output=True).returncode == 0:
-                return
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.05)
-        self.proc.kill()
-        self.proc.wait()
-        raise RuntimeError(f"daemon did not start: {self.logs()}")
-
-    @staticmethod
-    def rings() -> List[str]:
-        return glob.glob(os.path.join(SHM, "dataloaderd-*"))
-
-    def logs(self) -> str:
-        if not self.log.closed:
-            self.log.flush()
-        return self.log_path.read_text()
-
-    def stop(self) -> None:
-        """SIGTERM; the daemon must exit 0 and leave no socket and no ring it made."""
-        if self.proc.returncode is not None:
-            return
-        held = dataloaderd_maps(self.proc.pid)
-        self.proc.send_signal(signal.SIGTERM)
-        code = self.proc.wait(timeout=30)
-        self.log.close()
-        assert code == 0, f"daemon exited {code}: {self.logs()[-2000:]}"
-        assert not os.path.exists(self.socket), "socket left after SIGTERM"
-        made = (held | (set(self.rings()) - self.before)) - rings_of_other_daemons(self.proc.pid)
-        left = sorted(p for p in made if os.path.exists(p))
-        assert left == [], f"ring files left in {SHM} after SIGTERM: {left}"
+from rundaemon import BIN, REPO, SHM, Daemon, dataloaderd_maps, rings_of_other_daemons  # noqa: E402,F401
 
 
 @pytest.fixture

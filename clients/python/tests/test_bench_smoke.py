@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from conftest import BIN, REPO
+from rundaemon import BIN, REPO
 
 BENCH = os.path.join(REPO, "scripts", "bench.py")
 

@@ -19,7 +19,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import REPO, rings_of_other_daemons
+from rundaemon import REPO, rings_of_other_daemons
 from dataloaderd import Loader, _cuda
 from standin_torch import DeviceTensor as _DeviceTensor, StandinEvent as _Event, fake_torch as _fake_torch
 

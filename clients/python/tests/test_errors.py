@@ -8,7 +8,7 @@ import subprocess
 import grpc
 import pytest
 
-from conftest import BIN
+from rundaemon import BIN
 from dataloaderd import TransportUnavailableError
 from dataloaderd._proto import dataloader_pb2 as pb
 from dataloaderd._proto import dataloader_pb2_grpc as pb_grpc

@@ -8,7 +8,7 @@ import pytest
 from dataloaderd import Loader, StateError
 from dataloaderd import _state
 
-from conftest import dataloaderd_maps
+from rundaemon import dataloaderd_maps
 from test_loader import same, take
 
 

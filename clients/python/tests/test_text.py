@@ -114,7 +114,7 @@ def test_prepare_matches_tiktoken_and_resumes(tmp_path):
     # reference tokenizer's ids; a second run skips the finished files.
     import subprocess
 
-    from conftest import BIN
+    from rundaemon import BIN
     src = tmp_path / "in"
     src.mkdir()
     docs = {f"part{i}": documents(10 + i, 120) for i in range(3)}
