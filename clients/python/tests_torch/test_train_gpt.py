@@ -79,13 +79,14 @@ def kill_after_checkpoint(job, name, proc, step):
     raise AssertionError("no checkpoint in 300 s")
 
 
-def test_killed_job_resumes_on_another_world_size_exactly_once(job):
-    first = launch(job, "a", 2)
-    saved = kill_after_checkpoint(job, "a", first, 10)
-    resumed = launch(job, "b", 3, resume=True)
+@pytest.mark.parametrize("old,new", [(2, 3), (4, 2)])
+def test_killed_job_resumes_on_another_world_size_exactly_once(job, old, new):
+    first = launch(job, "a", old)
+    saved = kill_after_checkpoint(job, "a", first, 10 if old == 2 else 5)
+    resumed = launch(job, "b", new, resume=True)
     finish(job, "b", resumed)
-    before = [r for recs in records(job, "a")[2].values() for r in recs if r["step"] <= saved]
-    after = records(job, "b")[3]
+    before = [r for recs in records(job, "a")[old].values() for r in recs if r["step"] <= saved]
+    after = records(job, "b")[new]
     served = [t for r in before for t in r["tokens"]] + [t for recs in after.values() for r in recs for t in r["tokens"]]
     data = [t for t in served if t != 0]
     assert len(data) == len(set(data)), "a token was served twice"
