@@ -37,10 +37,14 @@ type DeviceRing struct {
 	onCommit  func(took time.Duration)
 	onBytes   func(delta int)
 
-	mu      sync.Mutex // serializes Commit, AddDevice and Close
+	mu      sync.Mutex // serializes Slot, Commit, AddDevice and Close
 	closed  bool
 	staging []byte
 	gpus    []*gpuSlots // gpus[0] is the GPU the ring was made on
+	// writing is the slot the producer writes now (Slot was called for it,
+	// Commit not yet), -1 when none: AddDevice copies every other one, and
+	// Commit brings that one to the new GPU too.
+	writing int
 
 	commits   atomic.Uint64
 	copied    atomic.Uint64
@@ -74,7 +78,7 @@ func (d *Devices) NewRing(device, slots, slotBytes int) (_ *DeviceRing, err erro
 	if err := checkGeometry(slots, slotBytes); err != nil {
 		return nil, err
 	}
-	r := &DeviceRing{devs: d, first: device, slots: slots, slotBytes: slotBytes, stride: pageStride(slotBytes)}
+	r := &DeviceRing{devs: d, first: device, slots: slots, slotBytes: slotBytes, stride: pageStride(slotBytes), writing: -1}
 	defer func() {
 		if err != nil {
 			r.free() // the first error is the one worth reporting
@@ -142,13 +146,7 @@ func (r *DeviceRing) AddDevice(device int) (bool, error) {
 	}
 	g, err := r.newGPU(device)
 	if err == nil {
-		drv := r.devs.drv
-		if err = drv.MemcpyHtoDAsync(g.ctx, g.mem, r.staging, g.stream); err == nil {
-			if err = drv.EventRecord(g.ctx, g.events[0], g.stream); err == nil {
-				err = r.await(g, g.events[0], len(r.staging))
-			}
-		}
-		if err != nil {
+		if err = r.copyStaged(g); err != nil {
 			err = errors.Join(err, r.freeGPU(g))
 		}
 	}
@@ -160,6 +158,26 @@ func (r *DeviceRing) AddDevice(device int) (bool, error) {
 		r.onBytes(r.slots * r.stride)
 	}
 	return true, nil
+}
+
+// copyStaged copies to g every staged slot but the one the producer is
+// writing (which its Commit copies there, g being in the ring by then), and
+// waits for the copies; r.mu is held.
+func (r *DeviceRing) copyStaged(g *gpuSlots) error {
+	drv := r.devs.drv
+	for i := range r.slots {
+		if i == r.writing {
+			continue
+		}
+		off := i * r.stride
+		if err := drv.MemcpyHtoDAsync(g.ctx, g.mem+DevicePtr(off), r.staging[off:off+r.stride], g.stream); err != nil {
+			return err
+		}
+	}
+	if err := drv.EventRecord(g.ctx, g.events[0], g.stream); err != nil {
+		return err
+	}
+	return r.await(g, g.events[0], len(r.staging))
 }
 
 func (r *DeviceRing) gpu(device int) *gpuSlots {
@@ -176,7 +194,16 @@ func (r *DeviceRing) Slots() int { return r.slots }
 
 // Slot is slot i's pinned host staging memory, which the producer writes and
 // Commit copies to the GPU.
+// Until Commit(i), slot i counts as being written.
 func (r *DeviceRing) Slot(i int) []byte {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.writing = i
+	return r.staged(i)
+}
+
+// staged is slot i's staging memory.
+func (r *DeviceRing) staged(i int) []byte {
 	return r.staging[i*r.stride : i*r.stride+r.slotBytes : i*r.stride+r.slotBytes]
 }
 
@@ -254,10 +281,13 @@ func (r *DeviceRing) Commit(i int) error {
 	if r.closed {
 		return ErrRingClosed
 	}
+	if r.writing == i {
+		r.writing = -1
+	}
 	start := time.Now()
 	drv := r.devs.drv
 	for _, g := range r.gpus {
-		err := drv.MemcpyHtoDAsync(g.ctx, g.mem+DevicePtr(i*r.stride), r.Slot(i), g.stream)
+		err := drv.MemcpyHtoDAsync(g.ctx, g.mem+DevicePtr(i*r.stride), r.staged(i), g.stream)
 		if err == nil {
 			err = drv.EventRecord(g.ctx, g.events[i], g.stream)
 		}
@@ -310,90 +340,6 @@ func spinBudget(n int) time.Duration {
 // every GPU) and the time they took in all (copy and wait).
 func (r *DeviceRing) CommitStats() (commits, bytes uint64, took time.Duration) {
 	return r.commits.Load(), r.copied.Load(), time.Duration(r.commitDur.Load())
-}
-
-// Close waits for copies in flight and frees everything the ring holds: its
-// events, streams, pinned staging, device memory and its references to the
-// GPUs' contexts. Closing twice is harmless. Clients that still have an IPC
-// handle open should close it; the memory is theirs to unmap.
-func (r *DeviceRing) Close() error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.closed {
-		return nil
-	}
-	r.closed = true
-	if r.onBytes != nil {
-		r.onBytes(-len(r.gpus) * r.slots * r.stride)
-	}
-	return r.free()
-}
-
-// free releases whatever of the ring was made and returns the first error.
-// Staging is freed while the first GPU's context is still held.
-func (r *DeviceRing) free() error {
-	var errs []error
-	for i := len(r.gpus) - 1; i > 0; i-- {
-		errs = append(errs, r.freeGPU(r.gpus[i]))
-	}
-	if len(r.gpus) > 0 {
-		g := r.gpus[0]
-		errs = append(errs, r.drain(g))
-		if r.staging != nil {
-			errs = append(errs, r.devs.drv.HostFree(g.ctx, r.staging))
-			r.staging = nil
-		}
-		errs = append(errs, r.freeGPU(g))
-	}
-	r.gpus = nil
-	for _, err := range errs {
-		if err != nil {
-			return fmt.Errorf("close device ring: %w", err)
-		}
-	}
-	return nil
-}
-
-// drain waits for g's stream: nothing is in flight after a successful
-// Commit, but after a failed one a copy may still read staging.
-func (r *DeviceRing) drain(g *gpuSlots) error {
-	drv := r.devs.drv
-	if g.stream == 0 || len(g.events) == 0 {
-		return nil
-	}
-	if err := drv.EventRecord(g.ctx, g.events[0], g.stream); err != nil {
-		return nil // nothing recorded: nothing to wait for that we could
-	}
-	return drv.EventSynchronize(g.ctx, g.events[0])
-}
-
-// freeGPU frees g's events, stream and memory and its context reference,
-// after its stream drained; it returns the first error, naming the GPU.
-func (r *DeviceRing) freeGPU(g *gpuSlots) error {
-	drv := r.devs.drv
-	errs := []error{r.drain(g)}
-	for _, e := range g.events {
-		errs = append(errs, drv.EventDestroy(g.ctx, e))
-	}
-	g.events = nil
-	if g.stream != 0 {
-		errs = append(errs, drv.StreamDestroy(g.ctx, g.stream))
-		g.stream = 0
-	}
-	if g.mem != 0 {
-		errs = append(errs, drv.MemFree(g.ctx, g.mem))
-		g.mem = 0
-	}
-	if g.ctx != 0 {
-		errs = append(errs, r.devs.release(g.dev))
-		g.ctx = 0
-	}
-	for _, err := range errs {
-		if err != nil {
-			return fmt.Errorf("GPU %d: %w", g.dev, err)
-		}
-	}
-	return nil
 }
 
 var _ Driver = (*libcuda)(nil)

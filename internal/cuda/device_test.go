@@ -328,3 +328,46 @@ func TestDeviceRingOnTwoGPUs(t *testing.T) {
 		t.Fatalf("after Close: MemInfo %v, Device %d", err, r.Device())
 	}
 }
+
+// TestAddDeviceWhileTheProducerWrites: a consumer joining on another GPU
+// while the producer writes a slot gets every committed slot copied there,
+// and the slot being written once its Commit comes; the join never reads
+// the slot being written (the race detector flags it if it does).
+func TestAddDeviceWhileTheProducerWrites(t *testing.T) {
+	fake := cudatest.NewDriver()
+	r, err := cuda.NewDevices(fake).NewRing(0, 3, 5000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	for i, b := range []byte{1, 2} {
+		copy(r.Slot(i), bytes.Repeat([]byte{b}, r.SlotBytes()))
+		if err := r.Commit(i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	busy := r.Slot(2) // the producer starts on slot 2 ...
+	wrote := make(chan struct{})
+	go func() {
+		defer close(wrote)
+		for k := range busy { // ... and writes it while the consumer joins
+			busy[k] = 3
+		}
+	}()
+	if added, err := r.AddDevice(1); !added || err != nil {
+		t.Fatalf("AddDevice: %v %v", added, err)
+	}
+	<-wrote
+	if err := r.Commit(2); err != nil {
+		t.Fatal(err)
+	}
+	mem, err := fake.OpenIPC(r.IPCHandle(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, b := range []byte{1, 2, 3} {
+		if got := fake.ReadIPC(mem, i*r.Stride(), r.SlotBytes()); !bytes.Equal(got, bytes.Repeat([]byte{b}, r.SlotBytes())) {
+			t.Fatalf("slot %d on the joined GPU does not hold its batch", i)
+		}
+	}
+}
