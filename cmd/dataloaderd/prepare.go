@@ -28,11 +28,6 @@ Flags:
 // prepareCmd runs `dataloaderd prepare`.
 func prepareCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("prepare", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, prepareUsage)
-		fs.PrintDefaults()
-	}
 	input := fs.String("input", "", "text files: a file, a directory or a glob (required)")
 	format := fs.String("format", "", "jsonl (plain, .gz, .zst) or parquet (required)")
 	field := fs.String("field", "", `JSONL field or Parquet column holding the text (default "text")`)
@@ -44,8 +39,8 @@ func prepareCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	workers := fs.Int("workers", runtime.NumCPU(), "tokenizing goroutines")
 	eos := fs.Int("append-eos", -1, "end every document with this token id (Megatron's --append-eod); dataloaderd adds EOS itself, so it is not needed for it")
 	quiet := fs.Bool("quiet", false, "no progress bar")
-	if err := fs.Parse(args); err != nil {
-		return errUsage
+	if err := parseFlags(fs, prepareUsage, args, stderr); err != nil {
+		return err
 	}
 	var missing []string
 	for _, f := range []struct{ name, v string }{{"input", *input}, {"format", *format}, {"tokenizer", *tok}, {"output", *output}} {
