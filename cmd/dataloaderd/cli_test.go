@@ -3,6 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"os"
+	"path/filepath"
 	"runtime/debug"
 	"strings"
 	"testing"
@@ -22,7 +25,7 @@ func TestHelpExitsZero(t *testing.T) {
 		{[]string{"serve", "--socket", "/tmp/x.sock", "--help"}, []string{"-socket"}},
 		{[]string{"healthcheck", "-h"}, []string{"dataloaderd healthcheck", "-timeout"}},
 		{[]string{"healthcheck", "--help"}, []string{"-socket"}},
-		{[]string{"prepare", "-h"}, []string{"dataloaderd prepare --input PATH", "-tokenizer"}},
+		{[]string{"prepare", "-h"}, []string{"dataloaderd prepare --input PATH", "-tokenizer", "-force"}},
 		{[]string{"prepare", "--help"}, []string{"-append-eos"}},
 		{[]string{"version", "--help"}, []string{"dataloaderd version"}},
 	}
@@ -112,5 +115,63 @@ func TestVersionFrom(t *testing.T) {
 		if got := versionFrom(tc.stamped, tc.info); got != tc.want {
 			t.Errorf("versionFrom(%q, %v) = %q, want %q", tc.stamped, tc.info, got, tc.want)
 		}
+	}
+}
+
+// byteLevelTokenizer writes a tokenizer.json of the 256 byte-level tokens
+// and no merge into dir; extra goes into the model's fields, to make files
+// of other bytes.
+func byteLevelTokenizer(t *testing.T, dir, extra string) string {
+	var vocab []string
+	next := 256
+	for b := range 256 {
+		r := rune(b) // GPT-2's byte-to-unicode map: printable bytes stand for themselves
+		if b < '!' || b > '~' && b < 0xa1 || b == 0xad {
+			r, next = rune(next), next+1
+		}
+		vocab = append(vocab, fmt.Sprintf("%q:%d", string(r), b))
+	}
+	path := filepath.Join(dir, "tokenizer.json")
+	data := `{"added_tokens":[],"normalizer":null,"pre_tokenizer":{"type":"ByteLevel","add_prefix_space":false},` +
+		`"model":{"type":"BPE",` + extra + `"vocab":{` + strings.Join(vocab, ",") + `},"merges":[]}}`
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestPrepareOtherTokenizer: prepare run again into its folder with another
+// tokenizer is refused, naming the file, both tokenizers and --force;
+// --force redoes the file.
+func TestPrepareOtherTokenizer(t *testing.T) {
+	dir := t.TempDir()
+	in, out := filepath.Join(dir, "in"), filepath.Join(dir, "out")
+	os.Mkdir(in, 0o755)
+	os.WriteFile(filepath.Join(in, "part.jsonl"), []byte("{\"text\": \"hello\"}\n{\"text\": \"world\"}\n"), 0o644)
+	tokA := byteLevelTokenizer(t, filepath.Join(dir, "a"), "")
+	tokB := byteLevelTokenizer(t, filepath.Join(dir, "b"), `"dropout":null,`)
+	prep := func(tok string, extra ...string) (int, string, string) {
+		var out1, err1 bytes.Buffer
+		args := append([]string{"prepare", "--input", in, "--format", "jsonl", "--tokenizer", tok, "--output", out, "--quiet"}, extra...)
+		return run(context.Background(), args, &out1, &err1), out1.String(), err1.String()
+	}
+	if code, stdout, stderr := prep(tokA); code != 0 || !strings.Contains(stdout, "files: 1 written") {
+		t.Fatalf("first run: exit %d\n%s%s", code, stdout, stderr)
+	}
+	if code, stdout, stderr := prep(tokA); code != 0 || !strings.Contains(stdout, "files: 0 written, 1 already done") {
+		t.Fatalf("same tokenizer: exit %d\n%s%s", code, stdout, stderr)
+	}
+	code, _, stderr := prep(tokB)
+	for _, w := range []string{filepath.Join(out, "part") + ".{bin,idx} was made with tokenizer " + tokA, "asks for tokenizer " + tokB, "--force"} {
+		if code != 1 || !strings.Contains(stderr, w) {
+			t.Errorf("other tokenizer: exit %d, stderr %q; want 1 and %q", code, stderr, w)
+		}
+	}
+	if code, stdout, stderr := prep(tokB, "--force"); code != 0 || !strings.Contains(stdout, "files: 1 written") ||
+		!strings.Contains(stdout, "redone (--force): 1") {
+		t.Fatalf("--force: exit %d\n%s%s", code, stdout, stderr)
 	}
 }
