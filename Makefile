@@ -64,9 +64,15 @@ $(TOOLS)/.stamp: Makefile
 
 setup: $(VENV)/.stamp $(TOOLS)/.stamp
 
+# DATALOADERD_VERSION is what `dataloaderd version` prints: the git describe
+# of this checkout. Outside a git checkout it is empty and the binary reports
+# the revision Go recorded, if any, else "dev". Override it to name a release.
+DATALOADERD_VERSION ?= $(shell git -C $(CURDIR) describe --tags --always --dirty 2>/dev/null)
+
 build:
 	mkdir -p $(BIN)
-	CGO_ENABLED=0 $(GO) build -o $(BIN)/dataloaderd ./cmd/dataloaderd
+	CGO_ENABLED=0 $(GO) build -ldflags "$(if $(DATALOADERD_VERSION),-X main.version=$(DATALOADERD_VERSION))" \
+		-o $(BIN)/dataloaderd ./cmd/dataloaderd
 
 vet:
 	$(GO) vet ./...

@@ -13,11 +13,13 @@ import (
 // healthcheck asks the daemon's grpc.health.v1 service; nil only for SERVING.
 func healthcheck(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("healthcheck", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	socket := fs.String("socket", defaultSocket(), "the daemon's unix socket")
 	timeout := fs.Duration("timeout", 3*time.Second, "give up after this long")
-	if err := fs.Parse(args); err != nil {
-		return errUsage
+	if err := parseFlags(fs, healthcheckUsage, args, stderr); err != nil {
+		return err
+	}
+	if err := noArgs(fs); err != nil {
+		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()

@@ -19,8 +19,14 @@ Usage:
   dataloaderd prepare --input PATH --format jsonl|parquet --tokenizer NAME|PATH --output DIR [flags]
 
 One dataset <output>/<input name>.{bin,idx} per input file, uint16 tokens
-when the vocabulary fits, else int32. Outputs are written atomically: run the
-same command again after an interruption and finished files are skipped.
+when the vocabulary fits, else int32, and beside it <input name>.prepare.json,
+the record of what made it: the tokenizer (as named, and the SHA-256 of its
+rank file or tokenizer.json), the format, the field and --append-eos.
+
+Outputs are written atomically: run the same command again after an
+interruption and the files finished with the same settings are skipped. A run
+into a folder holding files made with other settings (or without a record)
+is refused before it changes anything; --force redoes those files.
 
 Flags:
 `
@@ -28,11 +34,6 @@ Flags:
 // prepareCmd runs `dataloaderd prepare`.
 func prepareCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("prepare", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, prepareUsage)
-		fs.PrintDefaults()
-	}
 	input := fs.String("input", "", "text files: a file, a directory or a glob (required)")
 	format := fs.String("format", "", "jsonl (plain, .gz, .zst) or parquet (required)")
 	field := fs.String("field", "", `JSONL field or Parquet column holding the text (default "text")`)
@@ -44,8 +45,9 @@ func prepareCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	workers := fs.Int("workers", runtime.NumCPU(), "tokenizing goroutines")
 	eos := fs.Int("append-eos", -1, "end every document with this token id (Megatron's --append-eod); dataloaderd adds EOS itself, so it is not needed for it")
 	quiet := fs.Bool("quiet", false, "no progress bar")
-	if err := fs.Parse(args); err != nil {
-		return errUsage
+	force := fs.Bool("force", false, "redo finished files made with another tokenizer, format, field or --append-eos (or without a record) instead of refusing the run")
+	if err := parseFlags(fs, prepareUsage, args, stderr); err != nil {
+		return err
 	}
 	var missing []string
 	for _, f := range []struct{ name, v string }{{"input", *input}, {"format", *format}, {"tokenizer", *tok}, {"output", *output}} {
@@ -76,7 +78,8 @@ func prepareCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	cfg := prepare.Config{
 		Input: *input, Format: *format, Field: *field, OnBadRecord: *onBad, Encoder: enc, MaxID: maxID,
-		AppendEOS: *eos >= 0, EOS: int32(*eos), Output: *output, Workers: *workers,
+		Tokenizer: *tok, TokenizerSHA256: enc.SHA256(), AppendEOS: *eos >= 0, EOS: int32(*eos),
+		Output: *output, Workers: *workers, Force: *force, MadeBy: "dataloaderd " + versionString(),
 	}
 	bar := newProgressBar(stderr, !*quiet && isTerminal(stderr))
 	cfg.Progress = bar.update
@@ -84,6 +87,9 @@ func prepareCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	st, err := prepare.Run(ctx, cfg)
 	bar.finish()
 	fmt.Fprintf(stdout, "files: %d written, %d already done (skipped), %d in all\n", st.FilesDone, st.FilesSkipped, st.Files)
+	if st.FilesRedone > 0 {
+		fmt.Fprintf(stdout, "redone (--force): %d of the files written had been made with other settings\n", st.FilesRedone)
+	}
 	fmt.Fprintf(stdout, "documents: %d, tokens: %d, input bytes: %d, bad records skipped: %d\n",
 		st.Documents, st.Tokens, st.BytesDone, st.BadRecords)
 	fmt.Fprintf(stdout, "time: %.1f s, %.0f tokens/s\n", st.Elapsed.Seconds(), st.TokensPerSecond())

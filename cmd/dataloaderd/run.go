@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -16,11 +17,10 @@ Usage:
   dataloaderd serve [flags]        run the daemon (see 'dataloaderd serve -h')
   dataloaderd healthcheck [flags]  exit 0 when the daemon answers SERVING, 1 otherwise
   dataloaderd prepare [flags]      tokenize JSONL/Parquet text into Megatron .bin/.idx (see 'dataloaderd prepare -h')
-  dataloaderd version              print the version
-`
+  dataloaderd version              print the version (also: dataloaderd --version)
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
+'dataloaderd COMMAND -h' prints a command's flags.
+`
 
 // run is the whole program; it returns the exit code.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -38,16 +38,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = healthcheck(ctx, args[1:], stdout, stderr)
 	case "prepare":
 		err = prepareCmd(ctx, args[1:], stdout, stderr)
-	case "version":
-		fmt.Fprintln(stdout, "dataloaderd", version)
+	case "version", "--version", "-version":
+		err = versionCmd(args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 	default:
 		fmt.Fprintf(stderr, "dataloaderd: unknown command %q\n\n%s", args[0], usage)
 		return 2
 	}
+	var help *helpError
 	switch {
 	case err == nil, errors.Is(err, context.Canceled):
+		return 0
+	case errors.As(err, &help):
+		fmt.Fprint(stdout, help.usage)
 		return 0
 	case errors.Is(err, errUsage):
 		return 2
@@ -57,7 +61,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 }
 
-var errUsage = errors.New("usage")
+// versionCmd prints the version (see versionString).
+func versionCmd(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("version", flag.ContinueOnError)
+	if err := parseFlags(fs, "Usage:\n  dataloaderd version\n", args, stderr); err != nil {
+		return err
+	}
+	if err := noArgs(fs); err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, "dataloaderd", versionString())
+	return nil
+}
 
 // defaultSocket is $XDG_RUNTIME_DIR/dataloaderd/dataloaderd.sock, or under
 // /run/dataloaderd when that is not set.

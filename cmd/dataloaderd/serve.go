@@ -75,8 +75,8 @@ func parseServe(args []string, stderr io.Writer) (daemonConfig, error) {
 	cudaLib := fs.String("cuda-library", "", "the NVIDIA driver library the cuda transport loads, a name or a path (default "+cuda.DefaultLibrary+")")
 	var tokDirs multiFlag
 	fs.Var(&tokDirs, "tokenizer-dir", "directory holding <encoding>.tiktoken rank files for built-in tokenizer names (repeatable; then $DATALOADERD_TOKENIZERS)")
-	if err := fs.Parse(args); err != nil {
-		return cfg, errUsage
+	if err := parseFlags(fs, serveUsage, args, stderr); err != nil {
+		return cfg, err
 	}
 	if *configFile != "" {
 		b, err := os.ReadFile(*configFile)
@@ -119,9 +119,8 @@ func parseServe(args []string, stderr io.Writer) (daemonConfig, error) {
 			cfg.CUDALibrary = *cudaLib
 		}
 	})
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "serve takes no arguments, got %q\n", fs.Args())
-		return cfg, errUsage
+	if err := noArgs(fs); err != nil {
+		return cfg, err
 	}
 	return cfg, nil
 }
@@ -230,7 +229,7 @@ func (d *daemon) run(ctx context.Context, cfg daemonConfig, lis, metricsLis net.
 		d.serveMetrics(ctx, eg, metricsLis)
 	}
 	d.log.Info("serving", zap.String("socket", lis.Addr().String()), zap.String("metrics_addr", cfg.MetricsAddr),
-		zap.Strings("allow_roots", cfg.AllowRoots), zap.String("version", version))
+		zap.Strings("allow_roots", cfg.AllowRoots), zap.String("version", versionString()))
 	if len(cfg.AllowRoots) == 0 {
 		d.log.Warn("no --allow-root given: clients may name any path the daemon can read or write")
 	}

@@ -36,6 +36,11 @@ type Config struct {
 	// OnBadRecord is "" / "error" (stop at the first bad record) or "skip".
 	OnBadRecord string
 	Encoder     Encoder
+	// Tokenizer names the encoder as the user gave it (an encoding name or a
+	// file), and TokenizerSHA256 is its content hash (see
+	// tokenize.Tokenizer.SHA256): each output's record holds both.
+	Tokenizer       string
+	TokenizerSHA256 string
 	// MaxID is the largest token id the encoder makes: below 65536 the
 	// outputs store uint16 tokens, else int32.
 	MaxID int32
@@ -47,6 +52,11 @@ type Config struct {
 	// Output is the directory of the datasets: <output>/<input name>.{bin,idx}.
 	Output  string
 	Workers int
+	// Force redoes finished outputs that were made with other settings
+	// (see Settings) instead of refusing the run.
+	Force bool
+	// MadeBy names the program in the records, for people.
+	MadeBy string
 	// Progress, when set, is called about twice a second and once at the end.
 	Progress func(Stats)
 }
@@ -54,6 +64,7 @@ type Config struct {
 // Stats counts a run's work.
 type Stats struct {
 	Files, FilesDone, FilesSkipped int
+	FilesRedone                    int    // of FilesDone: made with other settings before (Force)
 	Bytes, BytesDone               uint64 // input bytes (compressed size for .gz/.zst)
 	Documents, Tokens              uint64
 	BadRecords                     uint64
@@ -69,11 +80,17 @@ func (s Stats) TokensPerSecond() float64 {
 }
 
 // Run converts every input file, a file at a time, each file's units
-// tokenized by cfg.Workers goroutines and written in order. Files whose
-// output .idx exists are finished already and skipped.
+// tokenized by cfg.Workers goroutines and written in order, with a record of
+// its settings beside it. A file whose output .idx exists is finished: it
+// is skipped when its record holds the settings cfg asks for; when it does
+// not, Run refuses with a *MismatchError before converting anything, or,
+// with cfg.Force, redoes it.
 func Run(ctx context.Context, cfg Config) (Stats, error) {
 	if cfg.Workers < 1 {
 		cfg.Workers = 1
+	}
+	if cfg.TokenizerSHA256 == "" {
+		return Stats{}, errors.New("the tokenizer's SHA-256 is required, to record what made the outputs")
 	}
 	all, err := text.Open(text.Spec{Name: "input", Path: cfg.Input, Format: cfg.Format, Field: cfg.Field, OnBadRecord: cfg.OnBadRecord})
 	if err != nil {
@@ -88,6 +105,10 @@ func Run(ctx context.Context, cfg Config) (Stats, error) {
 	if err := os.MkdirAll(cfg.Output, 0o755); err != nil {
 		return Stats{}, err
 	}
+	actions, err := planAll(cfg, names)
+	if err != nil {
+		return Stats{Files: len(files)}, err
+	}
 	r := &run{cfg: cfg, start: time.Now()}
 	r.stats.Files = len(files)
 	for _, f := range files {
@@ -97,15 +118,25 @@ func Run(ctx context.Context, cfg Config) (Stats, error) {
 	defer stop()
 	for i, f := range files {
 		prefix := filepath.Join(cfg.Output, names[i])
-		if _, err := os.Stat(prefix + ".idx"); err == nil {
+		switch actions[i] {
+		case toSkip:
 			r.mu.Lock()
 			r.stats.FilesSkipped++
 			r.stats.BytesDone += uint64(f.Size)
 			r.mu.Unlock()
 			continue
+		case toRedo:
+			if err := unfinish(prefix); err != nil {
+				return r.snapshot(), err
+			}
 		}
 		if err := r.file(ctx, f, prefix); err != nil {
 			return r.snapshot(), err
+		}
+		if actions[i] == toRedo {
+			r.mu.Lock()
+			r.stats.FilesRedone++
+			r.mu.Unlock()
 		}
 	}
 	return r.snapshot(), nil
@@ -183,6 +214,7 @@ type unitDocs struct {
 // file converts one input file into prefix.{bin,idx}.
 func (r *run) file(ctx context.Context, f source.File, prefix string) (err error) {
 	var bad atomic.Uint64
+	tokensBefore := r.snapshot().Tokens
 	ds, err := text.Open(text.Spec{Name: filepath.Base(f.Path), Path: f.Path, Format: r.cfg.Format, Field: r.cfg.Field,
 		OnBadRecord: r.cfg.OnBadRecord, OnSkip: func(error) { bad.Add(1) }})
 	if err != nil {
@@ -216,6 +248,9 @@ func (r *run) file(ctx context.Context, f source.File, prefix string) (err error
 		if errors.Is(err, context.Canceled) && ctx.Err() != nil {
 			return fmt.Errorf("interrupted while writing %s (finished files are kept; run again to go on): %w", prefix, ctx.Err())
 		}
+		return err
+	}
+	if err := writeRecord(prefix, r.recordOf(f, w.Documents(), r.snapshot().Tokens-tokensBefore, bad.Load())); err != nil {
 		return err
 	}
 	if err := w.Commit(); err != nil {

@@ -77,7 +77,7 @@ func TestRunConvertsInOrderAndResumes(t *testing.T) {
 	in, out := t.TempDir(), t.TempDir()
 	want := writeInputs(t, in, 4, 300, false)
 	var progress []Stats
-	cfg := Config{Input: in, Format: "jsonl", Encoder: testcorpus.Ints{}, MaxID: 70000, Output: out, Workers: 3,
+	cfg := Config{Input: in, Format: "jsonl", Encoder: testcorpus.Ints{}, Tokenizer: "ints", TokenizerSHA256: intsSHA, MaxID: 70000, Output: out, Workers: 3,
 		Progress: func(s Stats) { progress = append(progress, s) }}
 	st, err := Run(context.Background(), cfg)
 	if err != nil {
@@ -114,7 +114,7 @@ func TestRunConvertsInOrderAndResumes(t *testing.T) {
 func TestRunBadRecords(t *testing.T) {
 	in, out := t.TempDir(), t.TempDir()
 	want := writeInputs(t, in, 3, 10, true)
-	cfg := Config{Input: in, Format: "jsonl", Encoder: testcorpus.Ints{}, MaxID: 1000, Output: out, Workers: 2}
+	cfg := Config{Input: in, Format: "jsonl", Encoder: testcorpus.Ints{}, Tokenizer: "ints", TokenizerSHA256: intsSHA, MaxID: 1000, Output: out, Workers: 2}
 	_, err := Run(context.Background(), cfg)
 	if !errors.Is(err, source.ErrInvalid) || !strings.Contains(err.Error(), "part-01.jsonl") || !strings.Contains(err.Error(), "byte 154: field \"text\": is a number") {
 		t.Fatalf("bad record: %v", err)
@@ -141,7 +141,7 @@ func TestRunCancelled(t *testing.T) {
 	writeInputs(t, in, 2, 50, false)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err := Run(ctx, Config{Input: in, Format: "jsonl", Encoder: testcorpus.Ints{}, MaxID: 1000, Output: out, Workers: 2})
+	_, err := Run(ctx, Config{Input: in, Format: "jsonl", Encoder: testcorpus.Ints{}, Tokenizer: "ints", TokenizerSHA256: intsSHA, MaxID: 1000, Output: out, Workers: 2})
 	if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "run again") {
 		t.Fatalf("cancelled run: %v", err)
 	}

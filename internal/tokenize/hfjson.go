@@ -1,6 +1,8 @@
 package tokenize
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -130,6 +132,8 @@ func ParseHF(name string, data []byte) (*Tokenizer, error) {
 			t.steps = []preStep{}
 		}
 	}
+	sum := sha256.Sum256(data)
+	t.sha256 = hex.EncodeToString(sum[:])
 	return t, nil
 }
 

@@ -95,7 +95,7 @@ func loadEncoding(name string, search []rankDir) (*Tokenizer, error) {
 		if err != nil {
 			return nil, err
 		}
-		t.name = name
+		t.name, t.sha256 = name, enc.sha256
 		return t, nil
 	}
 	if len(looked) == 0 {

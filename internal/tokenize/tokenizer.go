@@ -14,6 +14,7 @@ import (
 // holds the mutable scratch space and piece cache.
 type Tokenizer struct {
 	name    string            // encoding name or file, for messages
+	sha256  string            // hex SHA-256 of what defines it (see SHA256)
 	vocab   map[string]int32  // bytes of each mergeable token -> id
 	merges  map[uint64]uint64 // pairKey(a, b) -> rank<<32 | merged id
 	byteTok [256]int32        // id of each single byte
@@ -45,6 +46,14 @@ type preStep struct {
 
 // Name returns the encoding name, or the file the tokenizer was loaded from.
 func (t *Tokenizer) Name() string { return t.name }
+
+// SHA256 returns the hex SHA-256 of the bytes that define the tokenizer, so
+// that its outputs can name it exactly: a tokenizer.json's contents, or a
+// built-in encoding's rank file (checked against tiktoken's on load; the
+// encoding's name fixes its pattern and special tokens, so r50k_base and gpt2
+// share it). It is empty for a tokenizer that ParseTiktoken built from a
+// rank file and a pattern of the caller's.
+func (t *Tokenizer) SHA256() string { return t.sha256 }
 
 // VocabSize returns one more than the largest token id, special tokens included.
 func (t *Tokenizer) VocabSize() int { return len(t.tokens) }

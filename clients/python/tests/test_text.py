@@ -140,3 +140,44 @@ def test_prepare_matches_tiktoken_and_resumes(tmp_path):
     (out / "part2.idx").unlink()
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0 and "files: 1 written, 2 already done" in p.stdout, p.stdout + p.stderr
+
+
+@needs_vocab
+def test_prepare_records_the_tokenizer_and_refuses_another(tmp_path):
+    # Each output has a record of its tokenizer; a run into the same folder
+    # with another table is refused, naming the file and both tokenizers, a
+    # name of the same table (gpt2 for r50k_base) skips, --force redoes.
+    import hashlib
+    import subprocess
+
+    from conftest import BIN
+    src, out = tmp_path / "in", tmp_path / "out"
+    src.mkdir()
+    for i in range(2):
+        write(src / f"part{i}.jsonl", documents(30 + i, 20))
+
+    def prepare(tokenizer, *extra):
+        cmd = [BIN, "prepare", "--input", str(src), "--format", "jsonl", "--tokenizer", tokenizer,
+               "--tokenizer-dir", VOCAB, "--output", str(out), "--workers", "2", "--quiet", *extra]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+
+    p = prepare("r50k_base", "--append-eos", str(EOS))
+    assert p.returncode == 0 and "files: 2 written" in p.stdout, p.stdout + p.stderr
+    with open(os.path.join(VOCAB, "r50k_base.tiktoken"), "rb") as f:
+        r50k = hashlib.sha256(f.read()).hexdigest()
+    record = json.loads((out / "part0.prepare.json").read_text())
+    assert record["tokenizer"] == "r50k_base" and record["tokenizer_sha256"] == r50k, record
+    assert record["format"] == "jsonl" and record["field"] == "text" and record["append_eos"] == EOS, record
+
+    p = prepare("p50k_base", "--append-eos", str(EOS))
+    assert p.returncode == 1, p.stdout + p.stderr
+    for want in (f"{out / 'part0'}.{{bin,idx}} was made with tokenizer r50k_base (sha256 {r50k[:12]}",
+                 "this run asks for tokenizer p50k_base", "and 1 more", "--force"):
+        assert want in p.stderr, (want, p.stderr)
+    p = prepare("r50k_base")
+    assert p.returncode == 1 and "no EOS appended" in p.stderr, p.stdout + p.stderr
+    p = prepare("gpt2", "--append-eos", str(EOS))
+    assert p.returncode == 0 and "files: 0 written, 2 already done" in p.stdout, p.stdout + p.stderr
+    p = prepare("p50k_base", "--append-eos", str(EOS), "--force")
+    assert p.returncode == 0 and "files: 2 written" in p.stdout and "redone (--force): 2" in p.stdout, p.stdout + p.stderr
+    assert json.loads((out / "part1.prepare.json").read_text())["tokenizer"] == "p50k_base"
