@@ -40,6 +40,11 @@ type Config struct {
 	AllowRoots []string
 	// ShmDir holds the shared-memory rings and control files.
 	ShmDir string
+	// ShmInstance names the files this daemon makes in ShmDir
+	// (ring.FileName): the instance of its ring.Claim on the directory, so
+	// that a daemon started after a crash sweeps them. Empty: files are
+	// named by session alone.
+	ShmInstance string
 	// Slots is the ring size of sessions that do not ask for one.
 	Slots int
 	// AttachWithin is how long a joined consumer may take to open its batch
