@@ -2,6 +2,7 @@ package session
 
 import (
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -54,5 +55,23 @@ func TestEnds(t *testing.T) {
 	m.Shutdown()
 	if !feed.Detach(errors.New("closed")) {
 		t.Error("the end of a stream at the daemon's stop is unexpected")
+	}
+}
+
+// TestDuplicateSays: a second open of a one-consumer session names the
+// likely causes and the fixes.
+func TestDuplicateSays(t *testing.T) {
+	m := newManager(t, Config{})
+	cfg := jobConfig(t, t.TempDir(), 0)
+	mustOpen(t, m, Request{Job: "none", DPSize: 1, Config: cfg})
+	_, err := m.Open(ctxT(t), Request{Job: "none", DPSize: 1, Config: cfg})
+	if !errors.Is(err, ErrSessionExists) {
+		t.Fatalf("second open: %v", err)
+	}
+	for _, want := range []string{"duplicate session", "another job on this node uses the same job name",
+		"Loader(job=...)", "DATALOADERD_JOB", "TORCHELASTIC_RUN_ID", "opened the same dp_rank twice", "consumers="} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the error does not say %q: %v", want, err)
+		}
 	}
 }
