@@ -36,9 +36,27 @@ def dataloaderd_maps(pid: Union[int, str]) -> Set[str]:
     return {p for p in paths if os.path.basename(p).startswith("dataloaderd-")}
 
 
+def dataloaderd_fds(pid: Union[int, str]) -> Set[str]:
+    """The dataloaderd- files process pid holds open (a daemon's lock file)."""
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return set()
+    held = set()
+    for fd in fds:
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if os.path.basename(target).startswith("dataloaderd-"):
+            held.add(target)
+    return held
+
+
 def rings_of_other_daemons(own_pid: int) -> Set[str]:
-    """Ring files mapped by dataloaderd processes other than own_pid (a daemon
-    someone runs beside these tests must not fail them)."""
+    """Ring files mapped, and lock files held open, by dataloaderd processes
+    other than own_pid (a daemon someone runs beside these tests must not
+    fail them)."""
     held: Set[str] = set()
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) == own_pid:
@@ -48,7 +66,7 @@ def rings_of_other_daemons(own_pid: int) -> Set[str]:
                 continue
         except OSError:
             continue
-        held |= dataloaderd_maps(entry)
+        held |= dataloaderd_maps(entry) | dataloaderd_fds(entry)
     return held
 
 
