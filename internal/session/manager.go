@@ -228,9 +228,10 @@ func (m *Manager) closedBy(id string) {
 	m.closedByConsumers = append(m.closedByConsumers, id)
 }
 
-// CountError counts an error in dataloaderd_errors_total under kind: the
-// status code a client was given (the server counts those), or "producer"
-// for a rank whose production failed.
+// CountError counts a failure in dataloaderd_errors_total under kind: the
+// status code a client was given (the server counts those, but for the
+// expected ends of streams, see Feed.Detach), or "producer" for a rank
+// whose production failed.
 func (m *Manager) CountError(kind string) { m.metrics.errors.WithLabelValues(kind).Inc() }
 
 // Close marks a consumer of session id closed; the session goes once every
