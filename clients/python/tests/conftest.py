@@ -75,7 +75,7 @@ class Daemon:
 
     def __init__(self, tmp_path: Path, extra: Sequence[str] = ()):
         self.socket = str(tmp_path / "d.sock")
-        self.before = set(self.rings())
+        self.before = set(self.files())
         self.log_path = tmp_path / "daemon.log"
         self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen(
@@ -93,8 +93,15 @@ class Daemon:
         raise RuntimeError(f"daemon did not start: {self.logs()}")
 
     @staticmethod
-    def rings() -> List[str]:
+    def files() -> List[str]:
+        """Every daemon's files in /dev/shm: rings, control files, lock files."""
         return glob.glob(os.path.join(SHM, "dataloaderd-*"))
+
+    @classmethod
+    def rings(cls) -> List[str]:
+        """The ring and control files in /dev/shm (not the lock file a
+        running daemon holds)."""
+        return [p for p in cls.files() if not p.endswith(".lock")]
 
     def logs(self) -> str:
         if not self.log.closed:
@@ -102,7 +109,8 @@ class Daemon:
         return self.log_path.read_text()
 
     def stop(self) -> None:
-        """SIGTERM; the daemon must exit 0 and leave no socket and no ring it made."""
+        """SIGTERM; the daemon must exit 0 and leave no socket, and no ring or
+        lock file it made."""
         if self.proc.returncode is not None:
             return
         held = dataloaderd_maps(self.proc.pid)
@@ -111,7 +119,7 @@ class Daemon:
         self.log.close()
         assert code == 0, f"daemon exited {code}: {self.logs()[-2000:]}"
         assert not os.path.exists(self.socket), "socket left after SIGTERM"
-        made = (held | (set(self.rings()) - self.before)) - rings_of_other_daemons(self.proc.pid)
+        made = (held | (set(self.files()) - self.before)) - rings_of_other_daemons(self.proc.pid)
         left = sorted(p for p in made if os.path.exists(p))
         assert left == [], f"ring files left in {SHM} after SIGTERM: {left}"
 
