@@ -121,6 +121,17 @@ def test_wrapper_signals_torchrun_first_and_exits_with_its_code(tmp_path, sig):
     assert files(w.shm) == []
 
 
+def test_wrapper_ctrl_c_reaches_torchrun_once_and_the_daemon_after(tmp_path):
+    # A terminal's Ctrl-C signals its whole foreground process group: the
+    # wrapper's. The daemon and torchrun have groups of their own, so only
+    # the wrapper's forwarded SIGINT reaches torchrun, and none the daemon.
+    w = Wrapped(tmp_path)
+    os.killpg(w.proc.pid, signal.SIGINT)
+    assert w.wait() == 7, w.log()
+    assert w.lines()[1:] == ["signal SIGINT daemon=up", "exit 7 daemon=up"], w.lines()
+    assert gone(w.daemon) and not os.path.exists(w.socket)
+
+
 def test_wrapper_exits_with_torchruns_code_when_it_ends(tmp_path):
     w = Wrapped(tmp_path, {"FAKE_TORCHRUN_SLEEP": "0.5"})
     assert w.wait() == 5, w.log()
