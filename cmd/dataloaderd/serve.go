@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/dataloaderd/dataloaderd/internal/cuda"
+	"github.com/dataloaderd/dataloaderd/internal/ring"
 	"github.com/dataloaderd/dataloaderd/internal/server"
 	"github.com/dataloaderd/dataloaderd/internal/session"
 	"github.com/dataloaderd/dataloaderd/internal/stream"
@@ -46,6 +47,9 @@ type daemonConfig struct {
 	BatchScheduling bool `json:"batch_scheduling"`
 	// CUDALibrary is the driver library the cuda transport loads on first use.
 	CUDALibrary string `json:"cuda_library"`
+	// ExitWithParent is the PID of the daemon's parent, with which it stops
+	// (0: it runs on).
+	ExitWithParent int `json:"exit_with_parent"`
 }
 
 type multiFlag []string
@@ -73,21 +77,14 @@ func parseServe(args []string, stderr io.Writer) (daemonConfig, error) {
 	cacheMB := fs.Int("token-cache-mb", 0, "MiB of tokenized text units kept in memory (default 1024)")
 	batchSched := fs.Bool("batch-scheduling", true, "run the daemon's threads as SCHED_BATCH, so that waking them never preempts a trainer")
 	cudaLib := fs.String("cuda-library", "", "the NVIDIA driver library the cuda transport loads, a name or a path (default "+cuda.DefaultLibrary+")")
+	exitWithParent := fs.Int("exit-with-parent", 0, "PID of the daemon's parent: stop as on SIGTERM when it exits, even by SIGKILL (default 0: off)")
 	var tokDirs multiFlag
 	fs.Var(&tokDirs, "tokenizer-dir", "directory holding <encoding>.tiktoken rank files for built-in tokenizer names (repeatable; then $DATALOADERD_TOKENIZERS)")
 	if err := parseFlags(fs, serveUsage, args, stderr); err != nil {
 		return cfg, err
 	}
-	if *configFile != "" {
-		b, err := os.ReadFile(*configFile)
-		if err != nil {
-			return cfg, fmt.Errorf("config: %w", err)
-		}
-		dec := json.NewDecoder(strings.NewReader(string(b)))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&cfg); err != nil {
-			return cfg, fmt.Errorf("config %s: %w", *configFile, err)
-		}
+	if err := readConfigFile(*configFile, &cfg); err != nil {
+		return cfg, err
 	}
 	fs.Visit(func(f *flag.Flag) {
 		switch f.Name {
@@ -117,12 +114,32 @@ func parseServe(args []string, stderr io.Writer) (daemonConfig, error) {
 			cfg.BatchScheduling = *batchSched
 		case "cuda-library":
 			cfg.CUDALibrary = *cudaLib
+		case "exit-with-parent":
+			cfg.ExitWithParent = *exitWithParent
 		}
 	})
 	if err := noArgs(fs); err != nil {
 		return cfg, err
 	}
 	return cfg, nil
+}
+
+// readConfigFile decodes the JSON file at path (none when empty) over cfg,
+// refusing unknown keys.
+func readConfigFile(path string, cfg *daemonConfig) error {
+	if path == "" {
+		return nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	dec := json.NewDecoder(strings.NewReader(string(b)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(cfg); err != nil {
+		return fmt.Errorf("config %s: %w", path, err)
+	}
+	return nil
 }
 
 func newLogger(level string) (*zap.Logger, error) {
@@ -148,11 +165,25 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if cfg.ExitWithParent != 0 {
+		if err := exitWithParent(cfg.ExitWithParent); err != nil {
+			return err
+		}
+	}
 	log, err := newLogger(cfg.LogLevel)
 	if err != nil {
 		return err
 	}
 	defer log.Sync() //nolint:errcheck
+	var shmInstance string
+	if claim := claimShm(cfg.ShmDir, log); claim != nil {
+		defer func() {
+			if err := claim.Release(); err != nil {
+				log.Warn("releasing the shm directory", zap.Error(err))
+			}
+		}()
+		shmInstance = claim.Instance()
+	}
 
 	if cfg.BatchScheduling {
 		if err := batchScheduling(); err != nil {
@@ -166,7 +197,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	sessions, err := session.New(session.Config{
 		Logger: log.Named("session"), Registry: reg, AllowRoots: cfg.AllowRoots,
-		ShmDir: cfg.ShmDir, Slots: cfg.Slots, AttachWithin: attachWithin, Resources: res,
+		ShmDir: cfg.ShmDir, ShmInstance: shmInstance, Slots: cfg.Slots, AttachWithin: attachWithin, Resources: res,
 		OpenCUDA: func() (cuda.Driver, error) { return cuda.OpenDriver(cfg.CUDALibrary) },
 	})
 	if err != nil {
@@ -234,8 +265,33 @@ func (d *daemon) run(ctx context.Context, cfg daemonConfig, lis, metricsLis net.
 		d.log.Warn("no --allow-root given: clients may name any path the daemon can read or write")
 	}
 	err := eg.Wait()
-	d.log.Info("stopped", zap.Error(err))
+	if errors.Is(err, context.Canceled) {
+		d.log.Info("stopped") // as asked: SIGTERM, SIGINT, or the parent's exit
+	} else {
+		d.log.Error("stopped", zap.Error(err))
+	}
 	return err
+}
+
+// claimShm claims the shm directory for this daemon's files and removes
+// those that dead daemons left there (ring.Claim). Without a claim (no such
+// directory, say) the daemon runs on, its files named by session alone:
+// nothing would sweep them after a crash.
+func claimShm(dir string, log *zap.Logger) *ring.Claim {
+	claim, err := ring.ClaimDir(dir)
+	if err != nil {
+		log.Warn("shm directory not claimed: files this daemon leaves there if it is killed will not be swept",
+			zap.String("shm_dir", dir), zap.Error(err))
+		return nil
+	}
+	swept, err := claim.SweepDead()
+	if len(swept) > 0 {
+		log.Info("removed the files of dead daemons", zap.String("shm_dir", dir), zap.Strings("files", swept))
+	}
+	if err != nil {
+		log.Warn("sweeping the shm directory", zap.Error(err))
+	}
+	return claim
 }
 
 // serveMetrics adds the /metrics server and its shutdown to eg.

@@ -31,6 +31,10 @@ func (s *Server) Batches(bs batchStream) error {
 		return s.fail(fmt.Errorf("%w: the first message of a batch stream must be attach", session.ErrBadRequest))
 	}
 	feed, err := s.sessions.Attach(att.GetSessionId(), int(att.GetConsumer()), att.GetShmControl())
+	if errors.Is(err, session.ErrSessionClosed) {
+		// The consumers' close overtook this attach: a normal end.
+		return toStatus(err)
+	}
 	if err != nil {
 		return s.fail(err)
 	}
@@ -68,11 +72,17 @@ func (s *Server) Batches(bs batchStream) error {
 	if errors.Is(err, io.EOF) {
 		err = nil
 	}
-	feed.Detach(err)
-	if err != nil && !errors.Is(err, context.Canceled) {
-		return s.fail(err)
+	expected := feed.Detach(err)
+	switch {
+	case err == nil, errors.Is(err, context.Canceled):
+		return nil
+	case expected:
+		// The consumer closed its session (and then cancelled this stream,
+		// or the close ended it), or the daemon is stopping: not a failure,
+		// so not counted.
+		return toStatus(err)
 	}
-	return nil
+	return s.fail(err)
 }
 
 // send hands the consumer every batch in step order; nil after the end

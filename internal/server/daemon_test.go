@@ -5,6 +5,7 @@ import (
 	"math/rand"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -36,6 +37,9 @@ type daemon struct {
 	conn     *grpc.ClientConn
 	shm      string
 	data     string
+	// stop stops the server and waits until it has (Serve returned, so
+	// every handler has); later calls return at once.
+	stop func() error
 }
 
 // startDaemon starts one; cfg's ShmDir and Registry are the test's own.
@@ -62,10 +66,13 @@ func startDaemon(t *testing.T, cfg session.Config) *daemon {
 	if err != nil {
 		t.Fatal(err)
 	}
+	shutdown := sync.OnceValue(func() error {
+		stop()
+		return <-served
+	})
 	t.Cleanup(func() {
 		conn.Close()
-		stop()
-		if err := <-served; err != context.Canceled {
+		if err := shutdown(); err != context.Canceled {
 			t.Errorf("Serve returned %v, want context.Canceled", err)
 		}
 		cleanup()
@@ -75,7 +82,8 @@ func startDaemon(t *testing.T, cfg session.Config) *daemon {
 	})
 	data := filepath.Join(dir, "data")
 	os.Mkdir(data, 0o755)
-	return &daemon{sessions: sessions, reg: reg, client: pb.NewLoaderClient(conn), conn: conn, shm: cfg.ShmDir, data: data}
+	return &daemon{sessions: sessions, reg: reg, client: pb.NewLoaderClient(conn), conn: conn, shm: cfg.ShmDir, data: data,
+		stop: shutdown}
 }
 
 // config is a job of one small Megatron dataset in the daemon's data dir.

@@ -1,6 +1,9 @@
 package session
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // Errors of the session lifecycle. The server maps each to a status code
 // (internal/server/errors.go); their messages name the job, rank, session
@@ -9,6 +12,9 @@ var (
 	// ErrNoSession: the session id is unknown (closed, reclaimed, or never
 	// opened).
 	ErrNoSession = errors.New("no such session")
+	// ErrSessionClosed: the session is gone because its consumers closed
+	// it (an ErrNoSession).
+	ErrSessionClosed = fmt.Errorf("%w: its consumers closed it", ErrNoSession)
 	// ErrSessionExists: the (job, rank) session is open and takes no more
 	// consumers, or a consumer attached twice.
 	ErrSessionExists = errors.New("session already open")

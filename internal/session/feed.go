@@ -139,14 +139,21 @@ const (
 	quickPolls   = 2
 )
 
-// Detach ends the consumer's stream. A consumer whose stream ends without
-// having closed the session has gone away (died, or cancelled): its session
-// and ring are reclaimed, for every consumer of it.
-func (f *Feed) Detach(cause error) {
+// Detach ends the consumer's stream, and reports whether that end was
+// expected: the consumer closed the session first (at the end of its
+// iteration, or before it), or the daemon is stopping. Whatever error ended
+// such a stream is no failure. A consumer whose stream ends without having
+// closed the session has gone away (died, or cancelled): its session and
+// ring are reclaimed, for every consumer of it.
+func (f *Feed) Detach(cause error) (expected bool) {
 	f.ss.mu.Lock()
 	closed := f.ss.closed[f.c]
 	f.ss.mu.Unlock()
+	f.m.mu.Lock()
+	stopping := f.m.stopping
+	f.m.mu.Unlock()
 	if !closed {
 		f.m.drop(f.ss, fmt.Sprintf("consumer %d's batch stream ended without close: %v", f.c, cause))
 	}
+	return closed || stopping
 }

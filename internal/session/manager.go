@@ -11,7 +11,9 @@ package session
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -40,6 +42,11 @@ type Config struct {
 	AllowRoots []string
 	// ShmDir holds the shared-memory rings and control files.
 	ShmDir string
+	// ShmInstance names the files this daemon makes in ShmDir
+	// (ring.FileName): the instance of its ring.Claim on the directory, so
+	// that a daemon started after a crash sweeps them. Empty: files are
+	// named by session alone.
+	ShmInstance string
 	// Slots is the ring size of sessions that do not ask for one.
 	Slots int
 	// AttachWithin is how long a joined consumer may take to open its batch
@@ -72,7 +79,14 @@ type Manager struct {
 	// closing counts sessions dropped whose memory is still being freed.
 	closing  int
 	stopping bool
+	// closedByConsumers holds the ids of the last sessions their consumers
+	// closed, oldest first: a consumer's attach or close that arrives
+	// after the session went (its own close raced it) is no failure.
+	closedByConsumers []string
 }
+
+// closedMemory is how many closed session ids a Manager remembers.
+const closedMemory = 1024
 
 // New builds a Manager and registers its metrics.
 func New(cfg Config) (*Manager, error) {
@@ -195,21 +209,39 @@ func (m *Manager) lookup(id string) (*session, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	ss := m.byID[id]
-	if ss == nil {
-		return nil, fmt.Errorf("%w: %q (closed, reclaimed, or never opened)", ErrNoSession, id)
+	switch {
+	case ss != nil:
+		return ss, nil
+	case slices.Contains(m.closedByConsumers, id):
+		return nil, fmt.Errorf("%w: %q", ErrSessionClosed, id)
 	}
-	return ss, nil
+	return nil, fmt.Errorf("%w: %q (closed, reclaimed, or never opened)", ErrNoSession, id)
 }
 
-// CountError counts an error in dataloaderd_errors_total under kind: the
-// status code a client was given (the server counts those), or "producer"
-// for a rank whose production failed.
+// closedBy remembers that session id's consumers closed it.
+func (m *Manager) closedBy(id string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.closedByConsumers) == closedMemory {
+		m.closedByConsumers = slices.Delete(m.closedByConsumers, 0, 1)
+	}
+	m.closedByConsumers = append(m.closedByConsumers, id)
+}
+
+// CountError counts a failure in dataloaderd_errors_total under kind: the
+// status code a client was given (the server counts those, but for the
+// expected ends of streams, see Feed.Detach), or "producer" for a rank
+// whose production failed.
 func (m *Manager) CountError(kind string) { m.metrics.errors.WithLabelValues(kind).Inc() }
 
 // Close marks a consumer of session id closed; the session goes once every
-// joined consumer closed it.
+// joined consumer closed it. Closing a session its consumers closed is
+// harmless.
 func (m *Manager) Close(id string, consumer int) error {
 	ss, err := m.lookup(id)
+	if errors.Is(err, ErrSessionClosed) {
+		return nil
+	}
 	if err != nil {
 		return err
 	}
@@ -218,6 +250,7 @@ func (m *Manager) Close(id string, consumer int) error {
 		return err
 	}
 	if last {
+		m.closedBy(id)
 		m.drop(ss, "closed by its consumers")
 	}
 	return nil

@@ -40,7 +40,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"dataset"}),
 		clientWait: newWaitHistogram(),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "dataloaderd_errors_total", Help: "Errors returned to clients, by gRPC code.",
+			Name: "dataloaderd_errors_total", Help: "Failures returned to clients, by gRPC code; the normal end of a stream is none.",
 		}, []string{"kind"}),
 		readySlots: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "dataloaderd_ready_slots", Help: "Batches produced and not yet handed to the session's first consumer.",

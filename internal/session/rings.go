@@ -28,7 +28,7 @@ func (m *Manager) newRing(sp ringSpec) (ring.Ring, error) {
 	}
 	switch sp.transport {
 	case Shm:
-		return ring.NewShmRing(m.cfg.ShmDir, "dataloaderd-"+sp.id, sp.slots, sp.slotBytes, sp.consumers)
+		return ring.NewShmRing(m.cfg.ShmDir, ring.FileName(m.cfg.ShmInstance, sp.id), sp.slots, sp.slotBytes, sp.consumers)
 	case CUDA:
 		return m.newDeviceRing(sp)
 	default:
@@ -55,7 +55,7 @@ func (m *Manager) newDeviceRing(sp ringSpec) (ring.Ring, error) {
 	r.OnDeviceBytes(func(delta int) { m.metrics.devBytes.Add(float64(delta)) })
 	m.metrics.devBytes.Add(float64(r.SlotsBytes()))
 	d := &deviceRing{DeviceRing: r}
-	d.ctl, err = ring.NewControlFile(m.cfg.ShmDir, "dataloaderd-"+sp.id+".ctl", sp.slots, sp.consumers, r.Stride())
+	d.ctl, err = ring.NewControlFile(m.cfg.ShmDir, ring.FileName(m.cfg.ShmInstance, sp.id)+".ctl", sp.slots, sp.consumers, r.Stride())
 	if err != nil {
 		m.log.Warn("cuda session without a control block: batches go by messages", zap.String("session", sp.id), zap.Error(err))
 		d.ctl = nil

@@ -61,14 +61,26 @@ func (s *session) join() (int, error) {
 	defer s.mu.Unlock()
 	if s.joined == len(s.attached) {
 		if len(s.attached) == 1 {
-			return 0, fmt.Errorf("%w: job %q dp_rank %d is already open (duplicate session); close it first or declare consumers > 1 for a tensor/pipeline-parallel group",
-				ErrSessionExists, s.key.job, s.key.dpRank)
+			return 0, s.duplicate()
 		}
 		return 0, fmt.Errorf("%w: job %q dp_rank %d declared %d consumers and all have joined",
 			ErrTooMany, s.key.job, s.key.dpRank, len(s.attached))
 	}
 	s.joined++
 	return s.joined - 1, nil
+}
+
+// duplicate is the error of a second open of a one-consumer session. Its
+// likely causes: another job on the node uses the same job name, or the
+// rank opened a second loader without closing the first.
+func (s *session) duplicate() error {
+	return fmt.Errorf("%w: job %q dp_rank %d is already open (duplicate session, opened %s ago). "+
+		"Either another job on this node uses the same job name: give each job its own, with Loader(job=...) or "+
+		"DATALOADERD_JOB (the client's default comes from TORCHELASTIC_RUN_ID unless it is \"none\", else from "+
+		"MASTER_ADDR, MASTER_PORT and the launching process); or this process, or another of this job, opened the "+
+		"same dp_rank twice: close the first loader before opening another. Only the processes of one "+
+		"tensor/pipeline-parallel group share a session, and each of them declares consumers=<group size>",
+		ErrSessionExists, s.key.job, s.key.dpRank, time.Since(s.opened).Round(time.Second))
 }
 
 // attach marks consumer c's batch stream live.

@@ -29,9 +29,27 @@ def dataloaderd_maps(pid: Union[int, str]) -> Set[str]:
     return {p for p in paths if os.path.basename(p).startswith("dataloaderd-")}
 
 
+def dataloaderd_fds(pid: Union[int, str]) -> Set[str]:
+    """The dataloaderd- files process pid holds open (a daemon's lock file)."""
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return set()
+    held = set()
+    for fd in fds:
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if os.path.basename(target).startswith("dataloaderd-"):
+            held.add(target)
+    return held
+
+
 def rings_of_other_daemons(own_pid: int) -> Set[str]:
-    """Ring files mapped by dataloaderd processes other than own_pid (a daemon
-    someone runs beside these tests must not fail them)."""
+    """Ring files mapped, and lock files held open, by dataloaderd processes
+    other than own_pid (a daemon someone runs beside these tests must not
+    fail them)."""
     held: Set[str] = set()
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) == own_pid:
@@ -41,7 +59,7 @@ def rings_of_other_daemons(own_pid: int) -> Set[str]:
                 continue
         except OSError:
             continue
-        held |= dataloaderd_maps(entry)
+        held |= dataloaderd_maps(entry) | dataloaderd_fds(entry)
     return held
 
 
@@ -50,7 +68,7 @@ class Daemon:
 
     def __init__(self, tmp_path: Path, extra: Sequence[str] = ()):
         self.socket = str(tmp_path / "d.sock")
-        self.before = set(self.rings())
+        self.before = set(self.files())
         self.log_path = tmp_path / "daemon.log"
         self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen(
@@ -68,8 +86,15 @@ class Daemon:
         raise RuntimeError(f"daemon did not start: {self.logs()}")
 
     @staticmethod
-    def rings() -> List[str]:
+    def files() -> List[str]:
+        """Every daemon's files in /dev/shm: rings, control files, lock files."""
         return glob.glob(os.path.join(SHM, "dataloaderd-*"))
+
+    @classmethod
+    def rings(cls) -> List[str]:
+        """The ring and control files in /dev/shm (not the lock file a
+        running daemon holds)."""
+        return [p for p in cls.files() if not p.endswith(".lock")]
 
     def logs(self) -> str:
         if not self.log.closed:
@@ -77,7 +102,8 @@ class Daemon:
         return self.log_path.read_text()
 
     def stop(self) -> None:
-        """SIGTERM; the daemon must exit 0 and leave no socket and no ring it made."""
+        """SIGTERM; the daemon must exit 0 and leave no socket, and no ring or
+        lock file it made."""
         if self.proc.returncode is not None:
             return
         held = dataloaderd_maps(self.proc.pid)
@@ -86,6 +112,6 @@ class Daemon:
         self.log.close()
         assert code == 0, f"daemon exited {code}: {self.logs()[-2000:]}"
         assert not os.path.exists(self.socket), "socket left after SIGTERM"
-        made = (held | (set(self.rings()) - self.before)) - rings_of_other_daemons(self.proc.pid)
+        made = (held | (set(self.files()) - self.before)) - rings_of_other_daemons(self.proc.pid)
         left = sorted(p for p in made if os.path.exists(p))
         assert left == [], f"ring files left in {SHM} after SIGTERM: {left}"

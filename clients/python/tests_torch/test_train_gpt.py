@@ -111,3 +111,46 @@ def test_resume_on_the_same_world_size_gives_the_same_losses(job):
         assert sorted(got[rank]) == [s for s in sorted(want[rank]) if s > saved]
         diffs = [(s, got[rank][s], want[rank][s]) for s in got[rank] if got[rank][s] != want[rank][s]]
         assert not diffs, f"rank {rank}: losses after the resume differ from the run never stopped: {diffs[:3]}"
+
+
+def processes_with(marker):
+    """PIDs of live processes whose command line holds marker."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmd = f.read()
+            with open(f"/proc/{entry}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if marker.encode() in cmd and state != "Z":
+            found.append(int(entry))
+    return found
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_wrapper_signalled_mid_training(job, sig):
+    """A signal to the wrapper alone (a scheduler's, not the terminal's to the
+    whole group): SIGTERM stops torchrun and its ranks before the daemon, so
+    no rank reads "daemon unavailable"; SIGKILL of the wrapper takes torchrun,
+    the ranks and the daemon with it. Either way, nothing is left: no
+    process, no socket, no ring."""
+    proc = launch(job, "s", 2)
+    deadline = time.monotonic() + 300
+    while not any(recs for rs in records(job, "s").values() for recs in rs.values()):
+        assert proc.poll() is None and time.monotonic() < deadline, (job["tmp"] / "s.out").read_text()[-3000:]
+        time.sleep(0.05)
+    os.kill(proc.pid, sig)
+    proc.wait(timeout=120)
+    tmp = job["tmp"]
+    deadline = time.monotonic() + 60
+    while processes_with(str(tmp)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert processes_with(str(tmp)) == [], "processes of the job outlived the wrapper"
+    out = (tmp / "s.out").read_text()
+    assert "DaemonUnavailable" not in out and "pipeline closed" not in out, out[-3000:]
+    assert not os.path.exists(tmp / "s.sock"), "socket left"
+    assert os.listdir(tmp / "shm-s") == [], "files left in the shm directory"

@@ -16,6 +16,7 @@ import numpy as np
 from . import _control, _cuda, _state
 from ._delivery import DELIVERIES, CudaDelivery, Delivery, PinnedDelivery
 from ._feed import ControlFeed, Feed, Held, open_feed
+from ._job import default_job
 from ._proto import dataloader_pb2 as pb
 from ._proto import dataloader_pb2_grpc as pb_grpc
 from ._torchapi import Torch
@@ -112,7 +113,7 @@ class Loader:
         if self._dtype not in DTYPES:
             raise ConfigError(f"dtype {dtype!r}: want one of {', '.join(DTYPES)} (or the torch or numpy type)")
         self._batch_timeout = batch_timeout
-        self.job = job or os.environ.get("DATALOADERD_JOB") or os.environ.get("TORCHELASTIC_RUN_ID") or "default"
+        self.job = job or default_job()  # see _job.py
         self.transport = transport
         self._consumers, self._slots, self._copy, self._timeout = consumers, slots, copy, timeout
         self._fast = fast

@@ -1,0 +1,77 @@
+package session
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+// TestEnds: a stream's end is expected (no failure) when its consumer
+// closed the session first, or when the daemon stops; a stream that ends
+// without a close is not, and its session is reclaimed. Once its consumers
+// closed a session, a late attach is told so and a second close is
+// harmless.
+func TestEnds(t *testing.T) {
+	m := newManager(t, Config{})
+	cfg := jobConfig(t, t.TempDir(), 0)
+
+	o := mustOpen(t, m, Request{Job: "closed", DPSize: 1, Config: cfg})
+	feed, err := m.Attach(o.ID, 0, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Close(o.ID, 0); err != nil {
+		t.Fatal(err)
+	}
+	if !feed.Detach(errors.New("stream cancelled")) {
+		t.Error("the end of a closed consumer's stream is unexpected")
+	}
+	if err := m.Close(o.ID, 0); err != nil {
+		t.Errorf("a second close: %v", err)
+	}
+	if _, err := m.Attach(o.ID, 0, false); !errors.Is(err, ErrSessionClosed) || !errors.Is(err, ErrNoSession) {
+		t.Errorf("attach after close: %v, want ErrSessionClosed", err)
+	}
+
+	o = mustOpen(t, m, Request{Job: "gone", DPSize: 1, Config: cfg})
+	feed, err = m.Attach(o.ID, 0, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if feed.Detach(errors.New("stream cancelled")) {
+		t.Error("a stream that ended without close is expected")
+	}
+	if m.Sessions() != 0 {
+		t.Error("the session of a stream that ended without close was not reclaimed")
+	}
+	if err := m.Close(o.ID, 0); !errors.Is(err, ErrNoSession) || errors.Is(err, ErrSessionClosed) {
+		t.Errorf("close of a reclaimed session: %v, want ErrNoSession", err)
+	}
+
+	o = mustOpen(t, m, Request{Job: "stop", DPSize: 1, Config: cfg})
+	if feed, err = m.Attach(o.ID, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	m.Shutdown()
+	if !feed.Detach(errors.New("closed")) {
+		t.Error("the end of a stream at the daemon's stop is unexpected")
+	}
+}
+
+// TestDuplicateSays: a second open of a one-consumer session names the
+// likely causes and the fixes.
+func TestDuplicateSays(t *testing.T) {
+	m := newManager(t, Config{})
+	cfg := jobConfig(t, t.TempDir(), 0)
+	mustOpen(t, m, Request{Job: "none", DPSize: 1, Config: cfg})
+	_, err := m.Open(ctxT(t), Request{Job: "none", DPSize: 1, Config: cfg})
+	if !errors.Is(err, ErrSessionExists) {
+		t.Fatalf("second open: %v", err)
+	}
+	for _, want := range []string{"duplicate session", "another job on this node uses the same job name",
+		"Loader(job=...)", "DATALOADERD_JOB", "TORCHELASTIC_RUN_ID", "opened the same dp_rank twice", "consumers="} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the error does not say %q: %v", want, err)
+		}
+	}
+}
