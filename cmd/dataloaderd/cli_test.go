@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -173,5 +174,21 @@ func TestPrepareOtherTokenizer(t *testing.T) {
 	if code, stdout, stderr := prep(tokB, "--force"); code != 0 || !strings.Contains(stdout, "files: 1 written") ||
 		!strings.Contains(stdout, "redone (--force): 1") {
 		t.Fatalf("--force: exit %d\n%s%s", code, stdout, stderr)
+	}
+}
+
+// TestBeyondLoopback: the metrics listener is called exposed unless it is
+// bound to a loopback address; ":0" binds every interface.
+func TestBeyondLoopback(t *testing.T) {
+	for addr, want := range map[string]bool{"127.0.0.1:0": false, "[::1]:0": false, ":0": true, "0.0.0.0:0": true} {
+		lis, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Logf("%s: %v (no such stack here)", addr, err)
+			continue
+		}
+		if got := beyondLoopback(lis.Addr()); got != want {
+			t.Errorf("%s (bound %s): beyondLoopback = %v, want %v", addr, lis.Addr(), got, want)
+		}
+		lis.Close()
 	}
 }

@@ -264,6 +264,10 @@ func (d *daemon) run(ctx context.Context, cfg daemonConfig, lis, metricsLis net.
 	if len(cfg.AllowRoots) == 0 {
 		d.log.Warn("no --allow-root given: clients may name any path the daemon can read or write")
 	}
+	if metricsLis != nil && beyondLoopback(metricsLis.Addr()) {
+		d.log.Warn("metrics listen beyond loopback: anyone who can reach the port reads job names, dataset names and the node's load; give a loopback host (127.0.0.1:PORT) unless a scraper on another host needs it",
+			zap.String("metrics_addr", metricsLis.Addr().String()))
+	}
 	err := eg.Wait()
 	if errors.Is(err, context.Canceled) {
 		d.log.Info("stopped") // as asked: SIGTERM, SIGINT, or the parent's exit
@@ -292,6 +296,14 @@ func claimShm(dir string, log *zap.Logger) *ring.Claim {
 		log.Warn("sweeping the shm directory", zap.Error(err))
 	}
 	return claim
+}
+
+// beyondLoopback says whether a listener's address takes connections from
+// other hosts: any address but a loopback one (":9400" listens on every
+// interface).
+func beyondLoopback(addr net.Addr) bool {
+	tcp, ok := addr.(*net.TCPAddr)
+	return !ok || !tcp.IP.IsLoopback()
 }
 
 // serveMetrics adds the /metrics server and its shutdown to eg.

@@ -199,6 +199,7 @@ func (m *Manager) drop(ss *session, why string) {
 	m.metrics.sessions.Dec()
 	m.metrics.ringBytes.Sub(float64(ss.ring.Slots() * ss.ring.Stride()))
 	m.metrics.readySlots.DeleteLabelValues(ss.labels()...)
+	m.metrics.datasets.release(ss.datasetLabels)
 	m.mu.Lock()
 	m.closing--
 	m.mu.Unlock()
@@ -261,11 +262,12 @@ func (m *Manager) Close(id string, consumer int) error {
 // it.
 func (m *Manager) hooks(ss *session, lineTokens int) stream.Hooks {
 	// The session's series, looked up once rather than per batch.
+	ss.datasetLabels = m.metrics.datasets.acquire(ss.datasets)
 	lines := make([]prometheus.Counter, len(ss.datasets))
 	tokens := make([]prometheus.Counter, len(ss.datasets))
-	for d, name := range ss.datasets {
-		lines[d] = m.metrics.lines.WithLabelValues(name)
-		tokens[d] = m.metrics.tokens.WithLabelValues(name)
+	for d, label := range ss.datasetLabels {
+		lines[d] = m.metrics.lines.WithLabelValues(label)
+		tokens[d] = m.metrics.tokens.WithLabelValues(label)
 	}
 	ready := m.metrics.readySlots.WithLabelValues(ss.labels()...)
 	ctl := ss.ctl

@@ -22,6 +22,8 @@ type metrics struct {
 	devBytes   prometheus.Gauge
 	devCopy    prometheus.Histogram
 	skipped    *prometheus.CounterVec
+	// datasets deletes the dataset series of closed sessions.
+	datasets *datasetSeries
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -69,6 +71,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.skipped = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "dataloaderd_text_records_skipped_total", Help: "Bad records of text datasets skipped (on_bad_record: skip), by dataset.",
 	}, []string{"dataset"})
+	m.datasets = newDatasetSeries(m.tokens, m.lines, m.skipped)
 	reg.MustRegister(m.sessions, m.batches, m.tokens, m.lines, m.clientWait, m.readySlots,
 		m.stateSave, m.stateBytes, m.errors, m.ringBytes, m.devBytes, m.devCopy, m.skipped)
 	return m

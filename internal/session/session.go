@@ -38,9 +38,12 @@ type session struct {
 	// messages only (inline, or a cuda ring without a control file).
 	ctl      *ring.Control
 	datasets []string
-	cancel   context.CancelFunc
-	done     chan struct{} // closed when the producer has stopped
-	log      *zap.Logger
+	// datasetLabels are the label values of datasets in the metrics,
+	// held from the producer's start to the session's drop.
+	datasetLabels []string
+	cancel        context.CancelFunc
+	done          chan struct{} // closed when the producer has stopped
+	log           *zap.Logger
 
 	mu       sync.Mutex
 	joined   int    // consumers that opened the session
@@ -150,5 +153,5 @@ func (s *session) stop(waits *waitHistogram) {
 }
 
 func (s *session) labels() []string {
-	return []string{s.key.job, strconv.FormatUint(uint64(s.key.dpRank), 10)}
+	return []string{labelValue(s.key.job), strconv.FormatUint(uint64(s.key.dpRank), 10)}
 }

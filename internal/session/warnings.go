@@ -14,7 +14,9 @@ func skipLogger(log *zap.Logger, m *metrics) func(string, error) {
 	var mu sync.Mutex
 	seen := map[string]int{}
 	return func(dataset string, err error) {
-		m.skipped.WithLabelValues(dataset).Inc()
+		if c := m.datasets.counter(m.skipped, dataset); c != nil {
+			c.Inc()
+		}
 		mu.Lock()
 		seen[dataset]++
 		n := seen[dataset]
