@@ -2,10 +2,13 @@ package session
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/dataloaderd/dataloaderd/internal/stream"
 )
 
 // Feed is one consumer's attached batch stream. A consumer takes batches
@@ -44,7 +47,7 @@ func (m *Manager) Attach(id string, consumer int, control bool) (*Feed, error) {
 func (f *Feed) Next(ctx context.Context) (Batch, error) {
 	b, err := f.ss.pipeline.Next(ctx, f.c)
 	if err != nil {
-		return Batch{}, err
+		return Batch{}, f.why(err)
 	}
 	if b.End {
 		return Batch{Step: b.Step, End: true}, nil
@@ -117,7 +120,7 @@ func (f *Feed) Watch(ctx context.Context) (uint64, error) {
 		case <-ctx.Done():
 			return 0, ctx.Err()
 		case <-ended:
-			return last, endErr
+			return last, f.why(endErr)
 		default:
 		}
 		timeout := watchPoll
@@ -126,6 +129,18 @@ func (f *Feed) Watch(ctx context.Context) (uint64, error) {
 		}
 		ctl.WaitRelease(seq, timeout)
 	}
+}
+
+// why is err, or for a pipeline closed because the session was dropped
+// while this consumer streamed (not by the daemon's stop), the reason it
+// was dropped: "pipeline closed" would read as the daemon being gone.
+func (f *Feed) why(err error) error {
+	if errors.Is(err, stream.ErrClosed) && !f.m.isStopping() {
+		if gone := f.ss.goneErr(); gone != nil {
+			return gone
+		}
+	}
+	return err
 }
 
 // watchPoll is the longest a release watcher sleeps: every event it must
@@ -149,11 +164,9 @@ func (f *Feed) Detach(cause error) (expected bool) {
 	f.ss.mu.Lock()
 	closed := f.ss.closed[f.c]
 	f.ss.mu.Unlock()
-	f.m.mu.Lock()
-	stopping := f.m.stopping
-	f.m.mu.Unlock()
+	stopping := f.m.isStopping()
 	if !closed {
-		f.m.drop(f.ss, fmt.Sprintf("consumer %d's batch stream ended without close: %v", f.c, cause))
+		f.m.drop(f.ss, fmt.Sprintf("reclaimed: consumer %d's batch stream ended without close (%v)", f.c, cause))
 	}
 	return closed || stopping
 }

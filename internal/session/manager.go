@@ -177,10 +177,17 @@ func (m *Manager) Reap(ctx context.Context) error {
 			}
 			m.mu.Unlock()
 			for _, ss := range stale {
-				m.drop(ss, "a consumer never attached its batch stream")
+				m.drop(ss, "reclaimed: a consumer never attached its batch stream within --attach-within")
 			}
 		}
 	}
+}
+
+// isStopping says whether Shutdown began.
+func (m *Manager) isStopping() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.stopping
 }
 
 // drop removes a session and frees everything it holds; dropping twice is
@@ -195,6 +202,7 @@ func (m *Manager) drop(ss *session, why string) {
 	delete(m.sessions, ss.key)
 	m.closing++
 	m.mu.Unlock()
+	ss.droppedFor(why)
 	ss.stop(m.metrics.clientWait)
 	m.metrics.sessions.Dec()
 	m.metrics.ringBytes.Sub(float64(ss.ring.Slots() * ss.ring.Stride()))

@@ -50,6 +50,27 @@ type session struct {
 	attached []bool // consumers with a live batch stream
 	closed   []bool // consumers that closed the session
 	opened   time.Time
+	// dropped says why the session was dropped, once it was.
+	dropped string
+}
+
+// droppedFor records why the session is being dropped.
+func (s *session) droppedFor(why string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.dropped = why
+}
+
+// goneErr is the error a consumer of a dropped session gets in place of the
+// pipeline's ErrClosed: the session is not found any more, and why. Nil
+// while the session is not dropped.
+func (s *session) goneErr() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.dropped == "" {
+		return nil
+	}
+	return fmt.Errorf("%w: session %q was %s", ErrNoSession, s.id, s.dropped)
 }
 
 func newSessionID() string {

@@ -170,3 +170,21 @@ def test_stuck_daemon_times_out(daemon, config, fast):
 def test_batch_timeout_must_be_positive(daemon, config):
     with pytest.raises(ConfigError, match="batch_timeout must be > 0"):
         Loader(config, socket=daemon.socket, batch_timeout=0)
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["control-block", "messages"])
+def test_session_closed_by_another_client(daemon, config, fast):
+    # Another process of the job closes the session by its id while this
+    # loader reads it: the loader says the session is gone and who ended it,
+    # not that the daemon is unavailable (it is not).
+    from dataloaderd import SessionNotFoundError
+    loader = Loader(config, socket=daemon.socket, dp_rank=0, dp_size=1, fast=fast, job="closed-by-another")
+    with loader:
+        it = iter(loader)
+        next(it)
+        sid = loader._session.session_id
+        with grpc.insecure_channel("unix://" + daemon.socket) as ch:
+            pb_grpc.LoaderStub(ch).CloseSession(pb.CloseSessionRequest(session_id=sid, consumer=0), timeout=30)
+        with pytest.raises(SessionNotFoundError, match=f'session "{sid}" was closed by its consumers'):
+            for _ in range(1000):
+                next(it)
