@@ -37,12 +37,17 @@ type daemonConfig struct {
 	ShmDir       string   `json:"shm_dir"`
 	Slots        int      `json:"slots"`
 	AttachWithin string   `json:"attach_within"`
-	LogLevel     string   `json:"log_level"`
-	StopTimeout  string   `json:"stop_timeout"`
+	// IdleLimit reclaims attached sessions that released nothing that long.
+	IdleLimit   string `json:"idle_limit"`
+	LogLevel    string `json:"log_level"`
+	StopTimeout string `json:"stop_timeout"`
 	// Text datasets tokenized on the fly.
-	TokenizeWorkers int      `json:"tokenize_workers"`
-	TokenCacheMB    int      `json:"token_cache_mb"`
-	TokenizerDirs   []string `json:"tokenizer_dirs"`
+	TokenizeWorkers int `json:"tokenize_workers"`
+	TokenCacheMB    int `json:"token_cache_mb"`
+	// RingBudgetMB bounds the host memory of all rings together; 0 derives
+	// it from RAM and the shm directory (ringBudget).
+	RingBudgetMB  int      `json:"ring_budget_mb"`
+	TokenizerDirs []string `json:"tokenizer_dirs"`
 	// BatchScheduling runs the daemon's threads as SCHED_BATCH.
 	BatchScheduling bool `json:"batch_scheduling"`
 	// CUDALibrary is the driver library the cuda transport loads on first use.
@@ -59,7 +64,7 @@ func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
 func parseServe(args []string, stderr io.Writer) (daemonConfig, error) {
 	cfg := daemonConfig{Socket: defaultSocket(), ShmDir: "/dev/shm", Slots: session.DefaultSlots,
-		AttachWithin: session.DefaultAttachWithin.String(), LogLevel: "info", StopTimeout: "10s",
+		AttachWithin: session.DefaultAttachWithin.String(), LogLevel: "info", StopTimeout: "10s", IdleLimit: "6h",
 		TokenizeWorkers: runtime.NumCPU(), TokenCacheMB: 1024, BatchScheduling: true, CUDALibrary: cuda.DefaultLibrary}
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -71,10 +76,12 @@ func parseServe(args []string, stderr io.Writer) (daemonConfig, error) {
 	shmDir := fs.String("shm-dir", "", "directory of the shared-memory rings (default /dev/shm)")
 	slots := fs.Int("slots", 0, fmt.Sprintf("ring slots per session when the client asks for none (default %d)", session.DefaultSlots))
 	attach := fs.Duration("attach-within", 0, "reclaim a session whose consumer has not opened its batch stream after this long (default 1m)")
+	idle := fs.Duration("idle-limit", 0, "reclaim a session whose attached consumers released no batch for this long; 0 never (default 6h)")
 	logLevel := fs.String("log-level", "", "debug, info, warn or error (default info)")
 	stopTimeout := fs.Duration("stop-timeout", 0, "longest wait for streams to end on SIGTERM (default 10s)")
 	workers := fs.Int("tokenize-workers", 0, "workers tokenizing text datasets ahead of demand (default: one per core)")
 	cacheMB := fs.Int("token-cache-mb", 0, "MiB of tokenized text units kept in memory (default 1024)")
+	ringMB := fs.Int("ring-budget-mb", 0, "MiB of host memory all sessions' rings (inline and shm) may hold together; a session past it is refused (default 0: half of the smaller of RAM and the shm directory's filesystem)")
 	batchSched := fs.Bool("batch-scheduling", true, "run the daemon's threads as SCHED_BATCH, so that waking them never preempts a trainer")
 	cudaLib := fs.String("cuda-library", "", "the NVIDIA driver library the cuda transport loads, a name or a path (default "+cuda.DefaultLibrary+")")
 	exitWithParent := fs.Int("exit-with-parent", 0, "PID of the daemon's parent: stop as on SIGTERM when it exits, even by SIGKILL (default 0: off)")
@@ -100,6 +107,8 @@ func parseServe(args []string, stderr io.Writer) (daemonConfig, error) {
 			cfg.Slots = *slots
 		case "attach-within":
 			cfg.AttachWithin = attach.String()
+		case "idle-limit":
+			cfg.IdleLimit = idle.String()
 		case "log-level":
 			cfg.LogLevel = *logLevel
 		case "stop-timeout":
@@ -108,6 +117,8 @@ func parseServe(args []string, stderr io.Writer) (daemonConfig, error) {
 			cfg.TokenizeWorkers = *workers
 		case "token-cache-mb":
 			cfg.TokenCacheMB = *cacheMB
+		case "ring-budget-mb":
+			cfg.RingBudgetMB = *ringMB
 		case "tokenizer-dir":
 			cfg.TokenizerDirs = tokDirs
 		case "batch-scheduling":
@@ -161,7 +172,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	attachWithin, stopTimeout, err := cfg.check()
+	dur, err := cfg.check()
 	if err != nil {
 		return err
 	}
@@ -193,17 +204,23 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	res := stream.NewResources(cfg.TokenizeWorkers, int64(cfg.TokenCacheMB)<<20, cfg.TokenizerDirs)
 	defer res.Close()
 
+	budget, budgetFrom, err := ringBudget(cfg.RingBudgetMB, cfg.ShmDir)
+	if err != nil {
+		return err
+	}
+	log.Info("ring budget", zap.Int64("mib", budget>>20), zap.String("from", budgetFrom))
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	sessions, err := session.New(session.Config{
-		Logger: log.Named("session"), Registry: reg, AllowRoots: cfg.AllowRoots,
-		ShmDir: cfg.ShmDir, ShmInstance: shmInstance, Slots: cfg.Slots, AttachWithin: attachWithin, Resources: res,
+		RingBudget: budget,
+		Logger:     log.Named("session"), Registry: reg, AllowRoots: cfg.AllowRoots,
+		ShmDir: cfg.ShmDir, ShmInstance: shmInstance, Slots: cfg.Slots, AttachWithin: dur.attachWithin, IdleLimit: dur.idleLimit, Resources: res,
 		OpenCUDA: func() (cuda.Driver, error) { return cuda.OpenDriver(cfg.CUDALibrary) },
 	})
 	if err != nil {
 		return err
 	}
-	srv := server.New(server.Config{Logger: log.Named("server"), Sessions: sessions, StopTimeout: stopTimeout})
+	srv := server.New(server.Config{Logger: log.Named("server"), Sessions: sessions, StopTimeout: dur.stopTimeout})
 	lis, cleanup, err := server.Listen(cfg.Socket)
 	if err != nil {
 		return err
@@ -215,29 +232,40 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 			return fmt.Errorf("metrics-addr: %w", err)
 		}
 	}
-	d := &daemon{log: log, srv: srv, sessions: sessions, reg: reg, stopTimeout: stopTimeout}
+	d := &daemon{log: log, srv: srv, sessions: sessions, reg: reg, stopTimeout: dur.stopTimeout}
 	return d.run(ctx, cfg, lis, metricsLis)
 }
 
+// durations are the daemon's settings that are durations, parsed.
+type durations struct {
+	attachWithin, stopTimeout, idleLimit time.Duration
+}
+
 // check validates the settings flags cannot type, and returns the durations.
-func (cfg daemonConfig) check() (attachWithin, stopTimeout time.Duration, err error) {
-	attachWithin, err = time.ParseDuration(cfg.AttachWithin)
-	if err != nil || attachWithin <= 0 {
-		return 0, 0, fmt.Errorf("attach_within %q: want a positive duration such as 1m", cfg.AttachWithin)
+func (cfg daemonConfig) check() (durations, error) {
+	var d durations
+	var err error
+	d.attachWithin, err = time.ParseDuration(cfg.AttachWithin)
+	if err != nil || d.attachWithin <= 0 {
+		return d, fmt.Errorf("attach_within %q: want a positive duration such as 1m", cfg.AttachWithin)
 	}
-	stopTimeout, err = time.ParseDuration(cfg.StopTimeout)
-	if err != nil || stopTimeout <= 0 {
-		return 0, 0, fmt.Errorf("stop_timeout %q: want a positive duration such as 10s", cfg.StopTimeout)
+	d.stopTimeout, err = time.ParseDuration(cfg.StopTimeout)
+	if err != nil || d.stopTimeout <= 0 {
+		return d, fmt.Errorf("stop_timeout %q: want a positive duration such as 10s", cfg.StopTimeout)
+	}
+	d.idleLimit, err = time.ParseDuration(cfg.IdleLimit)
+	if err != nil || d.idleLimit < 0 {
+		return d, fmt.Errorf("idle_limit %q: want a duration such as 6h, or 0 for none", cfg.IdleLimit)
 	}
 	switch {
 	case cfg.Slots < 2 || cfg.Slots > session.MaxSlots:
-		return 0, 0, fmt.Errorf("slots must be in [2, %d], got %d", session.MaxSlots, cfg.Slots)
+		return d, fmt.Errorf("slots must be in [2, %d], got %d", session.MaxSlots, cfg.Slots)
 	case cfg.TokenizeWorkers < 1 || cfg.TokenizeWorkers > 4096:
-		return 0, 0, fmt.Errorf("tokenize_workers must be in [1, 4096], got %d", cfg.TokenizeWorkers)
+		return d, fmt.Errorf("tokenize_workers must be in [1, 4096], got %d", cfg.TokenizeWorkers)
 	case cfg.TokenCacheMB < 16:
-		return 0, 0, fmt.Errorf("token_cache_mb must be at least 16, got %d", cfg.TokenCacheMB)
+		return d, fmt.Errorf("token_cache_mb must be at least 16, got %d", cfg.TokenCacheMB)
 	}
-	return attachWithin, stopTimeout, nil
+	return d, nil
 }
 
 // daemon is the running daemon's components.

@@ -47,7 +47,7 @@ func toStatus(err error) error {
 		code = codes.Unavailable
 	case errors.Is(err, session.ErrNoTransport), errors.Is(err, cuda.ErrNoDriver):
 		code = codes.Unimplemented
-	case errors.Is(err, cuda.ErrOutOfMemory):
+	case errors.Is(err, cuda.ErrOutOfMemory), errors.Is(err, session.ErrOverBudget):
 		code = codes.ResourceExhausted
 	}
 	return status.Error(code, err.Error())

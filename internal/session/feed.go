@@ -67,6 +67,7 @@ func (f *Feed) Release(slot int, step, waitNs uint64) error {
 		f.ss.log.Warn("bad release", zap.Int("consumer", f.c), zap.Error(err))
 		return err
 	}
+	f.ss.touch()
 	if waitNs > 0 {
 		f.m.metrics.clientWait.observe(waitNs)
 	}
@@ -115,6 +116,7 @@ func (f *Feed) Watch(ctx context.Context) (uint64, error) {
 				return 0, err
 			}
 			applied = r
+			ss.touch()
 		}
 		select {
 		case <-ctx.Done():

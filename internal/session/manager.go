@@ -55,6 +55,13 @@ type Config struct {
 	// OpenCUDA opens the CUDA driver, on the first session asking for the
 	// cuda transport; nil means cuda.OpenDriver("") (libcuda.so.1).
 	OpenCUDA func() (cuda.Driver, error)
+	// IdleLimit reclaims a session with an attached batch stream whose
+	// consumers released no batch for that long; 0: never.
+	IdleLimit time.Duration
+	// RingBudget bounds the host memory of all rings together, in bytes:
+	// inline rings in the daemon, shm rings in the shm directory (cuda rings
+	// are on GPUs). A session that would pass it is refused; 0: no bound.
+	RingBudget int64
 	// Resources are the tokenizers, workers and cache that text datasets
 	// share; nil makes a default set (a worker per core, a 1 GiB cache).
 	Resources *stream.Resources
@@ -73,6 +80,9 @@ type Manager struct {
 	mu       sync.Mutex
 	sessions map[sessionKey]*session
 	byID     map[string]*session
+	// ringUsed is the ring memory reserved by open sessions and those
+	// being made (RingBudget).
+	ringUsed int64
 	// opening holds a channel per key whose session is being made, closed
 	// when it is made (or failed).
 	opening map[sessionKey]chan struct{}
@@ -159,27 +169,40 @@ func (m *Manager) Shutdown() {
 }
 
 // Reap runs until ctx ends, reclaiming sessions whose consumers never
-// attached a batch stream within AttachWithin.
+// attached a batch stream within AttachWithin, and, with an IdleLimit,
+// attached sessions that released nothing for that long.
 func (m *Manager) Reap(ctx context.Context) error {
-	t := time.NewTicker(m.cfg.AttachWithin / 4)
+	every := m.cfg.AttachWithin
+	if idle := m.cfg.IdleLimit; idle > 0 && idle < every {
+		every = idle
+	}
+	t := time.NewTicker(every / 4)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case now := <-t.C:
-			m.mu.Lock()
-			var stale []*session
-			for _, ss := range m.sessions {
-				if ss.stale(now, m.cfg.AttachWithin) {
-					stale = append(stale, ss)
-				}
-			}
-			m.mu.Unlock()
-			for _, ss := range stale {
-				m.drop(ss, "reclaimed: a consumer never attached its batch stream within --attach-within")
-			}
+			m.reapAt(now)
 		}
+	}
+}
+
+// reapAt drops the sessions stale or idle at now.
+func (m *Manager) reapAt(now time.Time) {
+	why := map[*session]string{}
+	m.mu.Lock()
+	for _, ss := range m.sessions {
+		switch {
+		case ss.stale(now, m.cfg.AttachWithin):
+			why[ss] = "reclaimed: a consumer never attached its batch stream within --attach-within"
+		case m.cfg.IdleLimit > 0 && ss.idle(now, m.cfg.IdleLimit):
+			why[ss] = fmt.Sprintf("reclaimed: no batch released for %s (--idle-limit)", m.cfg.IdleLimit)
+		}
+	}
+	m.mu.Unlock()
+	for ss, w := range why {
+		m.drop(ss, w)
 	}
 }
 
@@ -204,6 +227,7 @@ func (m *Manager) drop(ss *session, why string) {
 	m.mu.Unlock()
 	ss.droppedFor(why)
 	ss.stop(m.metrics.clientWait)
+	m.unreserve(ss.reserved)
 	m.metrics.sessions.Dec()
 	m.metrics.ringBytes.Sub(float64(ss.ring.Slots() * ss.ring.Stride()))
 	m.metrics.readySlots.DeleteLabelValues(ss.labels()...)

@@ -37,6 +37,10 @@ func (m *Manager) open(ctx context.Context, req Request) (Opened, error) {
 	if err != nil {
 		return Opened{}, err
 	}
+	need, err := req.ringBytes()
+	if err != nil {
+		return Opened{}, err
+	}
 	key := sessionKey{job: req.Job, dpRank: req.DPRank}
 	m.mu.Lock()
 	for {
@@ -60,6 +64,10 @@ func (m *Manager) open(ctx context.Context, req Request) (Opened, error) {
 		}
 		m.mu.Lock()
 	}
+	if err := m.reserveLocked(need); err != nil {
+		m.mu.Unlock()
+		return Opened{}, err
+	}
 	made := make(chan struct{})
 	m.opening[key] = made
 	m.mu.Unlock()
@@ -69,10 +77,13 @@ func (m *Manager) open(ctx context.Context, req Request) (Opened, error) {
 	delete(m.opening, key)
 	close(made)
 	if err != nil {
+		m.ringUsed -= need
 		m.mu.Unlock()
 		return Opened{}, err
 	}
+	ss.reserved = need
 	if m.stopping {
+		m.ringUsed -= need
 		m.mu.Unlock()
 		ss.stop(m.metrics.clientWait)
 		return Opened{}, ErrShuttingDown

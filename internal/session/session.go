@@ -5,8 +5,10 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -41,9 +43,14 @@ type session struct {
 	// datasetLabels are the label values of datasets in the metrics,
 	// held from the producer's start to the session's drop.
 	datasetLabels []string
-	cancel        context.CancelFunc
-	done          chan struct{} // closed when the producer has stopped
-	log           *zap.Logger
+	// reserved is the ring budget the session holds (Manager.ringUsed).
+	reserved int64
+	// active is when a consumer last attached or released a batch, in
+	// Unix nanoseconds (IdleLimit).
+	active atomic.Int64
+	cancel   context.CancelFunc
+	done     chan struct{} // closed when the producer has stopped
+	log      *zap.Logger
 
 	mu       sync.Mutex
 	joined   int    // consumers that opened the session
@@ -120,7 +127,23 @@ func (s *session) attach(c uint32) error {
 		return fmt.Errorf("%w: consumer %d of session %s has closed", ErrNoSession, c, s.id)
 	}
 	s.attached[c] = true
+	s.touch()
 	return nil
+}
+
+// touch records activity of a consumer.
+func (s *session) touch() { s.active.Store(time.Now().UnixNano()) }
+
+// idle says whether a consumer has an attached batch stream and none
+// attached or released anything for d: a trainer stopped or hung, holding
+// its ring. Sessions with no attached stream are stale's business.
+func (s *session) idle(now time.Time, d time.Duration) bool {
+	if now.Sub(time.Unix(0, s.active.Load())) < d {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Contains(s.attached, true)
 }
 
 // closeConsumer marks consumer c closed and reports whether every joined

@@ -188,3 +188,22 @@ def test_session_closed_by_another_client(daemon, config, fast):
         with pytest.raises(SessionNotFoundError, match=f'session "{sid}" was closed by its consumers'):
             for _ in range(1000):
                 next(it)
+
+
+def test_ring_budget(tmp_path, config):
+    # A daemon's rings share one memory budget: a session past it is refused
+    # with ResourceExhaustedError naming the flag, and closing a session
+    # makes room again.
+    from dataloaderd import ResourceExhaustedError
+    from rundaemon import Daemon
+    d = Daemon(tmp_path, extra=["--ring-budget-mb", "1"])
+    try:
+        big = dict(config, seq_len=4095, batch_size=8)  # 8 x 4096 x 4 B = 128 KiB a slot: 768 KiB a ring, one fits in 1 MiB
+        first_loader = Loader(big, socket=d.socket, dp_rank=0, dp_size=2, slots=6, job="budget")
+        next(iter(first_loader))
+        with pytest.raises(ResourceExhaustedError, match="--ring-budget-mb"):
+            first(Loader(big, socket=d.socket, dp_rank=1, dp_size=2, slots=6, job="budget"))
+        first_loader.close()
+        assert first(Loader(big, socket=d.socket, dp_rank=1, dp_size=2, slots=6, job="budget")) is not None
+    finally:
+        d.stop()

@@ -67,8 +67,9 @@ class TransportUnavailableError(DataloaderdError):
 
 
 class ResourceExhaustedError(DataloaderdError):
-    """The daemon is out of a resource the session needs (e.g. GPU memory for a
-    device ring)."""
+    """The daemon is out of a resource the session needs: GPU memory for a
+    device ring, or one of its budgets (the message names it and the flag
+    that sets it, e.g. ``--ring-budget-mb``)."""
 
 
 class BatchTimeoutError(DataloaderdError, TimeoutError):
