@@ -42,7 +42,7 @@ RING_LAYOUT := internal/ring/layout.go clients/python/src/dataloaderd/_ring_layo
 # The tokenizer conformance targets and their variables (used by test-python).
 include mk/tokenize.mk
 
-.PHONY: all setup build test test-go test-python test-torch vet lint lint-go lint-python staticcheck bench bench-quick bench-go bench-spread demo generate generate-check clean
+.PHONY: all setup build test soak soak-short test-go test-python test-torch vet lint lint-go lint-python staticcheck bench bench-quick bench-go bench-spread demo generate generate-check clean
 
 all: build
 
@@ -110,7 +110,17 @@ $(TORCH_VENV)/.stamp: clients/python/pyproject.toml Makefile
 test-torch: build $(TORCH_VENV)/.stamp
 	DATALOADERD_BIN=$(BIN)/dataloaderd $(TORCH_VENV)/bin/python -m pytest -q clients/python/tests_torch
 
-test: setup generate-check generate-tokenize-check lint test-tokenize test-go test-python test-torch
+test: setup generate-check generate-tokenize-check lint test-tokenize test-go test-python test-torch soak-short
+
+# The fault soak (scripts/soak/soak.py): random kill -9 of the daemon and of
+# ranks, and misbehaving clients, beside jobs that must get every token
+# exactly once. make test runs a short one; make soak a long one.
+SOAK_SECONDS ?= 600
+soak: build $(VENV)/.stamp
+	$(PY) scripts/soak/soak.py --bin $(BIN)/dataloaderd --seconds $(SOAK_SECONDS) --report soak-report.json
+
+soak-short: build $(VENV)/.stamp
+	$(PY) scripts/soak/soak.py --bin $(BIN)/dataloaderd --seconds 30
 
 # generate writes the Go and Python stubs, and the ring layout's constants
 # and doc, into OUT (default: in place).
