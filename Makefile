@@ -23,6 +23,8 @@ TYPES_PYYAML_VERSION := 6.0.12.20261113
 # Pinned generator of the typed gRPC stub (dataloader_pb2_grpc.pyi): grpcio-tools
 # writes the .py without annotations.
 MYPY_PROTOBUF_VERSION := 5.1.0
+# Pinned validator of the Kubernetes manifests (tests/test_deploy.py).
+KUBERNETES_VALIDATE_VERSION := 1.37.0
 
 # The environment of the tests with real PyTorch and Hugging Face transformers
 # (make test-torch; several GB, since the package index's torch is the CUDA
@@ -42,7 +44,7 @@ RING_LAYOUT := internal/ring/layout.go clients/python/src/dataloaderd/_ring_layo
 # The tokenizer conformance targets and their variables (used by test-python).
 include mk/tokenize.mk
 
-.PHONY: all setup build test soak soak-short test-go test-python test-torch vet lint lint-go lint-python staticcheck bench bench-quick bench-go bench-spread demo generate generate-check clean
+.PHONY: all setup build test soak soak-short image slurm-check test-go test-python test-torch vet lint lint-go lint-python staticcheck bench bench-quick bench-go bench-spread demo generate generate-check clean
 
 all: build
 
@@ -52,7 +54,8 @@ $(VENV)/.stamp: clients/python/pyproject.toml Makefile
 	$(PY) -m pip install -q grpcio==$(GRPCIO_VERSION) grpcio-tools==$(GRPCIO_VERSION) \
 		numpy==2.4.6 protobuf==7.36.2 pyyaml==6.0.3 pytest==9.2.0 \
 		mypy==$(MYPY_VERSION) mypy-protobuf==$(MYPY_PROTOBUF_VERSION) types-grpcio==$(TYPES_GRPCIO_VERSION) \
-		types-protobuf==$(TYPES_PROTOBUF_VERSION) types-PyYAML==$(TYPES_PYYAML_VERSION)
+		types-protobuf==$(TYPES_PROTOBUF_VERSION) types-PyYAML==$(TYPES_PYYAML_VERSION) \
+		kubernetes-validate==$(KUBERNETES_VALIDATE_VERSION)
 	$(PY) -m pip install -q -e ./clients/python
 	touch $@
 
@@ -182,3 +185,19 @@ demo: build $(VENV)/.stamp
 
 clean:
 	rm -rf $(BIN) $(VENV) $(TOOLS) $(TORCH_VENV) $(BENCH_VENV) bench/.corpus
+
+# The daemon's image (Dockerfile), with the first container tool that works
+# here: a Docker engine, podman, or buildah.
+IMAGE ?= dataloaderd:$(or $(DATALOADERD_VERSION),dev)
+image:
+	@if docker info >/dev/null 2>&1; then tool=docker; \
+	elif command -v podman >/dev/null 2>&1; then tool=podman; \
+	elif command -v buildah >/dev/null 2>&1; then tool=buildah; \
+	else echo "make image: no container tool works here (no Docker engine answers docker info; no podman or buildah)" >&2; exit 2; fi; \
+	echo "$$tool build -t $(IMAGE)"; \
+	$$tool build --build-arg DATALOADERD_VERSION=$(DATALOADERD_VERSION) -t $(IMAGE) .
+
+# A one-node Slurm cluster from Debian's packages on this machine, and the
+# sbatch recipe of deploy/slurm run on it for real (needs root).
+slurm-check: build
+	scripts/slurm-check.sh

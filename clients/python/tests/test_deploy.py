@@ -1,0 +1,139 @@
+"""The deployment files as users apply them: the Kubernetes manifest is valid
+for its API version (kubernetes-validate, the schemas inside the package)
+and keeps the choices deploy/README.md explains; the Dockerfile builds what
+the manifest runs."""
+
+import glob
+import os
+import re
+import shlex
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from rundaemon import REPO
+
+K8S_VERSION = "1.33.0"  # the oldest release the manifest is kept valid for (native sidecars: 1.29+)
+MANIFESTS = sorted(glob.glob(os.path.join(REPO, "deploy", "*.yaml")))
+
+
+def objects():
+    for path in MANIFESTS:
+        with open(path) as f:
+            for doc in yaml.safe_load_all(f):
+                if isinstance(doc, dict) and "apiVersion" in doc and "kind" in doc:
+                    yield path, doc
+
+
+def pod_spec(doc):
+    return doc["spec"]["template"]["spec"] if doc["kind"] == "Job" else doc["spec"]
+
+
+def flag(args, name):
+    """The value of --name in an argument list (None if absent)."""
+    return args[args.index(name) + 1] if name in args else None
+
+
+def seconds(duration):
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)(ms|s)", duration)
+    assert m, f"duration {duration!r}"
+    return float(m.group(1)) / (1000 if m.group(2) == "ms" else 1)
+
+
+def sidecar_pods():
+    found = [(path, doc) for path, doc in objects()
+             if any(c["name"] == "dataloaderd" for c in pod_spec(doc).get("initContainers", []))]
+    assert found, "no manifest runs the dataloaderd sidecar"
+    return found
+
+
+@pytest.mark.parametrize("path,doc", list(objects()), ids=lambda x: os.path.basename(x) if isinstance(x, str) else "")
+def test_manifest_is_valid_kubernetes(path, doc):
+    kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+
+
+def test_training_pod_choices():
+    for path, doc in sidecar_pods():
+        spec = pod_spec(doc)
+        # A failed trainer is retried by the Job in a new pod, with a fresh daemon.
+        assert doc["kind"] == "Job" and spec["restartPolicy"] == "Never", path
+        side = next(c for c in spec["initContainers"] if c["name"] == "dataloaderd")
+        assert side.get("restartPolicy") == "Always", "the sidecar must be a native sidecar"
+        # One user for trainer and daemon: rings are 0600, the socket 0660.
+        pod_sc = spec.get("securityContext", {})
+        for c in spec["initContainers"] + spec["containers"]:
+            sc = {**pod_sc, **c.get("securityContext", {})}
+            assert (sc.get("runAsUser"), sc.get("runAsGroup")) == (pod_sc["runAsUser"], pod_sc["runAsGroup"]), c["name"]
+        assert pod_sc["runAsUser"] != 0
+        assert {"requests", "limits"} <= set(side["resources"]), "the sidecar needs requests and limits"
+        # Every probe waits longer than the healthcheck gives itself.
+        for kind in ("startupProbe", "readinessProbe", "livenessProbe"):
+            probe = side[kind]
+            cmd = probe["exec"]["command"]
+            assert cmd[:2] == ["dataloaderd", "healthcheck"], kind
+            own = seconds(flag(cmd, "--timeout") or "3s")  # the healthcheck's default
+            assert probe.get("timeoutSeconds", 1) > own, f"{kind}: timeoutSeconds {probe.get('timeoutSeconds', 1)} <= --timeout {own}"
+            assert flag(cmd, "--socket") == flag(side["args"], "--socket"), kind
+        # The rings' budget fits in the shm volume.
+        shm = next(v for v in spec["volumes"] if v["name"] == "shm")
+        assert shm["emptyDir"]["medium"] == "Memory"
+        limit_gi = float(shm["emptyDir"]["sizeLimit"].rstrip("Gi"))
+        assert int(flag(side["args"], "--ring-budget-mb")) <= limit_gi * 1024
+
+
+def dockerfile():
+    with open(os.path.join(REPO, "Dockerfile")) as f:
+        return f.read()
+
+
+def test_image_runs_as_the_pods_user():
+    text = dockerfile()
+    users = re.findall(r"^USER\s+(\S+)", text, re.M)
+    assert users, "the image must not run as root"
+    uid, _, gid = users[-1].partition(":")
+    for _, doc in sidecar_pods():
+        sc = pod_spec(doc)["securityContext"]
+        assert (int(uid), int(gid or uid)) == (sc["runAsUser"], sc["runAsGroup"])
+    entry = re.findall(r"^ENTRYPOINT\s+(.+)$", text, re.M)[-1]
+    assert yaml.safe_load(entry)[0].endswith("/dataloaderd")
+
+
+def test_image_builds_the_way_make_build_does():
+    text = dockerfile()
+    go_mod = open(os.path.join(REPO, "go.mod")).read()
+    go = re.search(r"^go (\S+)", go_mod, re.M).group(1)
+    assert re.search(rf"^FROM golang:{re.escape(go)}\b", text, re.M), f"the build stage must use Go {go} of go.mod"
+    build = " ".join(line for line in text.splitlines() if "go build" in line or line.startswith("    -o"))
+    assert "CGO_ENABLED=0" in build and "-X main.version=${DATALOADERD_VERSION}" in build
+    assert re.search(r"^ARG DATALOADERD_VERSION", text, re.M)
+    # The binary dlopens the CUDA driver (purego): its run stage needs glibc.
+    run_base = re.findall(r"^FROM\s+(\S+)", text, re.M)[-1]
+    assert "static" not in run_base and "scratch" not in run_base, run_base
+    make = open(os.path.join(REPO, "Makefile")).read()
+    assert "--build-arg DATALOADERD_VERSION=$(DATALOADERD_VERSION)" in make
+    for _, doc in sidecar_pods():
+        side = next(c for c in pod_spec(doc)["initContainers"] if c["name"] == "dataloaderd")
+        assert side["image"].split(":")[0] == re.search(r"^IMAGE \?= ([^:]+):", make, re.M).group(1)
+
+
+def test_systemd_unit_says_what_it_does():
+    with open(os.path.join(REPO, "deploy", "dataloaderd.service")) as f:
+        unit = f.read()
+    exec_start = " ".join(line.rstrip("\\") for line in unit.split("ExecStart=", 1)[1].split("\n")[:3])
+    args = shlex.split(exec_start)
+    sock = flag(args, "--socket")
+    assert sock.startswith("/run/" + re.search(r"^RuntimeDirectory=(\S+)", unit, re.M).group(1) + "/")
+    assert sock in unit.split("[Unit]")[0], "the header comment names the socket the unit serves"
+    assert re.search(r"^Restart=on-failure", unit, re.M)
+
+
+def test_systemd_unit_stops_in_time():
+    with open(os.path.join(REPO, "deploy", "dataloaderd.service")) as f:
+        unit = f.read()
+    stop = flag(shlex.split(unit.split("ExecStart=", 1)[1].split("\n# ")[0].replace("\\\n", " ")), "--stop-timeout") or "10s"
+    assert int(re.search(r"^TimeoutStopSec=(\d+)", unit, re.M).group(1)) > seconds(stop), \
+        "systemd must wait longer than the daemon's own --stop-timeout before SIGKILL"
+    post = re.search(r"^ExecStartPost=.*$", unit, re.M).group(0)
+    sock = flag(shlex.split(unit.split("ExecStart=", 1)[1].split("\n")[0].rstrip("\\")), "--socket")
+    assert f"--socket {sock}" in post
