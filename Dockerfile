@@ -4,7 +4,7 @@
 # passes. The binary is still linked against glibc's loader: the cuda
 # transport dlopens the NVIDIA driver at run time (purego), so the run stage
 # needs glibc (distroless base, not static or scratch).
-FROM golang:1.26.8-bookworm AS build
+FROM docker.io/library/golang:1.26.8-bookworm AS build
 WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download

@@ -103,7 +103,7 @@ def test_image_builds_the_way_make_build_does():
     text = dockerfile()
     go_mod = open(os.path.join(REPO, "go.mod")).read()
     go = re.search(r"^go (\S+)", go_mod, re.M).group(1)
-    assert re.search(rf"^FROM golang:{re.escape(go)}\b", text, re.M), f"the build stage must use Go {go} of go.mod"
+    assert re.search(rf"^FROM (docker.io/library/)?golang:{re.escape(go)}\b", text, re.M), f"the build stage must use Go {go} of go.mod"
     build = " ".join(line for line in text.splitlines() if "go build" in line or line.startswith("    -o"))
     assert "CGO_ENABLED=0" in build and "-X main.version=${DATALOADERD_VERSION}" in build
     assert re.search(r"^ARG DATALOADERD_VERSION", text, re.M)
