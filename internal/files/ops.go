@@ -13,6 +13,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/dataloaderd/dataloaderd/internal/mapped"
 )
 
 // The operations below take what, the name of the path in the job (for
@@ -177,6 +179,7 @@ func (r *Roots) Map(what, path string) ([]byte, error) {
 	if err != nil {
 		return nil, &FileError{Path: path, Reason: fmt.Sprintf("mmap: %v", err)}
 	}
+	mapped.Register(data, path)
 	return data, nil
 }
 
@@ -185,5 +188,6 @@ func Unmap(data []byte) error {
 	if len(data) == 0 {
 		return nil
 	}
+	mapped.Unregister(data)
 	return unix.Munmap(data)
 }

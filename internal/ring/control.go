@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"time"
 	"unsafe"
+
+	"github.com/dataloaderd/dataloaderd/internal/mapped"
 )
 
 // The control block is the first pages of a shared-memory ring file (or a
@@ -214,13 +216,15 @@ func (c *Control) WaitRelease(seq uint32, timeout time.Duration) {
 	futexWait(c.u32(HeaderReleaseSeq), seq, timeout)
 }
 
-// WakeReleaseWatchers wakes every goroutine in WaitRelease.
+// WakeReleaseWatchers wakes every goroutine in WaitRelease. It is called
+// from goroutines of every kind (context callbacks, closes), so a block
+// whose file its client cut short is left alone here rather than fault.
 func (c *Control) WakeReleaseWatchers() {
 	if !c.use() {
 		return
 	}
 	defer c.mu.RUnlock()
-	c.wakeWatchers()
+	_ = mapped.Guard(func() error { c.wakeWatchers(); return nil })
 }
 
 func (c *Control) wakeWatchers() {

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/dataloaderd/dataloaderd/internal/mapped"
 )
 
 // DefaultShmDir is where shared-memory rings live.
@@ -87,6 +89,7 @@ func (r *ShmRing) Close() error {
 	var first error
 	if r.mem != nil {
 		r.ctl.detach()
+		mapped.Unregister(r.mem)
 		first = unix.Munmap(r.mem)
 		r.mem = nil
 	}
@@ -123,6 +126,7 @@ func createShared(path string, size int) ([]byte, error) {
 		os.Remove(path)
 		return nil, fmt.Errorf("map %s (%d bytes): %w", path, size, err)
 	}
+	mapped.Register(mem, path)
 	return mem, nil
 }
 
@@ -171,6 +175,7 @@ func (f *ControlFile) Close() error {
 	var first error
 	if f.mem != nil {
 		f.ctl.detach()
+		mapped.Unregister(f.mem)
 		first = unix.Munmap(f.mem)
 		f.mem = nil
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/dataloaderd/dataloaderd/internal/cuda"
 	"github.com/dataloaderd/dataloaderd/internal/files"
+	"github.com/dataloaderd/dataloaderd/internal/mapped"
 	"github.com/dataloaderd/dataloaderd/internal/ring"
 	"github.com/dataloaderd/dataloaderd/internal/session"
 	"github.com/dataloaderd/dataloaderd/internal/source"
@@ -47,6 +48,8 @@ func toStatus(err error) error {
 		code = codes.Unavailable
 	case errors.Is(err, session.ErrNoTransport), errors.Is(err, cuda.ErrNoDriver):
 		code = codes.Unimplemented
+	case errors.Is(err, mapped.ErrFault):
+		code = codes.DataLoss
 	case errors.Is(err, cuda.ErrOutOfMemory), errors.Is(err, session.ErrOverBudget):
 		code = codes.ResourceExhausted
 	}

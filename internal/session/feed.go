@@ -8,6 +8,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/dataloaderd/dataloaderd/internal/mapped"
 	"github.com/dataloaderd/dataloaderd/internal/stream"
 )
 
@@ -90,7 +91,19 @@ func (f *Feed) Release(slot int, step, waitNs uint64) error {
 // quickly, while it still waits. Otherwise it sleeps up to watchPoll: at a
 // trainer's pace the producer waits for a slot most of the time, and each
 // release costs a few wake-ups, not one every few hundred microseconds.
-func (f *Feed) Watch(ctx context.Context) (uint64, error) {
+func (f *Feed) Watch(ctx context.Context) (last uint64, err error) {
+	// The control block is in a file the client can truncate: a fault
+	// reading it ends this stream, and so the session, with an error naming
+	// the file.
+	err = mapped.Guard(func() error {
+		var werr error
+		last, werr = f.watch(ctx)
+		return werr
+	})
+	return last, err
+}
+
+func (f *Feed) watch(ctx context.Context) (uint64, error) {
 	ss, ctl := f.ss, f.ss.ctl
 	stop := context.AfterFunc(ctx, ctl.WakeReleaseWatchers)
 	defer stop()

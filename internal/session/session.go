@@ -13,6 +13,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/dataloaderd/dataloaderd/internal/mapped"
 	"github.com/dataloaderd/dataloaderd/internal/ring"
 	"github.com/dataloaderd/dataloaderd/internal/stream"
 )
@@ -48,9 +49,9 @@ type session struct {
 	// active is when a consumer last attached or released a batch, in
 	// Unix nanoseconds (IdleLimit).
 	active atomic.Int64
-	cancel   context.CancelFunc
-	done     chan struct{} // closed when the producer has stopped
-	log      *zap.Logger
+	cancel context.CancelFunc
+	done   chan struct{} // closed when the producer has stopped
+	log    *zap.Logger
 
 	mu       sync.Mutex
 	joined   int    // consumers that opened the session
@@ -186,7 +187,8 @@ func (s *session) stop(waits *waitHistogram) {
 	s.cancel()
 	<-s.done
 	if s.ctl != nil {
-		s.ctl.MarkClosed()
+		// A control block its client cut short faults: nobody reads it then.
+		_ = mapped.Guard(func() error { s.ctl.MarkClosed(); return nil })
 		s.ctl.WakeReleaseWatchers()
 		waits.retire(s.ctl)
 	}

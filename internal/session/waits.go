@@ -5,6 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/dataloaderd/dataloaderd/internal/mapped"
 	"github.com/dataloaderd/dataloaderd/internal/ring"
 )
 
@@ -63,7 +64,23 @@ func (w *waitHistogram) retire(c *ring.Control) {
 	addControl(c, &w.buckets, &w.count, &w.sumNs)
 }
 
+// addControl adds a control block's wait counts; a block whose file was cut
+// short under its mapping (its client truncated it) adds nothing.
 func addControl(c *ring.Control, buckets *[ring.WaitBuckets]uint64, count *uint64, sumNs *float64) {
+	var b [ring.WaitBuckets]uint64
+	var n uint64
+	var s float64
+	if mapped.Guard(func() error { addCounts(c, &b, &n, &s); return nil }) != nil {
+		return
+	}
+	for i := range buckets {
+		buckets[i] += b[i]
+	}
+	*count += n
+	*sumNs += s
+}
+
+func addCounts(c *ring.Control, buckets *[ring.WaitBuckets]uint64, count *uint64, sumNs *float64) {
 	for i := 0; i < c.Consumers(); i++ {
 		b, n, s := c.WaitStats(i)
 		var cum uint64

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/dataloaderd/dataloaderd/internal/mapped"
 	"github.com/dataloaderd/dataloaderd/internal/state"
 )
 
@@ -143,7 +144,7 @@ func (p *Pipeline) Run(ctx context.Context) (err error) {
 	n := uint64(len(p.slotStep))
 	defer func() {
 		if p.hooks.Finished != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, ErrClosed) {
-			p.hooks.Finished(p.produced, err)
+			_ = p.hook(func() { p.hooks.Finished(p.produced, err) }) // a ring cut short has no reader
 		}
 	}()
 	for {
@@ -153,7 +154,9 @@ func (p *Pipeline) Run(ctx context.Context) (err error) {
 		waited := false
 		if p.slotStep[slot] != 0 && !p.closed && p.hooks.SlotWait != nil {
 			p.mu.Unlock()
-			p.hooks.SlotWait(true)
+			if err := p.hook(func() { p.hooks.SlotWait(true) }); err != nil {
+				return p.fail(step, err)
+			}
 			waited = true
 			p.mu.Lock()
 		}
@@ -163,12 +166,22 @@ func (p *Pipeline) Run(ctx context.Context) (err error) {
 		}
 		p.mu.Unlock()
 		if waited {
-			p.hooks.SlotWait(false)
+			if err := p.hook(func() { p.hooks.SlotWait(false) }); err != nil {
+				return p.fail(step, err)
+			}
 		}
 		if err != nil {
 			return err
 		}
-		prod, err := p.rank.NextBatchBytes(p.ring.Slot(slot))
+		// The batch is copied from mapped corpus files into a slot that may
+		// be a mapped file too: either cut short under the daemon faults,
+		// which fails this pipeline alone.
+		var prod Produced
+		err = mapped.Guard(func() error {
+			var gerr error
+			prod, gerr = p.rank.NextBatchBytes(p.ring.Slot(slot))
+			return gerr
+		})
 		if c, ok := p.ring.(committer); ok && err == nil && prod.Lines > 0 {
 			if cerr := c.Commit(slot); cerr != nil {
 				err = fmt.Errorf("copying the batch to its device slot: %w", cerr)
@@ -202,9 +215,27 @@ func (p *Pipeline) Run(ctx context.Context) (err error) {
 			return nil
 		}
 		if p.hooks.Produced != nil {
-			p.hooks.Produced(b)
+			if err := p.hook(func() { p.hooks.Produced(b) }); err != nil {
+				return p.fail(step, err)
+			}
 		}
 	}
+}
+
+// hook runs a hook that may write the ring's control block, a mapped file.
+func (p *Pipeline) hook(fn func()) error {
+	return mapped.Guard(func() error { fn(); return nil })
+}
+
+// fail ends production with err, which consumers get from Next.
+func (p *Pipeline) fail(step uint64, err error) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.err == nil {
+		p.err = fmt.Errorf("producing step %d: %w", step, err)
+	}
+	p.broadcast()
+	return p.err
 }
 
 // Next blocks until consumer c's next batch is ready and returns it.

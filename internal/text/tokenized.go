@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/dataloaderd/dataloaderd/internal/mapped"
 	"github.com/dataloaderd/dataloaderd/internal/source"
 )
 
@@ -175,8 +176,19 @@ func (t *Tokens) unit(u uint64) ([]int32, error) {
 	return t.cache.get(cacheKey{t.id, u}, func() ([]int32, error) { return t.tokenize(u) })
 }
 
-// tokenize frames and tokenizes unit u's documents.
-func (t *Tokens) tokenize(u uint64) ([]int32, error) {
+// tokenize frames and tokenizes unit u's documents. Their bytes are read
+// from mapped files: a file cut short under its mapping is an error of this
+// unit, naming the file, not a crash of the daemon.
+func (t *Tokens) tokenize(u uint64) (out []int32, err error) {
+	err = mapped.Guard(func() error {
+		var terr error
+		out, terr = t.tokenizeMapped(u)
+		return terr
+	})
+	return out, err
+}
+
+func (t *Tokens) tokenizeMapped(u uint64) ([]int32, error) {
 	t.life.RLock()
 	defer t.life.RUnlock()
 	if t.closed {

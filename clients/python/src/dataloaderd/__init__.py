@@ -4,7 +4,7 @@ memory shared over CUDA IPC."""
 
 from .batch import Batch, all_padding
 from .errors import (BatchTimeoutError, ConfigError, CudaError, CudaUnavailableError, DaemonUnavailableError,
-                     DataloaderdError, PathNotAllowedError, ResourceExhaustedError, SessionExistsError,
+                     DataloaderdError, FileChangedError, PathNotAllowedError, ResourceExhaustedError, SessionExistsError,
                      SessionNotFoundError, StateError, TransportUnavailableError)
 from .loader import Loader
 
@@ -24,5 +24,6 @@ __all__ = [
     "CudaError",
     "ResourceExhaustedError",
     "BatchTimeoutError",
+    "FileChangedError",
 ]
 __version__ = "0.1.0"

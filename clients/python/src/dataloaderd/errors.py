@@ -72,6 +72,14 @@ class ResourceExhaustedError(DataloaderdError):
     that sets it, e.g. ``--ring-budget-mb``)."""
 
 
+class FileChangedError(DataloaderdError):
+    """A file the session reads changed under the daemon: a corpus file
+    truncated or rewritten in place (``cp`` over it) while mapped, or the
+    session's own ring file cut short. Only that session fails; the message
+    names the file. Replace files in use by writing a new file and renaming
+    it over the old one."""
+
+
 class BatchTimeoutError(DataloaderdError, TimeoutError):
     """No batch came within the loader's ``batch_timeout``: the daemon or its
     producer is stuck (a hung filesystem, a stopped process). The loader is
@@ -101,6 +109,7 @@ _BY_CODE: Dict[grpc.StatusCode, Type[DataloaderdError]] = {
     grpc.StatusCode.UNAVAILABLE: DaemonUnavailableError,
     grpc.StatusCode.UNIMPLEMENTED: TransportUnavailableError,
     grpc.StatusCode.RESOURCE_EXHAUSTED: ResourceExhaustedError,
+    grpc.StatusCode.DATA_LOSS: FileChangedError,
 }
 
 
