@@ -18,6 +18,13 @@ const (
 	DefaultShuffleWindow = 8
 	MaxShuffleWindow     = 4096
 	maxSeqLen            = 1 << 24
+	// MaxLogicalShards bounds a config's logical_shards: far more than any
+	// world has ranks, and a shard's cut and state stay small (a rank's
+	// state file holds a few dozen bytes per shard and dataset).
+	MaxLogicalShards = 1 << 20
+	// maxShardsInAll bounds the shards of all datasets together (about
+	// 100 bytes of daemon memory each, and a few dozen in a state file).
+	maxShardsInAll = 1 << 22
 )
 
 // Dataset is one dataset entry of a job config.
@@ -81,10 +88,15 @@ func (c Config) Validate() error {
 		return invalid("batch_size must be at least 1, got %d", c.BatchSize)
 	case c.LogicalShards < 1:
 		return invalid("logical_shards must be at least 1, got %d", c.LogicalShards)
+	case c.LogicalShards > MaxLogicalShards:
+		return invalid("logical_shards must be at most %d, got %d", MaxLogicalShards, c.LogicalShards)
 	case c.ShuffleWindow > MaxShuffleWindow:
 		return invalid("shuffle_window must be at most %d, got %d", MaxShuffleWindow, c.ShuffleWindow)
 	case len(c.Datasets) == 0:
 		return invalid("datasets: at least one dataset is needed")
+	case uint64(c.LogicalShards)*uint64(len(c.Datasets)) > maxShardsInAll:
+		return invalid("logical_shards (%d) x datasets (%d) must be at most %d: every dataset is cut into that many shards",
+			c.LogicalShards, len(c.Datasets), maxShardsInAll)
 	}
 	for name, v := range map[string]int64{"eos_id": c.EOS, "pad_id": c.Pad} {
 		if v < 0 || v > math.MaxInt32 {

@@ -19,6 +19,8 @@ func TestConfigErrors(t *testing.T) {
 		{"seq_len must be at least 1, got 0", func(c *Config) { c.SeqLen = 0 }},
 		{"batch_size must be at least 1", func(c *Config) { c.BatchSize = 0 }},
 		{"logical_shards must be at least 1", func(c *Config) { c.LogicalShards = 0 }},
+		// 2^32-1 was a fatal out-of-memory of the daemon in the shard cut.
+		{"logical_shards must be at most 1048576, got 4294967295", func(c *Config) { c.LogicalShards = math.MaxUint32 }},
 		{"shuffle_window must be at most", func(c *Config) { c.ShuffleWindow = MaxShuffleWindow + 1 }},
 		{"at least one dataset", func(c *Config) { c.Datasets = nil }},
 		{"eos_id must be in", func(c *Config) { c.EOS = -3 }},

@@ -3,6 +3,7 @@ package stream
 import (
 	"container/heap"
 	"fmt"
+	"math"
 	"math/bits"
 	"unsafe"
 
@@ -84,6 +85,15 @@ func NewRank(c *Corpus, dpRank, dpSize uint32, from *state.Restored) (*Rank, err
 		}
 	}
 	if from != nil {
+		if from.Step > maxCount {
+			return nil, fmt.Errorf("%w: restored step %d is beyond %d", state.ErrMismatch, from.Step, uint64(maxCount))
+		}
+		for _, mc := range from.Mixture {
+			if mc.Step > from.Step || len(mc.Weights) != len(weights) || !validWeights(mc.Weights) {
+				return nil, fmt.Errorf("%w: restored mixture log entry at step %d (%d weights) does not fit step %d and %d datasets",
+					state.ErrMismatch, mc.Step, len(mc.Weights), from.Step, len(weights))
+			}
+		}
 		r.step = from.Step
 	}
 	lo, hi := state.Owned(dpRank, dpSize, cfg.LogicalShards)
@@ -95,6 +105,9 @@ func NewRank(c *Corpus, dpRank, dpSize uint32, from *state.Restored) (*Rank, err
 				st, ok := from.Shards[state.ShardID{Dataset: i, Shard: k}]
 				if !ok {
 					return nil, fmt.Errorf("%w: restored state lacks dataset %q shard %d", state.ErrMismatch, d.name, k)
+				}
+				if err := sr.shard.checkRestored(&r.fr, st); err != nil {
+					return nil, fmt.Errorf("%w: restored state of dataset %q shard %d: %v", state.ErrMismatch, d.name, k, err)
 				}
 				sr.st = st
 				if reweigh {
@@ -323,4 +336,14 @@ func (h *shardHeap) Pop() any {
 	s := old[len(old)-1]
 	*h = old[:len(old)-1]
 	return s
+}
+
+// validWeights says whether every weight is a finite number >= 0.
+func validWeights(ws []float64) bool {
+	for _, w := range ws {
+		if !(w >= 0) || math.IsInf(w, 1) {
+			return false
+		}
+	}
+	return true
 }

@@ -348,3 +348,45 @@ func (s *shard) lineOrder(fr *framing, start state.Cursor, lines, c uint64) uint
 	}
 	return permute(key(s.key, start.Epoch, start.Pos, start.Offset, fr.seed), lines, c)
 }
+
+// maxCount bounds the steps, lines and epochs a restored state may claim:
+// far beyond any run (2^48 lines of 2 tokens are more than any corpus will
+// see), and far enough below 2^64 that no count derived from them wraps.
+const maxCount = 1 << 48
+
+// checkRestored checks a shard's restored state against the shard: a
+// state file is input from outside, and a cursor past its shard would
+// make the producer walk forever (or read past a unit). It opens the
+// unit under a cursor with an offset, to check the offset against it.
+func (s *shard) checkRestored(fr *framing, st state.Shard) error {
+	w := st.Window
+	switch {
+	case st.Lines > maxCount || w.Epoch > maxCount:
+		return fmt.Errorf("lines %d or epoch %d is beyond %d", st.Lines, w.Epoch, uint64(maxCount))
+	case st.Base > st.Lines:
+		return fmt.Errorf("base %d is past lines %d", st.Base, st.Lines)
+	case st.Taken > fr.window:
+		return fmt.Errorf("taken %d is more than a window's %d lines", st.Taken, fr.window)
+	case fr.epochs > 0 && w.Epoch > fr.epochs:
+		return fmt.Errorf("epoch %d is past the run's %d epochs", w.Epoch, fr.epochs)
+	case fr.ended(w) && (w.Pos != 0 || w.Offset != 0 || st.Taken != 0):
+		return fmt.Errorf("a shard past its last epoch must have its cursor at 0, got position %d offset %d taken %d", w.Pos, w.Offset, st.Taken)
+	case fr.ended(w):
+		return nil
+	case s.n == 0 && (w.Pos != 0 || w.Offset != 0):
+		return fmt.Errorf("position %d offset %d in a shard of no units", w.Pos, w.Offset)
+	case s.n > 0 && w.Pos >= s.n:
+		return fmt.Errorf("position %d is past the shard's %d units", w.Pos, s.n)
+	}
+	if w.Offset == 0 || s.n == 0 {
+		return nil
+	}
+	f, err := s.frame(fr, w.Epoch, w.Pos)
+	if err != nil {
+		return err
+	}
+	if w.Offset >= f.len() {
+		return fmt.Errorf("offset %d is past the %d tokens of the unit at position %d", w.Offset, f.len(), w.Pos)
+	}
+	return nil
+}
