@@ -33,9 +33,14 @@ func (f *Folder) ReadDir(name string) ([]fs.DirEntry, error) {
 	return f.roots.ReadDir(f.what, f.join(name))
 }
 
-// ReadFile reads the file name.
+// MaxStateFile bounds a file a folder reads: a rank's state, a few dozen
+// bytes per shard and dataset (stream bounds those at 2^22).
+const MaxStateFile = 256 << 20
+
+// ReadFile reads the file name, which must be a regular file of at most
+// MaxStateFile bytes.
 func (f *Folder) ReadFile(name string) ([]byte, error) {
-	return f.roots.ReadFile(f.what, f.join(name))
+	return f.roots.ReadRegular(f.what, f.join(name), MaxStateFile)
 }
 
 // MkdirAll makes the directory name and its missing parents.

@@ -66,17 +66,49 @@ func unwrapPath(err error) error {
 	return err
 }
 
-// ReadFile reads a whole file.
+// MaxReadFile bounds the files ReadFile reads whole (a tokenizer.json is
+// tens of MB).
+const MaxReadFile = 1 << 30
+
+// ReadFile reads a whole regular file of at most MaxReadFile bytes.
 func (r *Roots) ReadFile(what, path string) ([]byte, error) {
-	if !r.confined() {
-		return os.ReadFile(path)
+	return r.ReadRegular(what, path, MaxReadFile)
+}
+
+// ReadRegular reads a whole file that must be regular and at most limit
+// bytes long. Files named in requests are input from outside: a FIFO would
+// block the open (it is opened without blocking, then refused), a device
+// such as /dev/zero would be read without end, a huge file would take the
+// daemon's memory.
+func (r *Roots) ReadRegular(what, path string, limit int64) ([]byte, error) {
+	p, err := r.locate(what, path)
+	if err != nil {
+		return nil, err
 	}
-	f, err := r.Open(what, path)
+	defer p.close()
+	f, err := p.openFlags(os.O_RDONLY | unix.O_NONBLOCK)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	return io.ReadAll(f)
+	info, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !info.Mode().IsRegular() {
+		return nil, &FileError{Path: path, Reason: fmt.Sprintf("not a regular file (mode %v)", info.Mode())}
+	}
+	if info.Size() > limit {
+		return nil, &FileError{Path: path, Reason: fmt.Sprintf("%d bytes, more than the %d this file may have", info.Size(), limit)}
+	}
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > limit {
+		return nil, &FileError{Path: path, Reason: fmt.Sprintf("grew past the %d bytes this file may have while read", limit)}
+	}
+	return b, nil
 }
 
 // MkdirAll makes a directory and its missing parents.

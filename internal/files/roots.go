@@ -178,10 +178,14 @@ func (p place) fail(op string, err error) error {
 func escapes(err error) bool { return err != nil && err.Error() == "path escapes from parent" }
 
 func (p place) open() (*os.File, error) {
+	return p.openFlags(os.O_RDONLY)
+}
+
+func (p place) openFlags(flag int) (*os.File, error) {
 	if p.root == nil {
-		return os.Open(p.name)
+		return os.OpenFile(p.name, flag, 0)
 	}
-	f, err := p.root.Open(p.name)
+	f, err := p.root.OpenFile(p.name, flag, 0)
 	return f, p.fail("open", err)
 }
 

@@ -44,6 +44,8 @@ func toStatus(err error) error {
 		code = codes.AlreadyExists
 	case errors.Is(err, files.ErrOutsideRoots):
 		code = codes.PermissionDenied
+	case errors.As(err, new(*files.FileError)):
+		code = codes.InvalidArgument
 	case errors.Is(err, session.ErrShuttingDown), errors.Is(err, stream.ErrClosed):
 		code = codes.Unavailable
 	case errors.Is(err, session.ErrNoTransport), errors.Is(err, cuda.ErrNoDriver):

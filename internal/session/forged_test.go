@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/dataloaderd/dataloaderd/internal/state"
 )
 
@@ -93,4 +95,48 @@ func TestForgedStatesRefusedAtOpen(t *testing.T) {
 // column is the first dataset's column name of a decoded state file.
 func column(f map[string]any, name string) []any {
 	return f["shards"].([]any)[0].(map[string]any)[name].([]any)
+}
+
+// TestRankFilesMustBeSmallRegularFiles: a rank file that is a symlink to
+// /dev/zero, or a FIFO, is refused at once, naming the file, and the
+// (job, rank) opens afterwards. Before, /dev/zero was read until the daemon
+// was OOM-killed, and a FIFO blocked the open for good, holding the key.
+func TestRankFilesMustBeSmallRegularFiles(t *testing.T) {
+	m := newManager(t, Config{})
+	cfg := jobConfig(t, t.TempDir(), 0)
+	for _, kind := range []string{"devzero", "fifo"} {
+		t.Run(kind, func(t *testing.T) {
+			folder := t.TempDir()
+			dir := filepath.Join(folder, state.Dir)
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			rankFile := filepath.Join(dir, state.FileName(0, 1))
+			var err error
+			if kind == "devzero" {
+				err = os.Symlink("/dev/zero", rankFile)
+			} else {
+				err = unix.Mkfifo(rankFile, 0o600)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() {
+				_, err := m.Open(ctxT(t), Request{Job: kind, DPRank: 0, DPSize: 1, Transport: Inline, Config: cfg, ResumeFrom: folder})
+				done <- err
+			}()
+			select {
+			case err := <-done:
+				if err == nil || !strings.Contains(err.Error(), rankFile) || !strings.Contains(err.Error(), "not a regular file") {
+					t.Fatalf("open resuming from a %s rank file: %v", kind, err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("the open resuming from a %s rank file hangs", kind)
+			}
+			if _, err := m.Open(ctxT(t), Request{Job: kind, DPRank: 0, DPSize: 1, Transport: Inline, Config: cfg}); err != nil {
+				t.Fatalf("the (job, rank) after the refused open: %v", err)
+			}
+		})
+	}
 }
