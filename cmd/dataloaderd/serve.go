@@ -46,8 +46,10 @@ type daemonConfig struct {
 	TokenCacheMB    int `json:"token_cache_mb"`
 	// RingBudgetMB bounds the host memory of all rings together; 0 derives
 	// it from RAM and the shm directory (ringBudget).
-	RingBudgetMB  int      `json:"ring_budget_mb"`
-	TokenizerDirs []string `json:"tokenizer_dirs"`
+	RingBudgetMB int `json:"ring_budget_mb"`
+	// MaxSessionsPerUser bounds one user's open sessions.
+	MaxSessionsPerUser int      `json:"max_sessions_per_user"`
+	TokenizerDirs      []string `json:"tokenizer_dirs"`
 	// BatchScheduling runs the daemon's threads as SCHED_BATCH.
 	BatchScheduling bool `json:"batch_scheduling"`
 	// CUDALibrary is the driver library the cuda transport loads on first use.
@@ -64,7 +66,7 @@ func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
 func parseServe(args []string, stderr io.Writer) (daemonConfig, error) {
 	cfg := daemonConfig{Socket: defaultSocket(), ShmDir: "/dev/shm", Slots: session.DefaultSlots,
-		AttachWithin: session.DefaultAttachWithin.String(), LogLevel: "info", StopTimeout: "10s", IdleLimit: "6h",
+		AttachWithin: session.DefaultAttachWithin.String(), LogLevel: "info", StopTimeout: "10s", IdleLimit: "6h", MaxSessionsPerUser: 1024,
 		TokenizeWorkers: runtime.NumCPU(), TokenCacheMB: 1024, BatchScheduling: true, CUDALibrary: cuda.DefaultLibrary}
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -81,6 +83,7 @@ func parseServe(args []string, stderr io.Writer) (daemonConfig, error) {
 	stopTimeout := fs.Duration("stop-timeout", 0, "longest wait for streams to end on SIGTERM (default 10s)")
 	workers := fs.Int("tokenize-workers", 0, "workers tokenizing text datasets ahead of demand (default: one per core)")
 	cacheMB := fs.Int("token-cache-mb", 0, "MiB of tokenized text units kept in memory (default 1024)")
+	perUser := fs.Int("max-sessions-per-user", 0, "sessions one user (by the uid of its processes) may have open at once (default 1024)")
 	ringMB := fs.Int("ring-budget-mb", 0, "MiB of host memory all sessions' rings (inline and shm) may hold together; a session past it is refused (default 0: half of the smaller of RAM and the shm directory's filesystem)")
 	batchSched := fs.Bool("batch-scheduling", true, "run the daemon's threads as SCHED_BATCH, so that waking them never preempts a trainer")
 	cudaLib := fs.String("cuda-library", "", "the NVIDIA driver library the cuda transport loads, a name or a path (default "+cuda.DefaultLibrary+")")
@@ -119,6 +122,8 @@ func parseServe(args []string, stderr io.Writer) (daemonConfig, error) {
 			cfg.TokenCacheMB = *cacheMB
 		case "ring-budget-mb":
 			cfg.RingBudgetMB = *ringMB
+		case "max-sessions-per-user":
+			cfg.MaxSessionsPerUser = *perUser
 		case "tokenizer-dir":
 			cfg.TokenizerDirs = tokDirs
 		case "batch-scheduling":
@@ -212,8 +217,8 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	sessions, err := session.New(session.Config{
-		RingBudget: budget,
-		Logger:     log.Named("session"), Registry: reg, AllowRoots: cfg.AllowRoots,
+		RingBudget: budget, MaxSessionsPerUser: cfg.MaxSessionsPerUser,
+		Logger: log.Named("session"), Registry: reg, AllowRoots: cfg.AllowRoots,
 		ShmDir: cfg.ShmDir, ShmInstance: shmInstance, Slots: cfg.Slots, AttachWithin: dur.attachWithin, IdleLimit: dur.idleLimit, Resources: res,
 		OpenCUDA: func() (cuda.Driver, error) { return cuda.OpenDriver(cfg.CUDALibrary) },
 	})
@@ -264,6 +269,8 @@ func (cfg daemonConfig) check() (durations, error) {
 		return d, fmt.Errorf("tokenize_workers must be in [1, 4096], got %d", cfg.TokenizeWorkers)
 	case cfg.TokenCacheMB < 16:
 		return d, fmt.Errorf("token_cache_mb must be at least 16, got %d", cfg.TokenCacheMB)
+	case cfg.MaxSessionsPerUser < 1:
+		return d, fmt.Errorf("max_sessions_per_user must be at least 1, got %d", cfg.MaxSessionsPerUser)
 	}
 	return d, nil
 }

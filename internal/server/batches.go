@@ -30,7 +30,11 @@ func (s *Server) Batches(bs batchStream) error {
 	if att == nil {
 		return s.fail(fmt.Errorf("%w: the first message of a batch stream must be attach", session.ErrBadRequest))
 	}
-	feed, err := s.sessions.Attach(att.GetSessionId(), int(att.GetConsumer()), att.GetShmControl())
+	uid, err := callerUID(bs.Context())
+	if err != nil {
+		return s.fail(err)
+	}
+	feed, err := s.sessions.Attach(uid, att.GetSessionId(), int(att.GetConsumer()), att.GetShmControl())
 	if errors.Is(err, session.ErrSessionClosed) {
 		// The consumers' close overtook this attach: a normal end.
 		return toStatus(err)

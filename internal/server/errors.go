@@ -42,6 +42,8 @@ func toStatus(err error) error {
 		code = codes.NotFound
 	case errors.Is(err, session.ErrSessionExists), errors.Is(err, session.ErrTooMany):
 		code = codes.AlreadyExists
+	case errors.Is(err, errNoPeer):
+		code = codes.Unauthenticated
 	case errors.Is(err, files.ErrOutsideRoots):
 		code = codes.PermissionDenied
 	case errors.As(err, new(*files.FileError)):

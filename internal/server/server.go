@@ -19,11 +19,13 @@ import (
 
 // Sessions is the session lifecycle the server serves (a *session.Manager).
 type Sessions interface {
+	// Each call names the user of the calling process (uid): sessions
+	// belong to the user that opened them.
 	Open(ctx context.Context, req session.Request) (session.Opened, error)
-	Attach(id string, consumer int, control bool) (*session.Feed, error)
-	Close(id string, consumer int) error
-	State(id string, step uint64) (session.Snapshot, error)
-	Save(id string, step uint64, folder string) (session.Saved, error)
+	Attach(uid uint32, id string, consumer int, control bool) (*session.Feed, error)
+	Close(uid uint32, id string, consumer int) error
+	State(uid uint32, id string, step uint64) (session.Snapshot, error)
+	Save(uid uint32, id string, step uint64, folder string) (session.Saved, error)
 	// CountError counts an error returned to a client, by its status code.
 	CountError(kind string)
 	// Shutdown closes every session and opens no more.
@@ -93,6 +95,9 @@ func (s *Server) OpenSession(ctx context.Context, req *pb.OpenSessionRequest) (*
 	if err != nil {
 		return nil, s.fail(err)
 	}
+	if r.UID, err = callerUID(ctx); err != nil {
+		return nil, s.fail(err)
+	}
 	o, err := s.sessions.Open(ctx, r)
 	if err != nil {
 		return nil, s.fail(err)
@@ -102,7 +107,11 @@ func (s *Server) OpenSession(ctx context.Context, req *pb.OpenSessionRequest) (*
 
 // CloseSession implements Loader.
 func (s *Server) CloseSession(ctx context.Context, req *pb.CloseSessionRequest) (*pb.CloseSessionResponse, error) {
-	if err := s.sessions.Close(req.GetSessionId(), int(req.GetConsumer())); err != nil {
+	uid, err := callerUID(ctx)
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	if err := s.sessions.Close(uid, req.GetSessionId(), int(req.GetConsumer())); err != nil {
 		return nil, s.fail(err)
 	}
 	return &pb.CloseSessionResponse{}, nil
@@ -110,7 +119,11 @@ func (s *Server) CloseSession(ctx context.Context, req *pb.CloseSessionRequest) 
 
 // GetState implements Loader.
 func (s *Server) GetState(ctx context.Context, req *pb.GetStateRequest) (*pb.GetStateResponse, error) {
-	st, err := s.sessions.State(req.GetSessionId(), req.GetStep())
+	uid, err := callerUID(ctx)
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	st, err := s.sessions.State(uid, req.GetSessionId(), req.GetStep())
 	if err != nil {
 		return nil, s.fail(err)
 	}
@@ -119,7 +132,11 @@ func (s *Server) GetState(ctx context.Context, req *pb.GetStateRequest) (*pb.Get
 
 // SaveState implements Loader.
 func (s *Server) SaveState(ctx context.Context, req *pb.SaveStateRequest) (*pb.SaveStateResponse, error) {
-	saved, err := s.sessions.Save(req.GetSessionId(), req.GetStep(), req.GetFolder())
+	uid, err := callerUID(ctx)
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	saved, err := s.sessions.Save(uid, req.GetSessionId(), req.GetStep(), req.GetFolder())
 	if err != nil {
 		return nil, s.fail(err)
 	}

@@ -61,3 +61,28 @@ func (m *Manager) unreserve(n int64) {
 func mib(n int64) string {
 	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
 }
+
+// checkUserLocked refuses a new session of user uid past MaxSessionsPerUser;
+// m.mu is held.
+func (m *Manager) checkUserLocked(uid uint32) error {
+	limit := m.cfg.MaxSessionsPerUser
+	if limit <= 0 {
+		return nil
+	}
+	n := 0
+	for k := range m.sessions {
+		if k.uid == uid {
+			n++
+		}
+	}
+	for k := range m.opening {
+		if k.uid == uid {
+			n++
+		}
+	}
+	if n >= limit {
+		return fmt.Errorf("%w: sessions: user %d has %d sessions open or opening, the most one user may; close sessions or raise --max-sessions-per-user",
+			ErrOverBudget, uid, n)
+	}
+	return nil
+}

@@ -29,7 +29,7 @@ func TestRingBudget(t *testing.T) {
 			bad := cfg
 			bad.Datasets = append([]stream.Dataset(nil), cfg.Datasets...)
 			bad.Datasets[0].Path = "/nonexistent/web"
-			if err := m.Close(b.ID, 0); err != nil {
+			if err := m.Close(0, b.ID, 0); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := m.Open(ctxT(t), Request{Job: "c", DPRank: 0, DPSize: 1, Slots: 3, Transport: tr, Config: bad}); err == nil || errors.Is(err, ErrOverBudget) {
@@ -37,7 +37,7 @@ func TestRingBudget(t *testing.T) {
 			}
 			c := mustOpen(t, m, Request{Job: "b", DPRank: 0, DPSize: 1, Slots: 3, Transport: tr, Config: cfg})
 			for _, id := range []string{a.ID, c.ID} {
-				if err := m.Close(id, 0); err != nil {
+				if err := m.Close(0, id, 0); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -74,7 +74,7 @@ func TestIdleLimit(t *testing.T) {
 	never := mustOpen(t, m, Request{Job: "never", DPRank: 0, DPSize: 1, Config: cfg}) // not attached: AttachWithin's
 	feeds := map[string]*Feed{}
 	for _, o := range []Opened{busy, stuck} {
-		f, err := m.Attach(o.ID, 0, false)
+		f, err := m.Attach(0, o.ID, 0, false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -97,7 +97,7 @@ func TestIdleLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.reapAt(time.Now())
-	if _, err := m.State(stuck.ID, 0); !errors.Is(err, ErrNoSession) {
+	if _, err := m.State(0, stuck.ID, 0); !errors.Is(err, ErrNoSession) {
 		t.Fatalf("the idle session is still open: %v", err)
 	}
 	_ = feeds[stuck.ID].Release(b.Slot, b.Step, 0) // too late, and harmless
@@ -105,8 +105,26 @@ func TestIdleLimit(t *testing.T) {
 		t.Fatalf("the idle consumer's next batch: %v, want the reclaim and its flag", err)
 	}
 	for _, o := range []Opened{busy, never} {
-		if _, err := m.lookup(o.ID); err != nil {
+		if _, err := m.lookup(0, o.ID); err != nil {
 			t.Fatalf("session %s reclaimed: %v", o.ID, err)
 		}
 	}
+}
+
+// TestSessionsPerUser: one user's sessions are bounded, others' are not
+// counted against it. Before, 3,000 sessions of one client were accepted.
+func TestSessionsPerUser(t *testing.T) {
+	m := newManager(t, Config{MaxSessionsPerUser: 2})
+	cfg := jobConfig(t, t.TempDir(), 0)
+	mustOpen(t, m, Request{UID: 7, Job: "a", DPRank: 0, DPSize: 2, Config: cfg})
+	b := mustOpen(t, m, Request{UID: 7, Job: "a", DPRank: 1, DPSize: 2, Config: cfg})
+	_, err := m.Open(ctxT(t), Request{UID: 7, Job: "b", DPRank: 0, DPSize: 1, Config: cfg})
+	if !errors.Is(err, ErrOverBudget) || !strings.Contains(err.Error(), "--max-sessions-per-user") {
+		t.Fatalf("a third session of user 7: %v", err)
+	}
+	mustOpen(t, m, Request{UID: 8, Job: "b", DPRank: 0, DPSize: 1, Config: cfg})
+	if err := m.Close(7, b.ID, 0); err != nil {
+		t.Fatal(err)
+	}
+	mustOpen(t, m, Request{UID: 7, Job: "b", DPRank: 0, DPSize: 1, Config: cfg})
 }

@@ -16,25 +16,25 @@ func TestEnds(t *testing.T) {
 	cfg := jobConfig(t, t.TempDir(), 0)
 
 	o := mustOpen(t, m, Request{Job: "closed", DPSize: 1, Config: cfg})
-	feed, err := m.Attach(o.ID, 0, false)
+	feed, err := m.Attach(0, o.ID, 0, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := m.Close(o.ID, 0); err != nil {
+	if err := m.Close(0, o.ID, 0); err != nil {
 		t.Fatal(err)
 	}
 	if !feed.Detach(errors.New("stream cancelled")) {
 		t.Error("the end of a closed consumer's stream is unexpected")
 	}
-	if err := m.Close(o.ID, 0); err != nil {
+	if err := m.Close(0, o.ID, 0); err != nil {
 		t.Errorf("a second close: %v", err)
 	}
-	if _, err := m.Attach(o.ID, 0, false); !errors.Is(err, ErrSessionClosed) || !errors.Is(err, ErrNoSession) {
+	if _, err := m.Attach(0, o.ID, 0, false); !errors.Is(err, ErrSessionClosed) || !errors.Is(err, ErrNoSession) {
 		t.Errorf("attach after close: %v, want ErrSessionClosed", err)
 	}
 
 	o = mustOpen(t, m, Request{Job: "gone", DPSize: 1, Config: cfg})
-	feed, err = m.Attach(o.ID, 0, false)
+	feed, err = m.Attach(0, o.ID, 0, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,12 +44,12 @@ func TestEnds(t *testing.T) {
 	if m.Sessions() != 0 {
 		t.Error("the session of a stream that ended without close was not reclaimed")
 	}
-	if err := m.Close(o.ID, 0); !errors.Is(err, ErrNoSession) || errors.Is(err, ErrSessionClosed) {
+	if err := m.Close(0, o.ID, 0); !errors.Is(err, ErrNoSession) || errors.Is(err, ErrSessionClosed) {
 		t.Errorf("close of a reclaimed session: %v, want ErrNoSession", err)
 	}
 
 	o = mustOpen(t, m, Request{Job: "stop", DPSize: 1, Config: cfg})
-	if feed, err = m.Attach(o.ID, 0, false); err != nil {
+	if feed, err = m.Attach(0, o.ID, 0, false); err != nil {
 		t.Fatal(err)
 	}
 	m.Shutdown()

@@ -50,11 +50,11 @@ func TestCorpusTruncatedUnderASession(t *testing.T) {
 	victimCfg, otherCfg := jobConfig(t, t.TempDir(), 0), jobConfig(t, t.TempDir(), 0)
 	victim := mustOpen(t, m, Request{Job: "victim", DPRank: 0, DPSize: 1, Transport: Inline, Config: victimCfg})
 	other := mustOpen(t, m, Request{Job: "other", DPRank: 0, DPSize: 1, Transport: Inline, Config: otherCfg})
-	vf, err := m.Attach(victim.ID, 0, false)
+	vf, err := m.Attach(0, victim.ID, 0, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	of, err := m.Attach(other.ID, 0, false)
+	of, err := m.Attach(0, other.ID, 0, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,11 +78,11 @@ func TestRingTruncatedByItsClient(t *testing.T) {
 	cfg := jobConfig(t, t.TempDir(), 0)
 	victim := mustOpen(t, m, Request{Job: "victim", DPRank: 0, DPSize: 1, Transport: Shm, Config: cfg})
 	other := mustOpen(t, m, Request{Job: "other", DPRank: 0, DPSize: 1, Transport: Shm, Config: cfg})
-	vf, err := m.Attach(victim.ID, 0, false)
+	vf, err := m.Attach(0, victim.ID, 0, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	of, err := m.Attach(other.ID, 0, false)
+	of, err := m.Attach(0, other.ID, 0, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +99,7 @@ func TestRingTruncatedByItsClient(t *testing.T) {
 	if _, err := m.cfg.Registry.(*prometheus.Registry).Gather(); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.Close(victim.ID, 0); err != nil {
+	if err := m.Close(0, victim.ID, 0); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -25,8 +25,8 @@ type Feed struct {
 // Attach marks consumer's batch stream of session id live. With control,
 // the consumer reads announcements from and writes releases to the ring's
 // control block, which the session's ring must then have.
-func (m *Manager) Attach(id string, consumer int, control bool) (*Feed, error) {
-	ss, err := m.lookup(id)
+func (m *Manager) Attach(uid uint32, id string, consumer int, control bool) (*Feed, error) {
+	ss, err := m.lookup(uid, id)
 	if err != nil {
 		return nil, err
 	}

@@ -25,13 +25,13 @@ func TestForgedStatesRefusedAtOpen(t *testing.T) {
 	m := newManager(t, Config{})
 	cfg := jobConfig(t, t.TempDir(), 0)
 	o := mustOpen(t, m, Request{Job: "src", DPRank: 0, DPSize: 1, Transport: Inline, Config: cfg})
-	feed, err := m.Attach(o.ID, 0, false)
+	feed, err := m.Attach(0, o.ID, 0, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	takeSome(t, feed, 3)
 	folder := t.TempDir()
-	saved, err := m.Save(o.ID, 3, folder)
+	saved, err := m.Save(0, o.ID, 3, folder)
 	if err != nil {
 		t.Fatal(err)
 	}

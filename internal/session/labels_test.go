@@ -42,7 +42,7 @@ func TestSeriesOfClosedSessionsGo(t *testing.T) {
 
 	consume := func(o Opened) {
 		t.Helper()
-		feed, err := m.Attach(o.ID, 0, false)
+		feed, err := m.Attach(0, o.ID, 0, false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -69,13 +69,13 @@ func TestSeriesOfClosedSessionsGo(t *testing.T) {
 			t.Errorf("label value of %d bytes (valid UTF-8: %v): %q", len(v), utf8.ValidString(v), v)
 		}
 	}
-	if err := m.Close(a.ID, 0); err != nil {
+	if err := m.Close(0, a.ID, 0); err != nil {
 		t.Fatal(err)
 	}
 	if got := seriesOf(t, reg, "dataloaderd_tokens_served_total", "dataset"); len(got) != 1 {
 		t.Fatalf("a session still reads the dataset, its series went: %q", got)
 	}
-	if err := m.Close(b.ID, 0); err != nil {
+	if err := m.Close(0, b.ID, 0); err != nil {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"dataloaderd_tokens_served_total", "dataloaderd_lines_served_total", "dataloaderd_ready_slots"} {

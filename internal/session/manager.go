@@ -58,6 +58,9 @@ type Config struct {
 	// IdleLimit reclaims a session with an attached batch stream whose
 	// consumers released no batch for that long; 0: never.
 	IdleLimit time.Duration
+	// MaxSessionsPerUser bounds the sessions one user may have open; 0: no
+	// bound.
+	MaxSessionsPerUser int
 	// RingBudget bounds the host memory of all rings together, in bytes:
 	// inline rings in the daemon, shm rings in the shm directory (cuda rings
 	// are on GPUs). A session that would pass it is refused; 0: no bound.
@@ -238,13 +241,17 @@ func (m *Manager) drop(ss *session, why string) {
 	ss.log.Info("session closed", zap.String("why", why))
 }
 
-func (m *Manager) lookup(id string) (*session, error) {
+// lookup finds session id for user uid. Another user's session is not
+// found, with the words of one that never existed: ids are not secrets
+// (they appear in logs), ownership is what guards a session.
+func (m *Manager) lookup(uid uint32, id string) (*session, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	ss := m.byID[id]
 	switch {
-	case ss != nil:
+	case ss != nil && ss.key.uid == uid:
 		return ss, nil
+	case ss != nil:
 	case slices.Contains(m.closedByConsumers, id):
 		return nil, fmt.Errorf("%w: %q", ErrSessionClosed, id)
 	}
@@ -270,8 +277,8 @@ func (m *Manager) CountError(kind string) { m.metrics.errors.WithLabelValues(kin
 // Close marks a consumer of session id closed; the session goes once every
 // joined consumer closed it. Closing a session its consumers closed is
 // harmless.
-func (m *Manager) Close(id string, consumer int) error {
-	ss, err := m.lookup(id)
+func (m *Manager) Close(uid uint32, id string, consumer int) error {
+	ss, err := m.lookup(uid, id)
 	if errors.Is(err, ErrSessionClosed) {
 		return nil
 	}

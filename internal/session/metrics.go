@@ -46,7 +46,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"kind"}),
 		readySlots: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "dataloaderd_ready_slots", Help: "Batches produced and not yet handed to the session's first consumer.",
-		}, []string{"training_job", "dp_rank"}),
+		}, []string{"uid", "training_job", "dp_rank"}),
 		stateSave: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "dataloaderd_state_save_seconds", Help: "Time to write a rank's state file.",
 			Buckets: prometheus.ExponentialBuckets(1e-4, 4, 10),

@@ -31,7 +31,7 @@ func exported(t *testing.T) *prometheus.Registry {
 	m.skipped.WithLabelValues("x").Inc()
 	m.tokens.WithLabelValues("x").Inc()
 	m.lines.WithLabelValues("x").Inc()
-	m.readySlots.WithLabelValues("j", "0").Set(1)
+	m.readySlots.WithLabelValues("1000", "j", "0").Set(1)
 	m.errors.WithLabelValues("InvalidArgument").Inc()
 	return reg
 }

@@ -41,7 +41,7 @@ func (m *Manager) open(ctx context.Context, req Request) (Opened, error) {
 	if err != nil {
 		return Opened{}, err
 	}
-	key := sessionKey{job: req.Job, dpRank: req.DPRank}
+	key := sessionKey{uid: req.UID, job: req.Job, dpRank: req.DPRank}
 	m.mu.Lock()
 	for {
 		if m.stopping {
@@ -63,6 +63,10 @@ func (m *Manager) open(ctx context.Context, req Request) (Opened, error) {
 			return Opened{}, ctx.Err()
 		}
 		m.mu.Lock()
+	}
+	if err := m.checkUserLocked(req.UID); err != nil {
+		m.mu.Unlock()
+		return Opened{}, err
 	}
 	if err := m.reserveLocked(need); err != nil {
 		m.mu.Unlock()
@@ -142,7 +146,7 @@ func (m *Manager) newSession(key sessionKey, req Request, group string) (*sessio
 	}
 	id := newSessionID()
 	cfg := corpus.Config()
-	r, err := m.newRing(ringSpec{id: id, transport: req.Transport, device: req.Device, slots: req.Slots,
+	r, err := m.newRing(ringSpec{transport: req.Transport, device: req.Device, slots: req.Slots,
 		slotBytes: int(cfg.BatchSize) * cfg.LineTokens() * tokenBytes, consumers: req.Consumers})
 	if err != nil {
 		release()

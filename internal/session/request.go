@@ -37,6 +37,9 @@ func (t Transport) String() string {
 // Request opens a session, or joins the consumer to the session of its
 // (job, data-parallel rank).
 type Request struct {
+	// UID is the user of the calling process: sessions and job names
+	// belong to it, and no other user reaches them.
+	UID            uint32
 	Job            string
 	DPRank, DPSize uint32
 	// Consumers is the number of processes (one tensor or pipeline-parallel

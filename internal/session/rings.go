@@ -12,7 +12,7 @@ import (
 
 // ringSpec is the ring a session asks for.
 type ringSpec struct {
-	id        string // the session's, names its files
+	id        string // names its files (newRing draws it)
 	transport Transport
 	device    int // the first consumer's GPU (cuda)
 	slots     int
@@ -21,11 +21,13 @@ type ringSpec struct {
 }
 
 // newRing makes the ring of a transport: the only place that knows which
-// kind of ring each transport has.
+// kind of ring each transport has. Its files are named by a token of their
+// own, not by the session id: the shm directory is listable by anyone.
 func (m *Manager) newRing(sp ringSpec) (ring.Ring, error) {
 	if err := ring.CheckGeometry(sp.slots, sp.slotBytes); err != nil {
 		return nil, err
 	}
+	sp.id = newSessionID()
 	switch sp.transport {
 	case Shm:
 		return ring.NewShmRing(m.cfg.ShmDir, ring.FileName(m.cfg.ShmInstance, sp.id), sp.slots, sp.slotBytes, sp.consumers)

@@ -64,7 +64,7 @@ func TestRingSuite(t *testing.T) {
 func TestWatchAppliesControlReleases(t *testing.T) {
 	m := newManager(t, Config{})
 	o := mustOpen(t, m, Request{Job: "c", DPSize: 1, Slots: 2, Config: jobConfig(t, t.TempDir(), 1)})
-	feed, err := m.Attach(o.ID, 0, true)
+	feed, err := m.Attach(0, o.ID, 0, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,11 +100,11 @@ func TestWatchAppliesControlReleases(t *testing.T) {
 	if r.err != nil || r.last != step || atomic.LoadUint32(u32(ring.HeaderState)) != ring.StateEnded || step < 3 {
 		t.Fatalf("Watch returned %d, %v after %d steps were read; state %d", r.last, r.err, step, atomic.LoadUint32(u32(ring.HeaderState)))
 	}
-	if _, err := m.Attach(o.ID, 0, true); err == nil {
+	if _, err := m.Attach(0, o.ID, 0, true); err == nil {
 		t.Fatal("a second control attach of consumer 0 was accepted")
 	}
 	in := mustOpen(t, m, Request{Job: "i", DPSize: 1, Transport: Inline, Config: jobConfig(t, t.TempDir(), 0)})
-	if _, err := m.Attach(in.ID, 0, true); err == nil {
+	if _, err := m.Attach(0, in.ID, 0, true); err == nil {
 		t.Fatal("a control attach of an inline session was accepted")
 	}
 }

@@ -20,6 +20,7 @@ import (
 
 // sessionKey is what a session is unique by.
 type sessionKey struct {
+	uid    uint32 // of the process that opened it: jobs are per user
 	job    string
 	dpRank uint32
 }
@@ -199,5 +200,5 @@ func (s *session) stop(waits *waitHistogram) {
 }
 
 func (s *session) labels() []string {
-	return []string{labelValue(s.key.job), strconv.FormatUint(uint64(s.key.dpRank), 10)}
+	return []string{strconv.FormatUint(uint64(s.key.uid), 10), labelValue(s.key.job), strconv.FormatUint(uint64(s.key.dpRank), 10)}
 }

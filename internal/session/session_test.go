@@ -79,7 +79,7 @@ func TestLifecycle(t *testing.T) {
 	if _, err := m.Open(ctxT(t), Request{Job: "j", DPRank: 1, DPSize: 2, Config: cfg}); !errors.Is(err, ErrSessionExists) {
 		t.Fatalf("a second open of a 1-consumer rank: %v", err)
 	}
-	feed, err := m.Attach(o.ID, 0, false)
+	feed, err := m.Attach(0, o.ID, 0, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,25 +95,25 @@ func TestLifecycle(t *testing.T) {
 	if err := feed.Release(2, 999, 0); !errors.Is(err, stream.ErrUnknownSlot) {
 		t.Fatalf("a release of a step never handed out: %v", err)
 	}
-	snap, err := m.State(o.ID, 5)
+	snap, err := m.State(0, o.ID, 5)
 	if err != nil || snap.DPRank != 1 || snap.DPSize != 2 {
 		t.Fatalf("state: %+v %v", snap, err)
 	}
 	folder := t.TempDir()
-	saved, err := m.Save(o.ID, 5, folder)
+	saved, err := m.Save(0, o.ID, 5, folder)
 	if err != nil || saved.Path != filepath.Join(folder, state.Dir, state.FileName(1, 2)) {
 		t.Fatalf("saved %+v, %v", saved, err)
 	}
 	if b, _ := os.ReadFile(saved.Path); string(b) != string(snap.State) || len(b) != saved.Bytes {
 		t.Fatal("the saved file is not the state State gave")
 	}
-	if err := m.Close(o.ID, 0); err != nil {
+	if err := m.Close(0, o.ID, 0); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(o.Ring.Path); !os.IsNotExist(err) || m.Sessions() != 0 {
 		t.Fatalf("after close: %d sessions, ring file: %v", m.Sessions(), err)
 	}
-	if _, err := m.State(o.ID, 5); !errors.Is(err, ErrNoSession) {
+	if _, err := m.State(0, o.ID, 5); !errors.Is(err, ErrNoSession) {
 		t.Fatalf("state of a closed session: %v", err)
 	}
 }
@@ -138,7 +138,7 @@ func TestGroupJoin(t *testing.T) {
 	}
 	var got [2][]string
 	for c := range 2 {
-		feed, err := m.Attach(a.ID, c, false)
+		feed, err := m.Attach(0, a.ID, c, false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -179,7 +179,7 @@ func TestCorpusShared(t *testing.T) {
 		t.Fatalf("%d corpora open with %d refs, want 1 with 2", n, refs)
 	}
 	for _, id := range ids {
-		if err := m.Close(id, 0); err != nil {
+		if err := m.Close(0, id, 0); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -200,11 +200,11 @@ func TestReclaim(t *testing.T) {
 	go func() { done <- m.Reap(ctx) }()
 	mustOpen(t, m, Request{Job: "never", DPSize: 1, Config: cfg})
 	o := mustOpen(t, m, Request{Job: "gone", DPSize: 1, Config: cfg})
-	feed, err := m.Attach(o.ID, 0, false)
+	feed, err := m.Attach(0, o.ID, 0, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.Attach(o.ID, 0, false); !errors.Is(err, ErrSessionExists) {
+	if _, err := m.Attach(0, o.ID, 0, false); !errors.Is(err, ErrSessionExists) {
 		t.Fatalf("a second attach of consumer 0: %v", err)
 	}
 	for i := 0; i < 100 && m.Sessions() != 1; i++ {
@@ -229,7 +229,7 @@ func TestShutdown(t *testing.T) {
 	m := newManager(t, Config{})
 	cfg := jobConfig(t, t.TempDir(), 0)
 	o := mustOpen(t, m, Request{Job: "j", DPSize: 1, Slots: 2, Config: cfg})
-	feed, err := m.Attach(o.ID, 0, false)
+	feed, err := m.Attach(0, o.ID, 0, false)
 	if err != nil {
 		t.Fatal(err)
 	}

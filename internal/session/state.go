@@ -12,8 +12,8 @@ import (
 // State is session id's rank state after step, encoded as a state file
 // holds it. The step must be one the session's consumers have been handed
 // and not older than the last one they all released.
-func (m *Manager) State(id string, step uint64) (Snapshot, error) {
-	ss, err := m.lookup(id)
+func (m *Manager) State(uid uint32, id string, step uint64) (Snapshot, error) {
+	ss, err := m.lookup(uid, id)
 	if err != nil {
 		return Snapshot{}, err
 	}
@@ -34,9 +34,9 @@ func (m *Manager) State(id string, step uint64) (Snapshot, error) {
 
 // Save writes session id's rank state after step into
 // <folder>/dataloader/rank-<r>-of-<W>.json, atomically.
-func (m *Manager) Save(id string, step uint64, folder string) (Saved, error) {
+func (m *Manager) Save(uid uint32, id string, step uint64, folder string) (Saved, error) {
 	start := time.Now()
-	ss, err := m.lookup(id)
+	ss, err := m.lookup(uid, id)
 	if err != nil {
 		return Saved{}, err
 	}
