@@ -8,7 +8,9 @@ the soak injects faults at random: kill -9 of the daemon (it is restarted,
 and the job resumes from its last whole checkpoint, on another world size),
 kill -9 of a rank (the job's other ranks are killed too, as torchrun does,
 and it resumes the same way), and noisy clients beside the job: sessions
-that never attach, loaders that take a batch and never release it. After
+that never attach, loaders that take a batch and never release it, a
+loader whose corpus file is replaced in place while it reads (it must get
+FileChangedError), a resume from a forged rank file (StateError, at once). After
 each round it checks that the job got every token of the epoch exactly once
 through its resumes, that the daemon is alive, and that once its sessions
 are gone its open files, goroutines and shm files are back to what they
@@ -44,7 +46,7 @@ sys.path.insert(0, os.path.join(REPO, "clients", "python", "tests"))
 from corpus import make_corpus  # noqa: E402
 
 import grpc  # noqa: E402
-from dataloaderd import DataloaderdError, Loader  # noqa: E402
+from dataloaderd import DataloaderdError, FileChangedError, Loader, StateError  # noqa: E402
 from dataloaderd._proto import dataloader_pb2 as pb  # noqa: E402
 from dataloaderd._proto import dataloader_pb2_grpc as pb_grpc  # noqa: E402
 from dataloaderd.config import to_proto  # noqa: E402
@@ -236,10 +238,14 @@ class Noise(threading.Thread):
         self.errors: List[str] = []
 
     def run(self) -> None:
-        kind = self.rng.choice(["never_attach", "never_release"])
+        kind = self.rng.choice(["never_attach", "never_release", "corpus_truncated", "forged_state"])
         started = self.d.starts
         try:
-            if kind == "never_attach":
+            if kind == "corpus_truncated":
+                self.truncated_corpus()
+            elif kind == "forged_state":
+                self.forged_state()
+            elif kind == "never_attach":
                 with grpc.insecure_channel("unix://" + self.d.socket) as ch:
                     pb_grpc.LoaderStub(ch).OpenSession(pb.OpenSessionRequest(
                         job=f"noise-{self.tag}", config=to_proto(self.config, "/"), dp_rank=0, dp_size=1), timeout=30)
@@ -252,6 +258,53 @@ class Noise(threading.Thread):
         except (DataloaderdError, grpc.RpcError) as e:
             if self.d.starts == started and self.d.alive():  # a daemon killed meanwhile ends it too
                 self.errors.append(f"{kind}: {e}")
+
+
+    def truncated_corpus(self) -> None:
+        """A loader on a corpus of its own whose .bin is replaced in place
+        (as cp does) while it reads: it must get FileChangedError naming it."""
+        work = tempfile.mkdtemp(dir=self.d.work)
+        datasets, _ = make_corpus(work, seed=self.rng.randrange(1 << 30))
+        cfg = dict(self.config, datasets=datasets)
+        with Loader(cfg, socket=self.d.socket, dp_rank=0, dp_size=1, job=f"noise-{self.tag}") as loader:
+            it = iter(loader)
+            next(it)
+            path = datasets[0]["path"] + ".bin"
+            with open(path, "wb") as f:
+                f.write(b"\x01" * 16)
+            try:
+                for _ in range(100000):
+                    next(it)
+            except FileChangedError as e:
+                if path not in str(e):
+                    self.errors.append(f"corpus_truncated: the error does not name {path}: {e}")
+            else:
+                self.errors.append("corpus_truncated: no error after the corpus file was cut short")
+
+    def forged_state(self) -> None:
+        """A resume from a rank file with one field forged past its shard:
+        refused at open with StateError, at once."""
+        folder = tempfile.mkdtemp(dir=self.d.work)
+        with Loader(self.config, socket=self.d.socket, dp_rank=0, dp_size=1, job=f"noise-{self.tag}") as loader:
+            it = iter(loader)
+            for _ in range(3):
+                next(it)
+            loader.save(folder)
+        path = os.path.join(folder, "dataloader", "rank-0-of-1.json")
+        with open(path) as f:
+            doc = json.load(f)
+        field = self.rng.choice(["pos", "offset", "taken", "lines"])
+        doc["shards"][0][field][0] = 1 << 50
+        with open(path, "w") as f:
+            json.dump(doc, f)
+        start = time.monotonic()
+        try:
+            next(iter(Loader(self.config, socket=self.d.socket, dp_rank=0, dp_size=1, job=f"noise-{self.tag}-r",
+                             resume_from=folder)))
+            self.errors.append(f"forged_state: a rank file with {field} = 2^50 was accepted")
+        except StateError:
+            if time.monotonic() - start > 10:
+                self.errors.append("forged_state: the refusal took more than 10 s")
 
 
 def settle(d: Daemon, timeout: float) -> Dict[str, Any]:
