@@ -3,6 +3,7 @@ package files
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -11,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -112,14 +114,51 @@ func (r *Roots) ReadRegular(what, path string, limit int64) ([]byte, error) {
 }
 
 // MkdirAll makes a directory and its missing parents.
+//
+// Each directory it creates is fsynced into its parent, so that a folder a
+// save made survives a power loss with the file written into it.
 func (r *Roots) MkdirAll(what, dir string, perm fs.FileMode) error {
+	var missing []string // deepest first
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		if _, err := r.Stat(what, d); err == nil || !errors.Is(err, fs.ErrNotExist) || d == filepath.Dir(d) {
+			break
+		}
+		missing = append(missing, d)
+	}
 	p, err := r.locate(what, dir)
 	if err != nil {
 		return err
 	}
 	defer p.close()
-	return p.mkdirAll(perm)
+	if err := p.mkdirAll(perm); err != nil {
+		return err
+	}
+	for _, d := range missing {
+		if err := r.syncDir(what, filepath.Dir(d)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
+
+// syncDir fsyncs directory dir: the entries made in it are on disk.
+func (r *Roots) syncDir(what, dir string) error {
+	p, err := r.locate(what, dir)
+	if err != nil {
+		return err
+	}
+	defer p.close()
+	d, err := p.open()
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// staleTemp is the age past which a temp file of an atomic write is taken
+// for one whose writer died (a kill mid-save): a save takes milliseconds.
+const staleTemp = 10 * time.Minute
 
 // WriteFileAtomic replaces path's contents with data so that a reader sees
 // either the old file or the new one whole, even across a crash: it writes
@@ -164,7 +203,41 @@ func (r *Roots) WriteFileAtomic(what, path string, data []byte) (err error) {
 		return err
 	}
 	defer d.Close()
-	return d.Sync()
+	if err := d.Sync(); err != nil {
+		return err
+	}
+	sweepTemps(p, d, tmpName)
+	return nil
+}
+
+// sweepTemps removes the temp files that atomic writes into directory d (p)
+// left when they were killed (every file named .<name>.tmp<16 hex>), once
+// they are stale. Best effort: one that cannot be removed stays for the
+// next write.
+func sweepTemps(p place, d *os.File, own string) {
+	entries, err := d.ReadDir(-1)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		name := e.Name()
+		if name == own || !isTemp(name) {
+			continue
+		}
+		if info, err := e.Info(); err == nil && time.Since(info.ModTime()) > staleTemp {
+			_ = p.child(name).remove()
+		}
+	}
+}
+
+// isTemp says whether name is that of an atomic write's temp file.
+func isTemp(name string) bool {
+	i := strings.LastIndex(name, ".tmp")
+	if !strings.HasPrefix(name, ".") || i < 1 || len(name) != i+4+16 {
+		return false
+	}
+	_, err := hex.DecodeString(name[i+4:])
+	return err == nil
 }
 
 // child is the place of the entry name of directory p.

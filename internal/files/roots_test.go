@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // tree makes a root and a directory outside it, each holding a file "f".
@@ -188,5 +189,43 @@ func TestFolder(t *testing.T) {
 	wantOutside(t, err, "resume_from", filepath.Join(root, "ckpt", "dataloader"))
 	if entries, _ := os.ReadDir(outside); len(entries) != 1 {
 		t.Errorf("outside holds %d entries after a refused write", len(entries))
+	}
+}
+
+// TestSaveSweepsStaleTemps: an atomic write removes the temp files that
+// killed writes into its directory left, once stale; a fresh one (a write
+// that may be under way) and files that are no temp files stay. Before,
+// every kill mid-save left a .rank-*.tmp* file for good.
+func TestSaveSweepsStaleTemps(t *testing.T) {
+	root, _, r := tree(t)
+	dir := filepath.Join(root, "ckpt", "run", "dataloader")
+	if err := r.MkdirAll("save folder", dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	stale := filepath.Join(dir, ".rank-0-of-2.json.tmp0123456789abcdef")
+	fresh := filepath.Join(dir, ".rank-0-of-2.json.tmpfedcba9876543210")
+	other := filepath.Join(dir, ".rank-1-of-2.json.tmp0123456789abcdef")
+	notTemp := filepath.Join(dir, ".rank-1-of-2.json.tmp-notes")
+	old := time.Now().Add(-time.Hour)
+	for _, p := range []string{stale, fresh, other, notTemp} {
+		write(t, p, "{")
+		if p != fresh {
+			if err := os.Chtimes(p, old, old); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := r.WriteFileAtomic("save folder", filepath.Join(dir, "rank-0-of-2.json"), []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{stale, other} {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Errorf("the stale temp file %s is still there", p)
+		}
+	}
+	for _, p := range []string{fresh, notTemp} {
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("%s: %v", p, err)
+		}
 	}
 }
