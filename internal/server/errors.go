@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"syscall"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -54,7 +55,8 @@ func toStatus(err error) error {
 		code = codes.Unimplemented
 	case errors.Is(err, mapped.ErrFault):
 		code = codes.DataLoss
-	case errors.Is(err, cuda.ErrOutOfMemory), errors.Is(err, session.ErrOverBudget):
+	case errors.Is(err, cuda.ErrOutOfMemory), errors.Is(err, session.ErrOverBudget),
+		errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
 		code = codes.ResourceExhausted
 	}
 	return status.Error(code, err.Error())

@@ -207,3 +207,11 @@ def test_ring_budget(tmp_path, config):
         assert first(Loader(big, socket=d.socket, dp_rank=1, dp_size=2, slots=6, job="budget")) is not None
     finally:
         d.stop()
+
+
+def test_config_too_large(daemon, config):
+    # A config past gRPC's message limit is a ConfigError that says how to
+    # shrink it, not the ResourceExhaustedError of a daemon out of memory.
+    huge = dict(config, datasets=[dict(config["datasets"][0], name=f"d{i}-" + "x" * 1000) for i in range(5000)])
+    with pytest.raises(ConfigError, match="too large for the daemon.*under 4 MiB"):
+        first(Loader(huge, socket=daemon.socket, dp_rank=0, dp_size=1))

@@ -68,8 +68,9 @@ class TransportUnavailableError(DataloaderdError):
 
 class ResourceExhaustedError(DataloaderdError):
     """The daemon is out of a resource the session needs: GPU memory for a
-    device ring, or one of its budgets (the message names it and the flag
-    that sets it, e.g. ``--ring-budget-mb``)."""
+    device ring, one of its budgets (the message names it and the flag that
+    sets it, e.g. ``--ring-budget-mb``), or space on the filesystem a save
+    writes to ("no space left on device", "disk quota exceeded")."""
 
 
 class FileChangedError(DataloaderdError):
@@ -124,6 +125,10 @@ def from_rpc_error(err: grpc.RpcError) -> DataloaderdError:
     name = None if status is None else status.name
     if not details:
         details = f"dataloaderd request failed ({name or 'no status'})"
+    if status == grpc.StatusCode.RESOURCE_EXHAUSTED and "larger than max" in details:
+        # gRPC's own limit on a message, not a resource of the daemon's.
+        return ConfigError(f"the request is too large for the daemon ({details}): a job config must be under "
+                           "4 MiB; name a dataset's files by directory or glob rather than one by one", name)
     return cls(details, name)
 
 
