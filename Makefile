@@ -44,7 +44,7 @@ RING_LAYOUT := internal/ring/layout.go clients/python/src/dataloaderd/_ring_layo
 # The tokenizer conformance targets and their variables (used by test-python).
 include mk/tokenize.mk
 
-.PHONY: all setup build test soak soak-short image slurm-check test-go test-python test-torch vet lint lint-go lint-python staticcheck bench bench-quick bench-go bench-spread demo generate generate-check clean
+.PHONY: all setup build test fuzz-short soak soak-short image slurm-check test-go test-python test-torch vet lint lint-go lint-python staticcheck bench bench-quick bench-go bench-spread demo generate generate-check clean
 
 all: build
 
@@ -113,7 +113,12 @@ $(TORCH_VENV)/.stamp: clients/python/pyproject.toml Makefile
 test-torch: build $(TORCH_VENV)/.stamp
 	DATALOADERD_BIN=$(BIN)/dataloaderd $(TORCH_VENV)/bin/python -m pytest -q clients/python/tests_torch
 
-test: setup generate-check generate-tokenize-check lint test-tokenize test-go test-python test-torch soak-short
+test: setup generate-check generate-tokenize-check lint test-tokenize test-go fuzz-short test-python test-torch soak-short
+
+# A bounded run of the fuzz target that resumes a real corpus from forged
+# states (internal/stream/fuzz_restore_test.go): no panic, no hang.
+fuzz-short:
+	$(GO) test -run '^$$' -fuzz FuzzRestore -fuzztime 15s ./internal/stream
 
 # The fault soak (scripts/soak/soak.py): random kill -9 of the daemon and of
 # ranks, and misbehaving clients, beside jobs that must get every token
