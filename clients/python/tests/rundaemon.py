@@ -115,3 +115,28 @@ class Daemon:
         made = (held | (set(self.files()) - self.before)) - rings_of_other_daemons(self.proc.pid)
         left = sorted(p for p in made if os.path.exists(p))
         assert left == [], f"ring files left in {SHM} after SIGTERM: {left}"
+
+
+def freeze(pid: int, timeout: float = 10.0) -> None:
+    """SIGSTOP to process pid, returning once every thread of it is stopped.
+
+    kill() only queues the stop: it takes effect when a thread of the
+    process next runs in the kernel and starts the group stop. The daemon's
+    threads run as SCHED_BATCH, so on a loaded machine that can take many
+    milliseconds, while its producer thread goes on serving batches (seen:
+    ten batches after the kill, the process still running)."""
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + timeout
+    while True:
+        states = []
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                    states.append(f.read().rsplit(")", 1)[1].split()[0])
+            except OSError:
+                continue
+        if states and all(s in ("T", "t") for s in states):
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"process {pid} not stopped {timeout} s after SIGSTOP: thread states {states}")
+        time.sleep(0.001)

@@ -19,7 +19,7 @@ import time
 import numpy as np
 import pytest
 
-from rundaemon import REPO, rings_of_other_daemons
+from rundaemon import REPO, freeze, rings_of_other_daemons
 from dataloaderd import Loader, _cuda
 from standin_torch import DeviceTensor as _DeviceTensor, StandinEvent as _Event, fake_torch as _fake_torch
 
@@ -139,7 +139,7 @@ def test_cuda_stuck_daemon_times_out(daemon_factory, standin, client_standin, co
                     fast=fast, batch_timeout=1.0)
     it = iter(loader)
     assert next(it)["step"] == 1
-    os.kill(d.proc.pid, signal.SIGSTOP)
+    freeze(d.proc.pid)  # every thread stopped: no batch comes after this
     try:
         with pytest.raises(BatchTimeoutError, match="within batch_timeout=1 s") as info:
             for _ in range(10):

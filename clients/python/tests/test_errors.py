@@ -8,7 +8,7 @@ import subprocess
 import grpc
 import pytest
 
-from rundaemon import BIN
+from rundaemon import BIN, freeze
 from dataloaderd import TransportUnavailableError
 from dataloaderd._proto import dataloader_pb2 as pb
 from dataloaderd._proto import dataloader_pb2_grpc as pb_grpc
@@ -144,7 +144,7 @@ def test_stuck_daemon_times_out(daemon, config, fast):
                     batch_timeout=1.0, slots=2)
     it = iter(loader)
     next(it)
-    os.kill(daemon.proc.pid, signal.SIGSTOP)
+    freeze(daemon.proc.pid)  # every thread stopped: no batch comes after this
     try:
         start = time.monotonic()
         with pytest.raises(BatchTimeoutError, match=r"within batch_timeout=1 s .* job 'stuck', dp_rank 0") as info:
