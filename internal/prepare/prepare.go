@@ -244,10 +244,16 @@ func (r *run) file(ctx context.Context, f source.File, prefix string) (err error
 		g.Go(func() error { return r.tokenizeUnits(gctx, ds, &next, window, results) })
 	}
 	g.Go(func() error { return r.writeUnits(gctx, w, f, window, results) })
-	if err := g.Wait(); err != nil {
-		if errors.Is(err, context.Canceled) && ctx.Err() != nil {
-			return fmt.Errorf("interrupted while writing %s (finished files are kept; run again to go on): %w", prefix, ctx.Err())
+	err = g.Wait()
+	if err == nil || errors.Is(err, context.Canceled) {
+		// A select on a cancelled context and a ready channel may take
+		// either: the workers can finish every unit after the cancel. A
+		// cancelled run commits nothing more, whatever they did.
+		if cerr := ctx.Err(); cerr != nil {
+			return fmt.Errorf("interrupted while writing %s (finished files are kept; run again to go on): %w", prefix, cerr)
 		}
+	}
+	if err != nil {
 		return err
 	}
 	if err := writeRecord(prefix, r.recordOf(f, w.Documents(), r.snapshot().Tokens-tokensBefore, bad.Load())); err != nil {
