@@ -18,9 +18,9 @@ import (
 // edited field (a flipped digit) that puts a cursor past its shard, an
 // offset past its unit, a step near 2^64, taken past a window, or a
 // mixture log that does not fit, is refused when the session opens, naming
-// the file's shard and field. Before, a cursor past its shard made the
-// producer walk forever (a core at 100%, the session could not be closed)
-// and step 2^64-1 hung with no error.
+// the rank files' folder, the shard and the field. Before, a cursor past
+// its shard made the producer walk forever (a core at 100%, the session
+// could not be closed) and step 2^64-1 hung with no error.
 func TestForgedStatesRefusedAtOpen(t *testing.T) {
 	m := newManager(t, Config{})
 	cfg := jobConfig(t, t.TempDir(), 0)
@@ -82,8 +82,8 @@ func TestForgedStatesRefusedAtOpen(t *testing.T) {
 			}()
 			select {
 			case err := <-done:
-				if !errors.Is(err, state.ErrMismatch) || !strings.Contains(err.Error(), c.want) {
-					t.Fatalf("open: %v, want a refusal saying %q", err, c.want)
+				if !errors.Is(err, state.ErrMismatch) || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), dir) {
+					t.Fatalf("open: %v, want a refusal naming %s and saying %q", err, dir, c.want)
 				}
 			case <-time.After(10 * time.Second):
 				t.Fatal("the open of a forged state hangs")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"time"
 
 	"go.uber.org/zap"
@@ -142,6 +143,9 @@ func (m *Manager) newSession(key sessionKey, req Request, group string) (*sessio
 	rank, err := stream.NewRank(corpus, req.DPRank, req.DPSize, from)
 	if err != nil {
 		release()
+		if from != nil {
+			err = fmt.Errorf("%s: %w", resumeSource(req), err)
+		}
 		return nil, err
 	}
 	id := newSessionID()
@@ -180,6 +184,21 @@ func (s *session) describe(c, device int) Opened {
 	cfg := s.corpus.Config()
 	return Opened{ID: s.id, Consumer: c, Transport: s.transport, Ring: s.ring.Layout(device),
 		LineTokens: cfg.LineTokens(), BatchSize: cfg.BatchSize, StartStep: s.pipeline.StartStep()}
+}
+
+// resumeSource names where a restored state came from, for an error that a
+// state refused against the corpus gives: the rank files' folder, or the
+// request's field.
+func resumeSource(req Request) string {
+	switch {
+	case req.ResumeSharded != nil:
+		return "resume_sharded"
+	case req.ResumeFrom != "":
+		return fmt.Sprintf("resume_from %s", filepath.Join(req.ResumeFrom, state.Dir))
+	case len(req.ResumeStates) > 0:
+		return "resume_states"
+	}
+	return "restored state"
 }
 
 // restore builds the state a session resumes from, if any; a resume folder
