@@ -201,10 +201,17 @@ class Job:
                     self.history.append((rec["step"], rec["tokens"]))
 
     def rewind(self) -> None:
-        """Resumes from the last whole checkpoint of any launch: the history
-        past it is dropped, as the training it belonged to."""
+        """Resumes from the last whole checkpoint of the launch that just
+        ended, or where that launch resumed from: the history past it is
+        dropped, as the training it belonged to.
+
+        Only that launch's folders count. A save in flight when its rank was
+        killed is still finished by the daemon, so a folder of an earlier
+        launch can become whole after the history past it was dropped; a
+        trainer marks its own checkpoints whole (examples/train_gpt.py
+        writes `latest`), and would not resume from such a folder either."""
         best = (self.resumed_at, self.resume)
-        for folder in glob.glob(os.path.join(self.work, "ckpt-L*", "step-*")):
+        for folder in glob.glob(os.path.join(self.work, f"ckpt-L{self.launches - 1}", "step-*")):
             files = glob.glob(os.path.join(folder, "dataloader", "rank-*-of-*.json"))
             if not files:
                 continue
