@@ -203,6 +203,7 @@ image:
 	$$tool build --build-arg DATALOADERD_VERSION=$(DATALOADERD_VERSION) -t $(IMAGE) .
 
 # A one-node Slurm cluster from Debian's packages on this machine, and the
-# sbatch recipe of deploy/slurm run on it for real (needs root).
+# sbatch recipe of deploy/slurm run on it for real (needs root). It trains
+# examples/train_gpt.py, so it needs torch in $(TORCH_VENV) (make test-torch).
 slurm-check: build
-	scripts/slurm-check.sh
+	TORCH_VENV=$(TORCH_VENV) scripts/slurm-check.sh
