@@ -181,4 +181,36 @@ state=$(scontrol show job "$job" | grep -o 'JobState=[A-Z_]*')
 nothing_left "$job"
 echo "slurm-check: job $job cancelled after $steps rank-steps, gone in $(( $(date +%s) - start )) s, left no daemon, socket or ring"
 
+# A SIGTERM to the batch script alone (as --signal=B:TERM@120 sends before the
+# time limit): the recipe passes it on to the torchrun step at once, and
+# stops the daemons only after that step has ended.
+job=$(config=long.json submit stopped)
+steps=0
+for _ in $(seq 240); do
+  steps=$(cat "$work"/job/stopped/records/rank-*-of-2.jsonl 2>/dev/null | wc -l || true)
+  [ "$steps" -ge 10 ] && break
+  [ -n "$(squeue -h -j "$job" 2>/dev/null)" ] || { echo "slurm-check: job $job ended before it was signalled" >&2; exit 1; }
+  sleep 0.5
+done
+[ "$steps" -ge 10 ] || { echo "slurm-check: job $job logged $steps steps in 120 s" >&2; exit 1; }
+steps_of=$(squeue --steps -h -j "$job" -o "%i %j")
+trainer_step=$(awk '$2 == "torchrun" {print $1}' <<<"$steps_of")
+daemon_step=$(awk '$2 == "dataloaderd" {print $1}' <<<"$steps_of")
+[ -n "$trainer_step" ] && [ -n "$daemon_step" ] || { echo "slurm-check: job $job's steps: $steps_of" >&2; exit 1; }
+start=$(date +%s)
+scancel --batch --signal=TERM "$job"
+for _ in $(seq 120); do
+  [ -n "$(squeue -h -j "$job" 2>/dev/null)" ] || break
+  sleep 0.5
+done
+[ -z "$(squeue -h -j "$job" 2>/dev/null)" ] || { echo "slurm-check: job $job still runs 60 s after its SIGTERM" >&2; exit 1; }
+# slurmd logs the end of each step in turn: the daemons' step must end after
+# the torchrun step.
+ended() { grep -n -F "[$1] done with job" "$work/log/slurmd.log" | head -n 1 | cut -d: -f1 || true; }
+sleep 1
+t=$(ended "$trainer_step") d=$(ended "$daemon_step")
+[ -n "$t" ] && [ -n "$d" ] || { echo "slurm-check: slurmd.log has no end of step $trainer_step or $daemon_step" >&2; exit 1; }
+[ "$d" -gt "$t" ] || { echo "slurm-check: job $job: the daemons' step $daemon_step ended before the torchrun step $trainer_step" >&2; exit 1; }
+nothing_left "$job"
+echo "slurm-check: job $job stopped by SIGTERM after $steps rank-steps (torchrun step $trainer_step ended before the daemons' step $daemon_step), gone in $(( $(date +%s) - start )) s ($(scontrol show job "$job" | grep -oE 'JobState=[A-Z_]+|ExitCode=[0-9:]+' | tr '\n' ' ')), left no daemon, socket or ring"
 echo "slurm-check: OK"
