@@ -75,11 +75,49 @@ def test_training_pod_choices():
             own = seconds(flag(cmd, "--timeout") or "3s")  # the healthcheck's default
             assert probe.get("timeoutSeconds", 1) > own, f"{kind}: timeoutSeconds {probe.get('timeoutSeconds', 1)} <= --timeout {own}"
             assert flag(cmd, "--socket") == flag(side["args"], "--socket"), kind
+        # The pod's grace period holds the trainer's last save and then the
+        # daemon's own stop (the default 30 s is too short for the first).
+        grace = spec.get("terminationGracePeriodSeconds")
+        assert grace is not None, "the pod must set terminationGracePeriodSeconds"
+        assert grace > seconds(flag(side["args"], "--stop-timeout") or "10s"), "the daemon must stop within the pod's grace period"
         # The rings' budget fits in the shm volume.
         shm = next(v for v in spec["volumes"] if v["name"] == "shm")
         assert shm["emptyDir"]["medium"] == "Memory"
         limit_gi = float(shm["emptyDir"]["sizeLimit"].rstrip("Gi"))
         assert int(flag(side["args"], "--ring-budget-mb")) <= limit_gi * 1024
+
+
+def walk(node):
+    """Every (key, value) of the dicts in a YAML document."""
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield k, v
+            yield from walk(v)
+    elif isinstance(node, list):
+        for v in node:
+            yield from walk(v)
+
+
+def test_readme_says_what_the_manifest_does():
+    with open(os.path.join(REPO, "deploy", "README.md")) as f:
+        section = f.read().split("\n## Kubernetes\n", 1)[1].split("\n## ", 1)[0]
+    said = re.findall(r"`(\w+): ([^`]+)`", section)
+    assert any(k == "restartPolicy" for k, _ in said), "the README names the pod's restartPolicy"
+    for path, doc in sidecar_pods():
+        spec = pod_spec(doc)
+        told = {v for k, v in said if k == "restartPolicy"} - {"Always"}  # Always: the sidecar's own
+        assert told == {spec["restartPolicy"]}, f"{path}: the README says restartPolicy {told}"
+        # Every other `key: value` the README quotes is in the manifest.
+        values = {}
+        for k, v in walk(doc):
+            values.setdefault(k, set()).add(str(v))
+        for k, v in said:
+            assert v in values.get(k, ()), f"the README says `{k}: {v}`; {path} has {sorted(values.get(k, ()))}"
+        # And the healthcheck's --timeout it quotes is the probes'.
+        side = next(c for c in spec["initContainers"] if c["name"] == "dataloaderd")
+        for t in re.findall(r"healthcheck --timeout (\S+?)`", section):
+            for kind in ("startupProbe", "readinessProbe", "livenessProbe"):
+                assert flag(side[kind]["exec"]["command"], "--timeout") == t, kind
 
 
 def dockerfile():
