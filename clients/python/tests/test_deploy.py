@@ -7,6 +7,8 @@ import glob
 import os
 import re
 import shlex
+import shutil
+import subprocess
 
 import kubernetes_validate
 import pytest
@@ -194,3 +196,31 @@ def test_systemd_unit_is_hardened():
     assert roots and set(roots) <= set(setting("RequiresMountsFor"))
     writable = set(setting("ReadWritePaths"))
     assert "/dev/shm" in writable and "/checkpoints" in writable
+
+
+SYSTEM_UNITS = next((d for d in ("/usr/lib/systemd/system", "/lib/systemd/system") if os.path.isdir(d)), None)
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None or SYSTEM_UNITS is None,
+                    reason="needs systemd-analyze and systemd's units (Debian's package systemd)")
+def test_systemd_unit_verifies(tmp_path):
+    # systemd-analyze verify in a root of its own: systemd's units, this unit,
+    # and a stand-in for each program it runs (verify checks that they are
+    # executable). It needs no running systemd. It warns of an unknown key or
+    # a bad value but still exits 0, so any output fails the test.
+    root = tmp_path / "root"
+    shutil.copytree(SYSTEM_UNITS, root / "usr/lib/systemd/system", symlinks=True)
+    (root / "etc/systemd/system").mkdir(parents=True)
+    shutil.copy(os.path.join(REPO, "deploy", "dataloaderd.service"), root / "etc/systemd/system")
+    with open(os.path.join(REPO, "deploy", "dataloaderd.service")) as f:
+        programs = re.findall(r"^Exec\w+=[-@:+!]*(/\S+)", f.read(), re.M)
+    assert "/usr/local/bin/dataloaderd" in programs
+    for prog in programs:
+        stub = root / prog.lstrip("/")
+        stub.parent.mkdir(parents=True, exist_ok=True)
+        stub.write_text("#!/bin/sh\n")
+        stub.chmod(0o755)
+    r = subprocess.run(["systemd-analyze", "verify", f"--root={root}", "dataloaderd.service"],
+                       capture_output=True, text=True, timeout=60)
+    out = (r.stdout + r.stderr).strip()
+    assert r.returncode == 0 and not out, out
