@@ -166,6 +166,17 @@ def test_systemd_unit_says_what_it_does():
     assert sock.startswith("/run/" + re.search(r"^RuntimeDirectory=(\S+)", unit, re.M).group(1) + "/")
     assert sock in unit.split("[Unit]")[0], "the header comment names the socket the unit serves"
     assert re.search(r"^Restart=on-failure", unit, re.M)
+    # The numbers the comments give are the unit's.
+    comments = "\n".join(line for line in unit.splitlines() if line.startswith("#"))
+    mode = re.search(r"^RuntimeDirectoryMode=(\d+)", unit, re.M).group(1)
+    assert f"the directory below is {mode}" in comments, "the header comment gives the socket directory's mode"
+    stop = flag(args, "--stop-timeout") or "10s"
+    assert f"--stop-timeout ({seconds(stop):g} s)" in comments
+    kill = re.search(r"^TimeoutStopSec=(\d+)", unit, re.M).group(1)
+    assert f"systemd waits {kill} s before SIGKILL" in comments
+    post = re.search(r"^ExecStartPost=.*$", unit, re.M).group(0)
+    tries, pause, each = re.search(r"seq (\d+)\).*--timeout (\d+)s.*sleep ([\d.]+)", post).group(1, 3, 2)
+    assert f"{tries} tries {pause} s apart, each given {each} s" in " ".join(comments.replace("#", " ").split())
 
 
 def test_systemd_unit_stops_in_time():
