@@ -235,3 +235,30 @@ def test_systemd_unit_verifies(tmp_path):
                        capture_output=True, text=True, timeout=60)
     out = (r.stdout + r.stderr).strip()
     assert r.returncode == 0 and not out, out
+
+
+def test_sbatch_recipe_shape():
+    # make slurm-check runs the recipe on a real cluster (root, Debian's
+    # Slurm); this reads it, so that make test catches a recipe that lost
+    # one of the choices deploy/README.md describes.
+    path = os.path.join(REPO, "deploy", "slurm", "dataloaderd.sbatch")
+    subprocess.run(["bash", "-n", path], check=True)
+    with open(path) as f:
+        text = f.read()
+    joined = text.replace("\\\n", " ")
+    # A node-local socket named by the job.
+    sock = re.search(r"^export DATALOADERD_SOCKET=\$\{DATALOADERD_SOCKET:-(\S+)\}$", text, re.M).group(1)
+    assert sock.startswith("/tmp/") and "$SLURM_JOB_ID" in sock
+    assert re.search(r"^export DATALOADERD_JOB=\S*\$SLURM_JOB_ID", text, re.M)
+    # One daemon per node, an overlapping step, stopped with its slurmstepd.
+    daemon = next(line for line in joined.splitlines() if " serve " in line and line.startswith("srun "))
+    assert "--overlap" in daemon and "--ntasks-per-node=1" in daemon and "--exit-with-parent" in daemon
+    assert daemon.rstrip().endswith("&"), "the daemons' step runs in the background"
+    # torchrun per node, in the background so that a signal is handled while
+    # it runs; signals go to it, the daemons are stopped after.
+    trainer = next(line for line in joined.splitlines() if line.startswith("srun ") and "torchrun" in line.lower())
+    assert "--ntasks-per-node=1" in trainer and '--nnodes="$SLURM_NNODES"' in trainer
+    assert '--rdzv-id="$SLURM_JOB_ID"' in trainer and trainer.rstrip().endswith("&")
+    assert re.search(r"^trap stop_daemons EXIT$", text, re.M)
+    assert re.search(r"^trap 'on_signal TERM' TERM$", text, re.M)
+    assert re.search(r"^#SBATCH --signal=B:TERM@\d+$", text, re.M)
