@@ -55,8 +55,10 @@ cleanup() {
   local code=$?
   # The cluster is this check's own: cancel whatever job of it still runs
   # before its daemons stop.
-  if [ -n "$(squeue -h -o %i 2>/dev/null)" ]; then
-    scancel --full $(squeue -h -o %i) 2>/dev/null || true
+  local jobs
+  mapfile -t jobs < <(squeue -h -o %i 2>/dev/null || true)
+  if [ "${#jobs[@]}" -gt 0 ]; then
+    scancel --full "${jobs[@]}" 2>/dev/null || true
     for _ in $(seq 60); do [ -z "$(squeue -h -o %i 2>/dev/null)" ] && break; sleep 0.5; done
   fi
   for p in "${started[@]}"; do kill "$p" 2>/dev/null || true; done
@@ -196,7 +198,7 @@ done
 steps_of=$(squeue --steps -h -j "$job" -o "%i %j")
 trainer_step=$(awk '$2 == "torchrun" {print $1}' <<<"$steps_of")
 daemon_step=$(awk '$2 == "dataloaderd" {print $1}' <<<"$steps_of")
-[ -n "$trainer_step" ] && [ -n "$daemon_step" ] || { echo "slurm-check: job $job's steps: $steps_of" >&2; exit 1; }
+if [ -z "$trainer_step" ] || [ -z "$daemon_step" ]; then echo "slurm-check: job $job's steps: $steps_of" >&2; exit 1; fi
 start=$(date +%s)
 scancel --batch --signal=TERM "$job"
 for _ in $(seq 120); do
@@ -209,7 +211,7 @@ done
 ended() { grep -n -F "[$1] done with job" "$work/log/slurmd.log" | head -n 1 | cut -d: -f1 || true; }
 sleep 1
 t=$(ended "$trainer_step") d=$(ended "$daemon_step")
-[ -n "$t" ] && [ -n "$d" ] || { echo "slurm-check: slurmd.log has no end of step $trainer_step or $daemon_step" >&2; exit 1; }
+if [ -z "$t" ] || [ -z "$d" ]; then echo "slurm-check: slurmd.log has no end of step $trainer_step or $daemon_step" >&2; exit 1; fi
 [ "$d" -gt "$t" ] || { echo "slurm-check: job $job: the daemons' step $daemon_step ended before the torchrun step $trainer_step" >&2; exit 1; }
 nothing_left "$job"
 echo "slurm-check: job $job stopped by SIGTERM after $steps rank-steps (torchrun step $trainer_step ended before the daemons' step $daemon_step), gone in $(( $(date +%s) - start )) s ($(scontrol show job "$job" | grep -oE 'JobState=[A-Z_]+|ExitCode=[0-9:]+' | tr '\n' ' ')), left no daemon, socket or ring"
