@@ -44,7 +44,7 @@ RING_LAYOUT := internal/ring/layout.go clients/python/src/dataloaderd/_ring_layo
 # The tokenizer conformance targets and their variables (used by test-python).
 include mk/tokenize.mk
 
-.PHONY: all setup build test fuzz-short soak soak-short image slurm-check test-go test-python test-torch vet lint lint-go lint-python staticcheck bench bench-quick bench-go bench-spread demo generate generate-check clean
+.PHONY: all setup build test fuzz-short soak soak-short image image-check slurm-check test-go test-python test-torch vet lint lint-go lint-python staticcheck bench bench-quick bench-go bench-spread demo generate generate-check clean
 
 all: build
 
@@ -192,17 +192,28 @@ clean:
 	rm -rf $(BIN) $(VENV) $(TOOLS) $(TORCH_VENV) $(BENCH_VENV) bench/.corpus
 
 # The daemon's image (Dockerfile), with the first container tool that works
-# here: a Docker engine, podman, or buildah.
+# here (answers its info command): a Docker engine, podman, or buildah;
+# CONTAINER_TOOL=podman (say) picks one. Where crun refuses a hybrid cgroup
+# hierarchy, BUILDAH_ISOLATION=chroot lets buildah run the build's RUN steps.
 IMAGE ?= dataloaderd:$(or $(DATALOADERD_VERSION),dev)
+CONTAINER_TOOL ?=
 image:
-	@if docker info >/dev/null 2>&1; then tool=docker; \
-	elif command -v podman >/dev/null 2>&1; then tool=podman; \
-	elif command -v buildah >/dev/null 2>&1; then tool=buildah; \
-	else echo "make image: no container tool works here (no Docker engine answers docker info; no podman or buildah)" >&2; exit 2; fi; \
+	@tool='$(CONTAINER_TOOL)'; \
+	if [ -z "$$tool" ]; then \
+		for t in docker podman buildah; do $$t info >/dev/null 2>&1 && { tool=$$t; break; }; done; \
+	fi; \
+	if [ -z "$$tool" ]; then echo "make image: no container tool works here (none of docker, podman, buildah answers its info command)" >&2; exit 2; fi; \
 	echo "$$tool build -t $(IMAGE)"; \
 	$$tool build --build-arg DATALOADERD_VERSION=$(DATALOADERD_VERSION) -t $(IMAGE) .
 
+# The image built and run offline (scripts/image-check.sh, root, buildah):
+# stand-ins for its base images, made from this machine's Go and glibc in a
+# container store of its own, since no container registry may be reachable.
+image-check: build
+	scripts/image-check.sh
+
 # A one-node Slurm cluster from Debian's packages on this machine, and the
-# sbatch recipe of deploy/slurm run on it for real (needs root).
+# sbatch recipe of deploy/slurm run on it for real (needs root). It trains
+# examples/train_gpt.py, so it needs torch in $(TORCH_VENV) (make test-torch).
 slurm-check: build
-	scripts/slurm-check.sh
+	TORCH_VENV=$(TORCH_VENV) scripts/slurm-check.sh

@@ -7,6 +7,8 @@ import glob
 import os
 import re
 import shlex
+import shutil
+import subprocess
 
 import kubernetes_validate
 import pytest
@@ -75,11 +77,49 @@ def test_training_pod_choices():
             own = seconds(flag(cmd, "--timeout") or "3s")  # the healthcheck's default
             assert probe.get("timeoutSeconds", 1) > own, f"{kind}: timeoutSeconds {probe.get('timeoutSeconds', 1)} <= --timeout {own}"
             assert flag(cmd, "--socket") == flag(side["args"], "--socket"), kind
+        # The pod's grace period holds the trainer's last save and then the
+        # daemon's own stop (the default 30 s is too short for the first).
+        grace = spec.get("terminationGracePeriodSeconds")
+        assert grace is not None, "the pod must set terminationGracePeriodSeconds"
+        assert grace > seconds(flag(side["args"], "--stop-timeout") or "10s"), "the daemon must stop within the pod's grace period"
         # The rings' budget fits in the shm volume.
         shm = next(v for v in spec["volumes"] if v["name"] == "shm")
         assert shm["emptyDir"]["medium"] == "Memory"
         limit_gi = float(shm["emptyDir"]["sizeLimit"].rstrip("Gi"))
         assert int(flag(side["args"], "--ring-budget-mb")) <= limit_gi * 1024
+
+
+def walk(node):
+    """Every (key, value) of the dicts in a YAML document."""
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield k, v
+            yield from walk(v)
+    elif isinstance(node, list):
+        for v in node:
+            yield from walk(v)
+
+
+def test_readme_says_what_the_manifest_does():
+    with open(os.path.join(REPO, "deploy", "README.md")) as f:
+        section = f.read().split("\n## Kubernetes\n", 1)[1].split("\n## ", 1)[0]
+    said = re.findall(r"`(\w+): ([^`]+)`", section)
+    assert any(k == "restartPolicy" for k, _ in said), "the README names the pod's restartPolicy"
+    for path, doc in sidecar_pods():
+        spec = pod_spec(doc)
+        told = {v for k, v in said if k == "restartPolicy"} - {"Always"}  # Always: the sidecar's own
+        assert told == {spec["restartPolicy"]}, f"{path}: the README says restartPolicy {told}"
+        # Every other `key: value` the README quotes is in the manifest.
+        values = {}
+        for k, v in walk(doc):
+            values.setdefault(k, set()).add(str(v))
+        for k, v in said:
+            assert v in values.get(k, ()), f"the README says `{k}: {v}`; {path} has {sorted(values.get(k, ()))}"
+        # And the healthcheck's --timeout it quotes is the probes'.
+        side = next(c for c in spec["initContainers"] if c["name"] == "dataloaderd")
+        for t in re.findall(r"healthcheck --timeout (\S+?)`", section):
+            for kind in ("startupProbe", "readinessProbe", "livenessProbe"):
+                assert flag(side[kind]["exec"]["command"], "--timeout") == t, kind
 
 
 def dockerfile():
@@ -126,6 +166,17 @@ def test_systemd_unit_says_what_it_does():
     assert sock.startswith("/run/" + re.search(r"^RuntimeDirectory=(\S+)", unit, re.M).group(1) + "/")
     assert sock in unit.split("[Unit]")[0], "the header comment names the socket the unit serves"
     assert re.search(r"^Restart=on-failure", unit, re.M)
+    # The numbers the comments give are the unit's.
+    comments = "\n".join(line for line in unit.splitlines() if line.startswith("#"))
+    mode = re.search(r"^RuntimeDirectoryMode=(\d+)", unit, re.M).group(1)
+    assert f"the directory below is {mode}" in comments, "the header comment gives the socket directory's mode"
+    stop = flag(args, "--stop-timeout") or "10s"
+    assert f"--stop-timeout ({seconds(stop):g} s)" in comments
+    kill = re.search(r"^TimeoutStopSec=(\d+)", unit, re.M).group(1)
+    assert f"systemd waits {kill} s before SIGKILL" in comments
+    post = re.search(r"^ExecStartPost=.*$", unit, re.M).group(0)
+    tries, pause, each = re.search(r"seq (\d+)\).*--timeout (\d+)s.*sleep ([\d.]+)", post).group(1, 3, 2)
+    assert f"{tries} tries {pause} s apart, each given {each} s" in " ".join(comments.replace("#", " ").split())
 
 
 def test_systemd_unit_stops_in_time():
@@ -156,3 +207,58 @@ def test_systemd_unit_is_hardened():
     assert roots and set(roots) <= set(setting("RequiresMountsFor"))
     writable = set(setting("ReadWritePaths"))
     assert "/dev/shm" in writable and "/checkpoints" in writable
+
+
+SYSTEM_UNITS = next((d for d in ("/usr/lib/systemd/system", "/lib/systemd/system") if os.path.isdir(d)), None)
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None or SYSTEM_UNITS is None,
+                    reason="needs systemd-analyze and systemd's units (Debian's package systemd)")
+def test_systemd_unit_verifies(tmp_path):
+    # systemd-analyze verify in a root of its own: systemd's units, this unit,
+    # and a stand-in for each program it runs (verify checks that they are
+    # executable). It needs no running systemd. It warns of an unknown key or
+    # a bad value but still exits 0, so any output fails the test.
+    root = tmp_path / "root"
+    shutil.copytree(SYSTEM_UNITS, root / "usr/lib/systemd/system", symlinks=True)
+    (root / "etc/systemd/system").mkdir(parents=True)
+    shutil.copy(os.path.join(REPO, "deploy", "dataloaderd.service"), root / "etc/systemd/system")
+    with open(os.path.join(REPO, "deploy", "dataloaderd.service")) as f:
+        programs = re.findall(r"^Exec\w+=[-@:+!]*(/\S+)", f.read(), re.M)
+    assert "/usr/local/bin/dataloaderd" in programs
+    for prog in programs:
+        stub = root / prog.lstrip("/")
+        stub.parent.mkdir(parents=True, exist_ok=True)
+        stub.write_text("#!/bin/sh\n")
+        stub.chmod(0o755)
+    r = subprocess.run(["systemd-analyze", "verify", f"--root={root}", "dataloaderd.service"],
+                       capture_output=True, text=True, timeout=60)
+    out = (r.stdout + r.stderr).strip()
+    assert r.returncode == 0 and not out, out
+
+
+def test_sbatch_recipe_shape():
+    # make slurm-check runs the recipe on a real cluster (root, Debian's
+    # Slurm); this reads it, so that make test catches a recipe that lost
+    # one of the choices deploy/README.md describes.
+    path = os.path.join(REPO, "deploy", "slurm", "dataloaderd.sbatch")
+    subprocess.run(["bash", "-n", path], check=True)
+    with open(path) as f:
+        text = f.read()
+    joined = text.replace("\\\n", " ")
+    # A node-local socket named by the job.
+    sock = re.search(r"^export DATALOADERD_SOCKET=\$\{DATALOADERD_SOCKET:-(\S+)\}$", text, re.M).group(1)
+    assert sock.startswith("/tmp/") and "$SLURM_JOB_ID" in sock
+    assert re.search(r"^export DATALOADERD_JOB=\S*\$SLURM_JOB_ID", text, re.M)
+    # One daemon per node, an overlapping step, stopped with its slurmstepd.
+    daemon = next(line for line in joined.splitlines() if " serve " in line and line.startswith("srun "))
+    assert "--overlap" in daemon and "--ntasks-per-node=1" in daemon and "--exit-with-parent" in daemon
+    assert daemon.rstrip().endswith("&"), "the daemons' step runs in the background"
+    # torchrun per node, in the background so that a signal is handled while
+    # it runs; signals go to it, the daemons are stopped after.
+    trainer = next(line for line in joined.splitlines() if line.startswith("srun ") and "torchrun" in line.lower())
+    assert "--ntasks-per-node=1" in trainer and '--nnodes="$SLURM_NNODES"' in trainer
+    assert '--rdzv-id="$SLURM_JOB_ID"' in trainer and trainer.rstrip().endswith("&")
+    assert re.search(r"^trap stop_daemons EXIT$", text, re.M)
+    assert re.search(r"^trap 'on_signal TERM' TERM$", text, re.M)
+    assert re.search(r"^#SBATCH --signal=B:TERM@\d+$", text, re.M)
