@@ -90,7 +90,19 @@ func (s benchSlots) Slot(i int) []byte { return s[i] }
 // BenchmarkCorpusPipeline is the daemon's producer as a session runs it:
 // Pipeline.Run filling a ring of 8 slots, one consumer taking and releasing
 // every batch (without reading it: the clients' part is measured end to end).
-func BenchmarkCorpusPipeline(b *testing.B) {
+func BenchmarkCorpusPipeline(b *testing.B) { benchPipeline(b) }
+
+// BenchmarkCorpusPipelineUnguarded is BenchmarkCorpusPipeline with the
+// pipeline's fault guard (mapped.Guard) replaced by a plain call: the two
+// rows of one run give the guard's cost.
+func BenchmarkCorpusPipelineUnguarded(b *testing.B) {
+	saved := guardMapped
+	guardMapped = func(fn func() error) error { return fn() }
+	defer func() { guardMapped = saved }()
+	benchPipeline(b)
+}
+
+func benchPipeline(b *testing.B) {
 	c := envBenchCorpus(b)
 	rank, err := NewRank(c, 0, 1, nil)
 	if err != nil {

@@ -18,6 +18,7 @@ ROWS = [
     ("numpy_copy", "numpy copy, 1 core (ceiling)", "tokens/s", "numpy_copy"),
     ("go_rank", "Go pipeline into a buffer, 1 core", "tokens/s", "go_copy"),
     ("go_pipeline", "Go pipeline into an 8-slot ring, 1 core", "tokens/s", "go_copy"),
+    ("go_pipeline_unguarded", "Go pipeline into an 8-slot ring, fault guard off, 1 core", "tokens/s", "go_copy"),
     ("e2e_shm_1", "client shm, 1 process", "tokens/s", "numpy_copy"),
     ("e2e_shm_2", "client shm, 2 processes (sum)", "tokens/s", "numpy_copy"),
     ("e2e_shm_8", "client shm, 8 processes (sum)", "tokens/s", "numpy_copy"),

@@ -26,6 +26,13 @@ def pipeline(rows):
     return f"{rank:.3f}x Go copy into a buffer; {ring:.3f}x into the 8-slot ring", rank >= 0.5
 
 
+def fault_guard(rows):
+    on, off = rows.med("go_pipeline"), rows.med("go_pipeline_unguarded")
+    if not (on and off):
+        return "not measured", None
+    return f"guarded / unguarded pipeline = {on / off:.3f}", on / off >= 0.97
+
+
 def end_to_end(rows):
     e2e = rows.ratio("e2e_shm_1")
     return (f"{e2e:.3f}x numpy copy", e2e >= 0.3) if e2e else ("not measured", None)
@@ -81,6 +88,7 @@ def tokenizer(rows):
 
 TARGETS = [
     ("Go pipeline alone >= 0.5x memory copy per core", pipeline),
+    ("fault guard on mapped memory costs <= 3% of the Go pipeline", fault_guard),
     ("end to end to one client on shm >= 0.3x memory copy", end_to_end),
     (">= 1000x IBM's ~90,000 tokens/s per worker and ahead of every peer in the same run", peers),
     ("p99 client wait < 50 µs when the daemon is ahead", wait),

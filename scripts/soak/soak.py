@@ -10,7 +10,11 @@ kill -9 of a rank (the job's other ranks are killed too, as torchrun does,
 and it resumes the same way), and noisy clients beside the job: sessions
 that never attach, loaders that take a batch and never release it, a
 loader whose corpus file is replaced in place while it reads (it must get
-FileChangedError), a resume from a forged rank file (StateError, at once). After
+FileChangedError), a resume from a forged rank file (StateError, at once),
+and, when the soak runs as root, another user (uid 65534) who tries a
+loader's session by its id and opens its job and rank (intruder.py: every
+call on the session is NotFound, the job and rank are its own, and the
+victim reads on undisturbed). After
 each round it checks that the job got every token of the epoch exactly once
 through its resumes, that the daemon is alive, and that once its sessions
 are gone its open files, goroutines and shm files are back to what they
@@ -52,6 +56,7 @@ from dataloaderd._proto import dataloader_pb2_grpc as pb_grpc  # noqa: E402
 from dataloaderd.config import to_proto  # noqa: E402
 
 ATTACH_WITHIN = "2s"
+OTHER_UID = 65534  # nobody: the intruder of the other_user fault
 IDLE_LIMIT = 6.0  # seconds; a noisy loader holds its batch longer than this
 
 
@@ -91,6 +96,10 @@ class Daemon:
             if self.proc.poll() is not None:
                 raise SoakFailure(f"daemon exited at start: {self.logs()}")
             time.sleep(0.05)
+        if os.geteuid() == 0:
+            # Let another user reach the socket, as members of its group do.
+            os.chmod(self.work, 0o711)
+            os.chmod(self.socket, 0o666)
         self.baseline = self.resources()
 
     def logs(self) -> str:
@@ -245,13 +254,16 @@ class Noise(threading.Thread):
         self.errors: List[str] = []
 
     def run(self) -> None:
-        kind = self.rng.choice(["never_attach", "never_release", "corpus_truncated", "forged_state"])
+        kinds = ["never_attach", "never_release", "corpus_truncated", "forged_state"]
+        kind = self.rng.choice(kinds + ["other_user"] if os.geteuid() == 0 else kinds)
         started = self.d.starts
         try:
             if kind == "corpus_truncated":
                 self.truncated_corpus()
             elif kind == "forged_state":
                 self.forged_state()
+            elif kind == "other_user":
+                self.other_user()
             elif kind == "never_attach":
                 with grpc.insecure_channel("unix://" + self.d.socket) as ch:
                     pb_grpc.LoaderStub(ch).OpenSession(pb.OpenSessionRequest(
@@ -312,6 +324,39 @@ class Noise(threading.Thread):
         except StateError:
             if time.monotonic() - start > 10:
                 self.errors.append("forged_state: the refusal took more than 10 s")
+
+
+    def other_user(self) -> None:
+        """A loader of this user; another user who knows its session id and
+        job tries them; the loader then reads on and saves as before. What
+        went wrong is raised, so that a daemon killed meanwhile excuses it."""
+        job = f"noise-{self.tag}"
+        folder = tempfile.mkdtemp(dir=self.d.work)
+        os.chmod(folder, 0o777)  # where the intruder's SaveState would write, were it let
+        wrong = []
+        with Loader(self.config, socket=self.d.socket, dp_rank=0, dp_size=1, job=job) as loader:
+            it = iter(loader)
+            first = next(it)
+            sid = loader._session.session_id if loader._session is not None else ""
+            arg = {"uid": OTHER_UID, "socket": self.d.socket, "session": sid, "job": job, "config": self.config,
+                   "folder": folder}
+            out = subprocess.run([sys.executable, os.path.join(HERE, "intruder.py"), json.dumps(arg)],
+                                 capture_output=True, text=True, timeout=120)
+            if out.returncode != 0:
+                raise DataloaderdError(f"other_user: the intruder exited {out.returncode}: {out.stderr[-2000:]}")
+            got = json.loads(out.stdout)
+            wrong += [f"{op} on another user's session: {got[op]}, want SessionNotFoundError"
+                      for op in ("GetState", "SaveState", "CloseSession") if got[op] != "SessionNotFoundError"]
+            if not got.get("own_session") or got["own_session"] == sid:
+                wrong.append(f"the intruder's open of job {job} rank 0 got {got}; the victim's session is {sid}")
+            if os.listdir(folder):
+                wrong.append(f"the intruder's SaveState wrote {os.listdir(folder)}")
+            second = next(it)
+            if second["step"] != first["step"] + 1:
+                wrong.append(f"the victim's next step is {second['step']} after {first['step']}")
+            loader.save(os.path.join(folder, "mine"))
+        if wrong:
+            raise DataloaderdError("other_user: " + "; ".join(wrong))
 
 
 def settle(d: Daemon, timeout: float) -> Dict[str, Any]:
