@@ -91,9 +91,10 @@ func (c *Control) consumerRec(i int) int { return consumerRecOffset(c.slots) + i
 // Consumers is the number of consumer records.
 func (c *Control) Consumers() int { return c.consumers }
 
-// Publish announces that slot holds step's batch of lines lines. Steps are
+// Publish announces that slot holds step's batch of lines lines, with
+// segments cu_seqlens segments of at most maxSeqlen tokens. Steps are
 // published in order, after the slot's bytes are written.
-func (c *Control) Publish(step uint64, slot, lines int) {
+func (c *Control) Publish(step uint64, slot, lines, segments, maxSeqlen int) {
 	if !c.use() {
 		return
 	}
@@ -101,6 +102,8 @@ func (c *Control) Publish(step uint64, slot, lines int) {
 	rec := HeaderBytes + slot*SlotRecordBytes
 	atomic.StoreUint64(c.u64(rec+SlotRecordStep), step)
 	atomic.StoreUint32(c.u32(rec+SlotRecordLines), uint32(lines))
+	atomic.StoreUint32(c.u32(rec+SlotRecordSegments), uint32(segments))
+	atomic.StoreUint32(c.u32(rec+SlotRecordMaxSeqlen), uint32(maxSeqlen))
 	atomic.StoreUint64(c.u64(HeaderPublished), step)
 	c.wakeClients()
 }

@@ -61,7 +61,7 @@ func TestControlLayout(t *testing.T) {
 	}
 	ctl := r.Control()
 	r.Slot(3)[0] = 42
-	ctl.Publish(9, 3, 7)
+	ctl.Publish(9, 3, 7, 0, 0)
 	if c.u64(HeaderPublished) != 9 || c.u64(slotRec(3)+SlotRecordStep) != 9 || c.u32(slotRec(3)+SlotRecordLines) != 7 || c.mem[r.DataOffset()+3*r.Stride()] != 42 {
 		t.Fatalf("after publish: published %d, slot 3 step %d lines %d", c.u64(HeaderPublished), c.u64(slotRec(3)+SlotRecordStep), c.u32(slotRec(3)+SlotRecordLines))
 	}
@@ -117,7 +117,7 @@ func TestControlWakeups(t *testing.T) {
 	v := atomic.LoadUint32(pub)
 	go func() {
 		time.Sleep(20 * time.Millisecond)
-		ctl.Publish(1, 0, 1)
+		ctl.Publish(1, 0, 1, 0, 0)
 	}()
 	start := time.Now()
 	futexWait(pub, v, 10*time.Second)
@@ -148,7 +148,7 @@ func TestControlFile(t *testing.T) {
 		t.Fatalf("consumer 1's record ends at %d, past the file's %d bytes", c.consumer(1)+ConsumerRecordBytes, f.Size())
 	}
 	ctl := f.Control()
-	ctl.Publish(6, 1, 3)
+	ctl.Publish(6, 1, 3, 0, 0)
 	if c.u64(HeaderPublished) != 6 || c.u64(slotRec(1)+SlotRecordStep) != 6 || c.u32(slotRec(1)+SlotRecordLines) != 3 {
 		t.Fatalf("after publish: published %d, slot 1 step %d lines %d", c.u64(HeaderPublished), c.u64(slotRec(1)+SlotRecordStep), c.u32(slotRec(1)+SlotRecordLines))
 	}
@@ -165,7 +165,7 @@ func TestControlFile(t *testing.T) {
 	if _, err := os.Stat(f.Path()); !os.IsNotExist(err) {
 		t.Fatalf("file still there after close: %v", err)
 	}
-	ctl.Publish(7, 2, 1) // a no-op once closed, not a fault
+	ctl.Publish(7, 2, 1, 0, 0) // a no-op once closed, not a fault
 	if _, err := NewControlFile(dir, "bad", 1, 1, 4096); err == nil {
 		t.Fatal("a 1-slot control block was made")
 	}

@@ -2,10 +2,10 @@
 
 package ring
 
-// The control block's layout, version 1 (api/ring/v1/control_block.json).
+// The control block's layout, version 2 (api/ring/v1/control_block.json).
 const (
 	// Version is the layout's version, in the header's version field.
-	Version = 1
+	Version = 2
 	// Magic is the block's first 8 bytes.
 	Magic = "DLDRING\x01"
 
@@ -41,11 +41,15 @@ const (
 	HeaderConsumerRecords = 72
 
 	// SlotRecordBytes is the size of the slot record.
-	SlotRecordBytes = 16
+	SlotRecordBytes = 24
 	// SlotRecordStep is the offset of step (u64): the step the slot holds.
 	SlotRecordStep = 0
 	// SlotRecordLines is the offset of lines (u32): lines of that step's batch.
 	SlotRecordLines = 8
+	// SlotRecordSegments is the offset of segments (u32): with cu_seqlens in the job's metadata: the batch's segments (cu_seqlens holds segments + 1 offsets); else 0.
+	SlotRecordSegments = 12
+	// SlotRecordMaxSeqlen is the offset of max_seqlen (u32): with cu_seqlens: the longest segment's length; else 0.
+	SlotRecordMaxSeqlen = 16
 
 	// ConsumerRecordBytes is the size of the consumer record.
 	ConsumerRecordBytes = 128

@@ -102,7 +102,8 @@ func send(ctx context.Context, bs batchStream, feed *session.Feed) error {
 		}
 		// The message is serialized before Send returns, while the consumer
 		// still holds the slot Data points into.
-		if err := bs.Send(&pb.Batch{Step: b.Step, Slot: uint32(b.Slot), Lines: uint32(b.Lines), Data: b.Data}); err != nil {
+		if err := bs.Send(&pb.Batch{Step: b.Step, Slot: uint32(b.Slot), Lines: uint32(b.Lines), Data: b.Data,
+			Segments: uint32(b.Segments), MaxSeqlen: uint32(b.MaxSeqlen)}); err != nil {
 			return err
 		}
 	}

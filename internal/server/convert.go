@@ -81,6 +81,7 @@ func configFrom(c *pb.JobConfig) (stream.Config, error) {
 	out := stream.Config{
 		SeqLen: c.GetSeqLen(), BatchSize: c.GetBatchSize(), Seed: c.GetSeed(), LogicalShards: c.GetLogicalShards(),
 		EOS: c.GetEosId(), BOS: c.GetBosId(), Pad: c.GetPadId(), Epochs: c.GetEpochs(), ShuffleWindow: c.GetShuffleWindow(),
+		Metadata: c.GetMetadata(), Positions: c.GetPositions(), MaskDocumentBoundaries: c.GetMaskDocumentBoundaries(),
 	}
 	for _, d := range c.GetDatasets() {
 		out.Datasets = append(out.Datasets, stream.Dataset{
@@ -108,6 +109,19 @@ func openedTo(o session.Opened) *pb.OpenSessionResponse {
 			DataOffset: uint64(l.DataOffset), IpcHandle: l.IPCHandle, Device: uint32(l.Device),
 			ControlPath: l.ControlPath, ControlBytes: uint64(l.ControlBytes),
 		},
-		LineTokens: uint32(o.LineTokens), BatchSize: o.BatchSize, StartStep: o.StartStep,
+		LineTokens: uint32(o.LineTokens), BatchSize: o.BatchSize, StartStep: o.StartStep, Fields: fieldsTo(o.Fields),
 	}
+}
+
+// fieldsTo converts a slot layout's fields to the wire's.
+func fieldsTo(fs []stream.Field) []*pb.SlotField {
+	out := make([]*pb.SlotField, 0, len(fs))
+	for _, f := range fs {
+		shape := make([]uint64, len(f.Shape))
+		for i, n := range f.Shape {
+			shape[i] = uint64(n)
+		}
+		out = append(out, &pb.SlotField{Name: f.Name, Offset: uint64(f.Offset), Dtype: f.Dtype, Shape: shape})
+	}
+	return out
 }

@@ -19,10 +19,10 @@ func (r *Request) ringBytes() (int64, error) {
 	if err := r.Config.Validate(); err != nil {
 		return 0, err
 	}
-	slotBytes := int64(r.Config.BatchSize) * int64(r.Config.LineTokens()) * tokenBytes
+	slotBytes := int64(r.Config.Layout().Bytes)
 	if slotBytes > ring.MaxRingBytes {
-		return 0, fmt.Errorf("%w: a batch of %d lines of %d tokens is %d bytes, more than the %d-byte limit of a ring",
-			ring.ErrGeometry, r.Config.BatchSize, r.Config.LineTokens(), slotBytes, int64(ring.MaxRingBytes))
+		return 0, fmt.Errorf("%w: a batch of %d lines of %d tokens (with metadata %v) is %d bytes, more than the %d-byte limit of a ring",
+			ring.ErrGeometry, r.Config.BatchSize, r.Config.LineTokens(), r.Config.Metadata, slotBytes, int64(ring.MaxRingBytes))
 	}
 	if err := ring.CheckGeometry(r.Slots, int(slotBytes)); err != nil {
 		return 0, err

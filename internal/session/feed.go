@@ -53,10 +53,17 @@ func (f *Feed) Next(ctx context.Context) (Batch, error) {
 	if b.End {
 		return Batch{Step: b.Step, End: true}, nil
 	}
-	out := Batch{Step: b.Step, Slot: b.Slot, Lines: b.Lines}
+	out := Batch{Step: b.Step, Slot: b.Slot, Lines: b.Lines, Segments: b.Segments, MaxSeqlen: b.MaxSeqlen}
 	if f.ss.transport == Inline {
-		// The slot is held until the consumer releases it: no copy is needed.
-		out.Data = f.ss.ring.Slot(b.Slot)[:b.Lines*f.ss.corpus.Config().LineTokens()*tokenBytes]
+		// The slot is held until the consumer releases it: no copy is
+		// needed. With metadata the whole slot goes (its arrays lie where
+		// the layout says), else the lines' tokens alone.
+		cfg := f.ss.corpus.Config()
+		n := b.Lines * cfg.LineTokens() * tokenBytes
+		if len(cfg.Metadata) > 0 {
+			n = cfg.Layout().Bytes
+		}
+		out.Data = f.ss.ring.Slot(b.Slot)[:n]
 	}
 	return out, nil
 }

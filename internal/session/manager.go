@@ -313,7 +313,7 @@ func (m *Manager) hooks(ss *session, lineTokens int) stream.Hooks {
 	h := stream.Hooks{
 		Produced: func(b stream.Batch) {
 			if ctl != nil {
-				ctl.Publish(b.Step, b.Slot, b.Lines)
+				ctl.Publish(b.Step, b.Slot, b.Lines, b.Segments, b.MaxSeqlen)
 			}
 			m.metrics.batches.Inc()
 			for d, n := range b.DatasetLines {

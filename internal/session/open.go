@@ -151,7 +151,7 @@ func (m *Manager) newSession(key sessionKey, req Request, group string) (*sessio
 	id := newSessionID()
 	cfg := corpus.Config()
 	r, err := m.newRing(ringSpec{transport: req.Transport, device: req.Device, slots: req.Slots,
-		slotBytes: int(cfg.BatchSize) * cfg.LineTokens() * tokenBytes, consumers: req.Consumers})
+		slotBytes: cfg.Layout().Bytes, consumers: req.Consumers})
 	if err != nil {
 		release()
 		return nil, err
@@ -183,7 +183,8 @@ func (m *Manager) newSession(key sessionKey, req Request, group string) (*sessio
 func (s *session) describe(c, device int) Opened {
 	cfg := s.corpus.Config()
 	return Opened{ID: s.id, Consumer: c, Transport: s.transport, Ring: s.ring.Layout(device),
-		LineTokens: cfg.LineTokens(), BatchSize: cfg.BatchSize, StartStep: s.pipeline.StartStep()}
+		LineTokens: cfg.LineTokens(), BatchSize: cfg.BatchSize, StartStep: s.pipeline.StartStep(),
+		Fields: cfg.Layout().Fields}
 }
 
 // resumeSource names where a restored state came from, for an error that a

@@ -73,6 +73,8 @@ type Opened struct {
 	BatchSize  uint32
 	// StartStep is the step the session starts after (the resumed one).
 	StartStep uint64
+	// Fields is where a batch's arrays lie in a slot.
+	Fields []stream.Field
 }
 
 // Snapshot is a rank's state after a step: encoded as its state file, and
@@ -98,6 +100,8 @@ type Batch struct {
 	Lines int
 	Data  []byte
 	End   bool
+	// Segments and MaxSeqlen describe the batch's cu_seqlens, if any.
+	Segments, MaxSeqlen int
 }
 
 // resolve fills the request's defaults and checks what it can without

@@ -60,6 +60,15 @@ type Config struct {
 	// 1 means lines in order.
 	ShuffleWindow uint32
 	Datasets      []Dataset
+	// Metadata names what each batch carries beside the tokens (see
+	// MetadataFields); empty: tokens only.
+	Metadata []string
+	// Positions is how position_ids count in a document continued from the
+	// line before: PositionsRestart ("" too) or PositionsContinue.
+	Positions string
+	// MaskDocumentBoundaries makes loss_mask also mask each position whose
+	// next token starts another document.
+	MaskDocumentBoundaries bool
 }
 
 // LineTokens is the length of a line: seq_len + 1 (inputs and shifted labels).
@@ -138,7 +147,7 @@ func (c Config) Validate() error {
 	if !positive {
 		return invalid("datasets: every weight is zero; at least one must be positive")
 	}
-	return nil
+	return c.validateMetadata()
 }
 
 // textFormats names the formats tokenized on the fly, for messages.

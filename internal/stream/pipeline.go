@@ -44,6 +44,8 @@ type Batch struct {
 	End   bool
 	// DatasetLines counts the batch's lines by dataset.
 	DatasetLines []int
+	// Segments and MaxSeqlen describe the batch's cu_seqlens, if any.
+	Segments, MaxSeqlen int
 }
 
 // Pipeline runs a rank ahead of its consumers into a ring of slots. Every
@@ -195,7 +197,8 @@ func (p *Pipeline) Run(ctx context.Context) (err error) {
 		case prod.Lines == 0:
 			p.ended = true
 		default:
-			b = Batch{Step: step, Slot: slot, Lines: prod.Lines, DatasetLines: prod.DatasetLines}
+			b = Batch{Step: step, Slot: slot, Lines: prod.Lines, DatasetLines: prod.DatasetLines,
+				Segments: prod.Segments, MaxSeqlen: prod.MaxSeqlen}
 			p.produced = step
 			p.slotStep[slot] = step
 			p.inFlight[step] = &inFlight{

@@ -27,6 +27,13 @@ type Rank struct {
 	mixture  []state.MixChange
 	// touched collects the shards a batch changed, for the state delta.
 	touched map[*shardRun]struct{}
+	// meta writes the batch metadata the config asks for (nil: none) into
+	// slots laid out by layout, from the pieces and length of each line.
+	meta   *metaWriter
+	layout Layout
+	pieces []piece
+	filled uint64
+	from   *shardRun
 }
 
 type rankDataset struct {
@@ -60,6 +67,7 @@ func NewRank(c *Corpus, dpRank, dpSize uint32, from *state.Restored) (*Rank, err
 			epochs: uint64(cfg.Epochs), line: uint64(cfg.LineTokens()), window: cfg.Window(), seed: cfg.Seed,
 		},
 		touched: map[*shardRun]struct{}{},
+		meta:    newMetaWriter(cfg), layout: cfg.Layout(),
 	}
 	weights := make([]float64, len(cfg.Datasets))
 	for i, d := range cfg.Datasets {
@@ -217,9 +225,16 @@ func (r *Rank) shardLine(s *shardRun, dst []int32) (bool, error) {
 		return false, nil
 	}
 	j := s.lineOrder(fr, s.st.Window, s.win.lines, c)
-	if err := s.fillLine(fr, &s.win, j, dst); err != nil {
+	var pc *[]piece
+	if r.meta != nil {
+		r.pieces = r.pieces[:0]
+		pc = &r.pieces
+	}
+	filled, err := s.fillLine(fr, &s.win, j, dst, pc)
+	if err != nil {
 		return false, err
 	}
+	r.filled, r.from = filled, s
 	s.st.Lines++
 	s.st.Taken++
 	if s.st.Taken == s.win.lines {
@@ -250,22 +265,38 @@ type Produced struct {
 	Delta Delta
 	// DatasetLines counts the batch's lines by dataset.
 	DatasetLines []int
+	// Segments and MaxSeqlen describe cu_seqlens (when the config asks for
+	// it): its segments and the longest one's length.
+	Segments, MaxSeqlen int
 }
 
-// NextBatch fills dst (BatchSize lines).
-func (r *Rank) NextBatch(dst []int32) (Produced, error) {
+// NextBatch fills dst (BatchSize lines) with tokens alone.
+func (r *Rank) NextBatch(dst []int32) (Produced, error) { return r.nextBatch(dst, nil) }
+
+// nextBatch fills dst, and with mw the batch's metadata.
+func (r *Rank) nextBatch(dst []int32, mw *metaWriter) (Produced, error) {
 	line := r.corpus.cfg.LineTokens()
 	p := Produced{DatasetLines: make([]int, len(r.datasets))}
 	for (p.Lines+1)*line <= len(dst) {
-		d, err := r.nextLine(dst[p.Lines*line : (p.Lines+1)*line])
+		lt := dst[p.Lines*line : (p.Lines+1)*line]
+		d, err := r.nextLine(lt)
 		if err != nil {
 			return Produced{}, err
 		}
 		if d == nil {
 			break
 		}
+		if mw != nil {
+			if err := mw.addLine(p.Lines, lt, int(r.filled), r.pieces, r.from.shard, d.index); err != nil {
+				return Produced{}, err
+			}
+		}
 		p.DatasetLines[d.index]++
 		p.Lines++
+	}
+	if mw != nil {
+		mw.finish(p.Lines)
+		p.Segments, p.MaxSeqlen = mw.segments, mw.maxSeqlen
 	}
 	p.Delta = make(Delta, len(r.touched))
 	for s := range r.touched {
@@ -278,9 +309,15 @@ func (r *Rank) NextBatch(dst []int32) (Produced, error) {
 	return p, nil
 }
 
-// NextBatchBytes is NextBatch over a byte slot (little-endian int32 tokens).
+// NextBatchBytes writes the next batch into a slot laid out as Layout
+// says: little-endian int32 tokens, then the config's metadata.
 func (r *Rank) NextBatchBytes(slot []byte) (Produced, error) {
-	return r.NextBatch(int32s(slot))
+	if r.meta == nil {
+		return r.NextBatch(int32s(slot))
+	}
+	tokens := r.layout.Fields[0]
+	r.meta.start(slot, r.layout)
+	return r.nextBatch(int32s(slot[:tokens.Shape[0]*tokens.Shape[1]*4]), r.meta)
 }
 
 // int32s views a byte slot as tokens; slots are page-aligned.

@@ -121,7 +121,9 @@ func (s *shard) next(c state.Cursor) state.Cursor {
 // fc, when not nil, holds the frames of the units from c's on: frames it has
 // are used instead of computed, and frames it lacks are added while it has
 // room. The returned index is the new cursor's unit in fc.
-func (s *shard) walk(fr *framing, c state.Cursor, want uint64, dst []int32, fc *frameCache, fi int) (state.Cursor, uint64, int, error) {
+//
+// pc, when not nil, gets a piece for every run of frame tokens copied.
+func (s *shard) walk(fr *framing, c state.Cursor, want uint64, dst []int32, fc *frameCache, fi int, pc *[]piece) (state.Cursor, uint64, int, error) {
 	var done uint64
 	empties := uint64(0)
 	for !fr.ended(c) {
@@ -148,6 +150,9 @@ func (s *shard) walk(fr *framing, c state.Cursor, want uint64, dst []int32, fc *
 				if err := s.copyFrame(fr, f, c.Offset, dst[done:done+take]); err != nil {
 					return c, done, fi, err
 				}
+				if pc != nil {
+					*pc = append(*pc, piece{at: done, n: take, off: c.Offset, f: f})
+				}
 			}
 			c.Offset += take
 			return c, want, fi, nil
@@ -155,6 +160,9 @@ func (s *shard) walk(fr *framing, c state.Cursor, want uint64, dst []int32, fc *
 		if dst != nil {
 			if err := s.copyFrame(fr, f, c.Offset, dst[done:done+rem]); err != nil {
 				return c, done, fi, err
+			}
+			if pc != nil && rem > 0 {
+				*pc = append(*pc, piece{at: done, n: rem, off: c.Offset, f: f})
 			}
 		}
 		done += rem
@@ -312,7 +320,7 @@ func (s *shard) openWindow(fr *framing, c state.Cursor, w *window) error {
 	w.lines = 0
 	fi := 0
 	for w.lines < fr.window && !fr.ended(c) {
-		next, n, nfi, err := s.walk(fr, c, fr.line, nil, &w.fc, fi)
+		next, n, nfi, err := s.walk(fr, c, fr.line, nil, &w.fc, fi, nil)
 		if err != nil {
 			return err
 		}
@@ -328,17 +336,19 @@ func (s *shard) openWindow(fr *framing, c state.Cursor, w *window) error {
 	return nil
 }
 
-// fillLine writes window line j into dst, padding past the stream's end.
-func (s *shard) fillLine(fr *framing, w *window, j uint64, dst []int32) error {
+// fillLine writes window line j into dst, padding past the stream's end,
+// and returns the tokens before the padding; pc, when not nil, gets the
+// line's pieces.
+func (s *shard) fillLine(fr *framing, w *window, j uint64, dst []int32, pc *[]piece) (uint64, error) {
 	s.prefetchLine(fr, w, j)
-	_, n, _, err := s.walk(fr, w.starts[j], fr.line, dst, &w.fc, w.first[j])
+	_, n, _, err := s.walk(fr, w.starts[j], fr.line, dst, &w.fc, w.first[j], pc)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	for i := n; i < uint64(len(dst)); i++ {
 		dst[i] = fr.pad
 	}
-	return nil
+	return n, nil
 }
 
 // lineOrder returns which line of the window starting at start is emitted c-th.

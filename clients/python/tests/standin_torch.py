@@ -103,6 +103,8 @@ class StandinTorch:
     """The torch module; each one has its own ``cuda``, which a test may break."""
 
     int32 = np.int32
+    uint8 = np.uint8
+    bool = np.bool_
 
     def __init__(self) -> None:
         self.cuda = Cuda()
@@ -124,8 +126,8 @@ class StandinTorch:
         return _as_tensor(a)
 
     def empty(self, shape: Tuple[int, ...], dtype: object, device: Device) -> Tensor:
-        assert dtype is self.int32, "the client makes int32 tensors only"
-        return _as_tensor(np.empty(shape, np.int32).view(DeviceTensor))
+        assert dtype is self.int32 or dtype is self.uint8, "the client makes int32 and uint8 tensors only"
+        return _as_tensor(np.empty(shape, dtype).view(DeviceTensor))
 
 
 def _as_tensor(a: npt.NDArray[Any]) -> Tensor:

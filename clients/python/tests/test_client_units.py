@@ -126,6 +126,8 @@ def test_control_poll_never_ends_before_a_published_step(tmp_path, after_reads):
     def daemon_acts():
         u64[(L.HEADER_BYTES + L.SLOT_RECORD_STEP) // 8] = 1  # slot 0 holds step 1
         u32[(L.HEADER_BYTES + L.SLOT_RECORD_LINES) // 4] = 5
+        u32[(L.HEADER_BYTES + L.SLOT_RECORD_SEGMENTS) // 4] = 7
+        u32[(L.HEADER_BYTES + L.SLOT_RECORD_MAX_SEQLEN) // 4] = 9
         u64[_control._PUBLISHED // 8] = 1
         u32[_control._STATE // 4] = _control.ENDED
 
@@ -148,7 +150,7 @@ def test_control_poll_never_ends_before_a_published_step(tmp_path, after_reads):
     if reads[0] <= after_reads:
         daemon_acts()  # poll read less than that: the daemon acts after it
     assert not (state == _control.ENDED and got is None), "the published last step was reported as ended"
-    assert ctl.poll(1) == (_control.RUNNING, (0, 5))
+    assert ctl.poll(1) == (_control.RUNNING, (0, 5, 7, 9))
     ctl.close()
 
 

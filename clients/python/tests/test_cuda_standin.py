@@ -236,3 +236,36 @@ def test_shm_pinned_open_failure_leaves_nothing(daemon_factory, client_standin, 
     monkeypatch.setattr(_cuda, "_torch", real)
     with Loader(config, dp_rank=0, dp_size=1, socket=d.socket, job="p", transport="shm-pinned") as ld:
         assert next(iter(ld))["step"] == 1
+
+
+META = ["position_ids", "document_ids", "cu_seqlens", "loss_mask", "dataset_ids"]
+
+
+@pytest.mark.parametrize("transport", ["cuda", "shm-pinned"])
+def test_metadata_on_device_transports_equals_shm(daemon_factory, standin, client_standin, config, transport):
+    # The metadata of a batch lies in the same slot as its tokens: on cuda
+    # the arrays are views of the device slot, on shm-pinned views of one
+    # copy of the slot's bytes; either way the same values as on shm.
+    d = daemon_factory("--cuda-library", standin)
+    config = dict(config, metadata=META, mask_document_boundaries=True)
+    keys = ["tokens", "position_ids", "document_ids", "cu_seqlens", "line_segments", "loss_mask", "dataset_ids"]
+
+    def batches(loader, n):
+        out = []
+        for batch in loader:
+            out.append(({k: np.array(batch[k]) for k in keys}, batch["max_seqlen"]))
+            if len(out) == n:
+                return out
+        return out
+
+    with Loader(config, dp_rank=0, dp_size=1, socket=d.socket, job="shm") as ref:
+        want = batches(ref, 12)
+    with Loader(config, dp_rank=0, dp_size=1, socket=d.socket, job="dev", transport=transport, device=1,
+                slots=3) as dev:
+        got = batches(dev, 12)
+    assert len(got) == len(want) == 12
+    for (w, wmax), (g, gmax) in zip(want, got):
+        assert wmax == gmax
+        for k in keys:
+            assert w[k].dtype == g[k].dtype and np.array_equal(w[k], g[k]), f"{k} differs on {transport}"
+    assert client_standin.fakecuda_python_live() == 0

@@ -207,8 +207,19 @@ type JobConfig struct {
 	// Lines of a shard emitted in a permuted order, per window; 0 or 1: in order.
 	ShuffleWindow uint32     `protobuf:"varint,9,opt,name=shuffle_window,json=shuffleWindow,proto3" json:"shuffle_window,omitempty"`
 	Datasets      []*Dataset `protobuf:"bytes,10,rep,name=datasets,proto3" json:"datasets,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// What each batch carries beside the tokens, in the same slot (README,
+	// "Document metadata"): any of position_ids, document_ids, cu_seqlens,
+	// loss_mask, dataset_ids. Empty: tokens only.
+	Metadata []string `protobuf:"bytes,11,rep,name=metadata,proto3" json:"metadata,omitempty"`
+	// position_ids of a document continued from the line before: "restart"
+	// (counted from 0 at the line's start; empty means this) or "continue"
+	// (its offset in the document).
+	Positions string `protobuf:"bytes,12,opt,name=positions,proto3" json:"positions,omitempty"`
+	// loss_mask also masks each position whose next token starts another
+	// document (the prediction across a document boundary).
+	MaskDocumentBoundaries bool `protobuf:"varint,13,opt,name=mask_document_boundaries,json=maskDocumentBoundaries,proto3" json:"mask_document_boundaries,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
 }
 
 func (x *JobConfig) Reset() {
@@ -309,6 +320,27 @@ func (x *JobConfig) GetDatasets() []*Dataset {
 		return x.Datasets
 	}
 	return nil
+}
+
+func (x *JobConfig) GetMetadata() []string {
+	if x != nil {
+		return x.Metadata
+	}
+	return nil
+}
+
+func (x *JobConfig) GetPositions() string {
+	if x != nil {
+		return x.Positions
+	}
+	return ""
+}
+
+func (x *JobConfig) GetMaskDocumentBoundaries() bool {
+	if x != nil {
+		return x.MaskDocumentBoundaries
+	}
+	return false
 }
 
 type OpenSessionRequest struct {
@@ -735,7 +767,10 @@ type OpenSessionResponse struct {
 	LineTokens uint32 `protobuf:"varint,5,opt,name=line_tokens,json=lineTokens,proto3" json:"line_tokens,omitempty"`
 	BatchSize  uint32 `protobuf:"varint,6,opt,name=batch_size,json=batchSize,proto3" json:"batch_size,omitempty"`
 	// The last step already consumed in the state this session resumed from.
-	StartStep     uint64 `protobuf:"varint,7,opt,name=start_step,json=startStep,proto3" json:"start_step,omitempty"`
+	StartStep uint64 `protobuf:"varint,7,opt,name=start_step,json=startStep,proto3" json:"start_step,omitempty"`
+	// Where each array of a batch lies in its slot: tokens first, then the
+	// config's metadata, in the order of the README's slot layout.
+	Fields        []*SlotField `protobuf:"bytes,8,rep,name=fields,proto3" json:"fields,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -819,6 +854,88 @@ func (x *OpenSessionResponse) GetStartStep() uint64 {
 	return 0
 }
 
+func (x *OpenSessionResponse) GetFields() []*SlotField {
+	if x != nil {
+		return x.Fields
+	}
+	return nil
+}
+
+// One array of a batch in its slot.
+type SlotField struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The batch key: tokens, position_ids, document_ids, loss_mask,
+	// dataset_ids, cu_seqlens, line_segments.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Bytes from the start of the slot.
+	Offset uint64 `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	// int32 or uint8, little-endian.
+	Dtype string `protobuf:"bytes,3,opt,name=dtype,proto3" json:"dtype,omitempty"`
+	// Its shape in a batch of batch_size lines; a shorter batch uses the
+	// first rows (docs/metadata.md says how many for each field).
+	Shape         []uint64 `protobuf:"varint,4,rep,packed,name=shape,proto3" json:"shape,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SlotField) Reset() {
+	*x = SlotField{}
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SlotField) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SlotField) ProtoMessage() {}
+
+func (x *SlotField) ProtoReflect() protoreflect.Message {
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SlotField.ProtoReflect.Descriptor instead.
+func (*SlotField) Descriptor() ([]byte, []int) {
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *SlotField) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SlotField) GetOffset() uint64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *SlotField) GetDtype() string {
+	if x != nil {
+		return x.Dtype
+	}
+	return ""
+}
+
+func (x *SlotField) GetShape() []uint64 {
+	if x != nil {
+		return x.Shape
+	}
+	return nil
+}
+
 type Attach struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
@@ -835,7 +952,7 @@ type Attach struct {
 
 func (x *Attach) Reset() {
 	*x = Attach{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[7]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -847,7 +964,7 @@ func (x *Attach) String() string {
 func (*Attach) ProtoMessage() {}
 
 func (x *Attach) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[7]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -860,7 +977,7 @@ func (x *Attach) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Attach.ProtoReflect.Descriptor instead.
 func (*Attach) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{7}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Attach) GetSessionId() string {
@@ -896,7 +1013,7 @@ type Release struct {
 
 func (x *Release) Reset() {
 	*x = Release{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[8]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -908,7 +1025,7 @@ func (x *Release) String() string {
 func (*Release) ProtoMessage() {}
 
 func (x *Release) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[8]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -921,7 +1038,7 @@ func (x *Release) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Release.ProtoReflect.Descriptor instead.
 func (*Release) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{8}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Release) GetSlot() uint32 {
@@ -958,7 +1075,7 @@ type BatchesRequest struct {
 
 func (x *BatchesRequest) Reset() {
 	*x = BatchesRequest{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[9]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -970,7 +1087,7 @@ func (x *BatchesRequest) String() string {
 func (*BatchesRequest) ProtoMessage() {}
 
 func (x *BatchesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[9]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -983,7 +1100,7 @@ func (x *BatchesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchesRequest.ProtoReflect.Descriptor instead.
 func (*BatchesRequest) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{9}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *BatchesRequest) GetKind() isBatchesRequest_Kind {
@@ -1034,17 +1151,22 @@ type Batch struct {
 	Slot uint32 `protobuf:"varint,2,opt,name=slot,proto3" json:"slot,omitempty"`
 	// Lines in this batch: batch_size, or fewer in the last one.
 	Lines uint32 `protobuf:"varint,3,opt,name=lines,proto3" json:"lines,omitempty"`
-	// Inline transport: lines * line_tokens little-endian int32.
+	// Inline transport: lines * line_tokens little-endian int32, or with
+	// metadata the whole slot (OpenSessionResponse.fields).
 	Data []byte `protobuf:"bytes,4,opt,name=data,proto3" json:"data,omitempty"`
 	// Set on the message after the last batch: the iteration has ended.
-	End           bool `protobuf:"varint,5,opt,name=end,proto3" json:"end,omitempty"`
+	End bool `protobuf:"varint,5,opt,name=end,proto3" json:"end,omitempty"`
+	// With cu_seqlens in the config: the batch's segments (cu_seqlens holds
+	// segments + 1 offsets) and the longest segment's length.
+	Segments      uint32 `protobuf:"varint,6,opt,name=segments,proto3" json:"segments,omitempty"`
+	MaxSeqlen     uint32 `protobuf:"varint,7,opt,name=max_seqlen,json=maxSeqlen,proto3" json:"max_seqlen,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Batch) Reset() {
 	*x = Batch{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[10]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1056,7 +1178,7 @@ func (x *Batch) String() string {
 func (*Batch) ProtoMessage() {}
 
 func (x *Batch) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[10]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1069,7 +1191,7 @@ func (x *Batch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Batch.ProtoReflect.Descriptor instead.
 func (*Batch) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{10}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Batch) GetStep() uint64 {
@@ -1107,6 +1229,20 @@ func (x *Batch) GetEnd() bool {
 	return false
 }
 
+func (x *Batch) GetSegments() uint32 {
+	if x != nil {
+		return x.Segments
+	}
+	return 0
+}
+
+func (x *Batch) GetMaxSeqlen() uint32 {
+	if x != nil {
+		return x.MaxSeqlen
+	}
+	return 0
+}
+
 type SaveStateRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
@@ -1119,7 +1255,7 @@ type SaveStateRequest struct {
 
 func (x *SaveStateRequest) Reset() {
 	*x = SaveStateRequest{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[11]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1131,7 +1267,7 @@ func (x *SaveStateRequest) String() string {
 func (*SaveStateRequest) ProtoMessage() {}
 
 func (x *SaveStateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[11]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1144,7 +1280,7 @@ func (x *SaveStateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SaveStateRequest.ProtoReflect.Descriptor instead.
 func (*SaveStateRequest) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{11}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SaveStateRequest) GetSessionId() string {
@@ -1178,7 +1314,7 @@ type SaveStateResponse struct {
 
 func (x *SaveStateResponse) Reset() {
 	*x = SaveStateResponse{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[12]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1190,7 +1326,7 @@ func (x *SaveStateResponse) String() string {
 func (*SaveStateResponse) ProtoMessage() {}
 
 func (x *SaveStateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[12]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1203,7 +1339,7 @@ func (x *SaveStateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SaveStateResponse.ProtoReflect.Descriptor instead.
 func (*SaveStateResponse) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{12}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SaveStateResponse) GetPath() string {
@@ -1230,7 +1366,7 @@ type GetStateRequest struct {
 
 func (x *GetStateRequest) Reset() {
 	*x = GetStateRequest{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[13]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1242,7 +1378,7 @@ func (x *GetStateRequest) String() string {
 func (*GetStateRequest) ProtoMessage() {}
 
 func (x *GetStateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[13]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1255,7 +1391,7 @@ func (x *GetStateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStateRequest.ProtoReflect.Descriptor instead.
 func (*GetStateRequest) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{13}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GetStateRequest) GetSessionId() string {
@@ -1286,7 +1422,7 @@ type GetStateResponse struct {
 
 func (x *GetStateResponse) Reset() {
 	*x = GetStateResponse{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[14]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1298,7 +1434,7 @@ func (x *GetStateResponse) String() string {
 func (*GetStateResponse) ProtoMessage() {}
 
 func (x *GetStateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[14]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1311,7 +1447,7 @@ func (x *GetStateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStateResponse.ProtoReflect.Descriptor instead.
 func (*GetStateResponse) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{14}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GetStateResponse) GetState() []byte {
@@ -1352,7 +1488,7 @@ type CloseSessionRequest struct {
 
 func (x *CloseSessionRequest) Reset() {
 	*x = CloseSessionRequest{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[15]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1364,7 +1500,7 @@ func (x *CloseSessionRequest) String() string {
 func (*CloseSessionRequest) ProtoMessage() {}
 
 func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[15]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1377,7 +1513,7 @@ func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionRequest.ProtoReflect.Descriptor instead.
 func (*CloseSessionRequest) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{15}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CloseSessionRequest) GetSessionId() string {
@@ -1402,7 +1538,7 @@ type CloseSessionResponse struct {
 
 func (x *CloseSessionResponse) Reset() {
 	*x = CloseSessionResponse{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[16]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1414,7 +1550,7 @@ func (x *CloseSessionResponse) String() string {
 func (*CloseSessionResponse) ProtoMessage() {}
 
 func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[16]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1427,7 +1563,7 @@ func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionResponse.ProtoReflect.Descriptor instead.
 func (*CloseSessionResponse) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{16}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{17}
 }
 
 var File_dataloader_v1_dataloader_proto protoreflect.FileDescriptor
@@ -1443,7 +1579,7 @@ const file_dataloader_v1_dataloader_proto_rawDesc = "" +
 	"\x05dtype\x18\x05 \x01(\tR\x05dtype\x12\x14\n" +
 	"\x05field\x18\x06 \x01(\tR\x05field\x12\x1c\n" +
 	"\ttokenizer\x18\a \x01(\tR\ttokenizer\x12\"\n" +
-	"\ron_bad_record\x18\b \x01(\tR\vonBadRecord\"\xb6\x02\n" +
+	"\ron_bad_record\x18\b \x01(\tR\vonBadRecord\"\xaa\x03\n" +
 	"\tJobConfig\x12\x17\n" +
 	"\aseq_len\x18\x01 \x01(\rR\x06seqLen\x12\x1d\n" +
 	"\n" +
@@ -1456,7 +1592,10 @@ const file_dataloader_v1_dataloader_proto_rawDesc = "" +
 	"\x06epochs\x18\b \x01(\rR\x06epochs\x12%\n" +
 	"\x0eshuffle_window\x18\t \x01(\rR\rshuffleWindow\x122\n" +
 	"\bdatasets\x18\n" +
-	" \x03(\v2\x16.dataloader.v1.DatasetR\bdatasets\"\x98\x03\n" +
+	" \x03(\v2\x16.dataloader.v1.DatasetR\bdatasets\x12\x1a\n" +
+	"\bmetadata\x18\v \x03(\tR\bmetadata\x12\x1c\n" +
+	"\tpositions\x18\f \x01(\tR\tpositions\x128\n" +
+	"\x18mask_document_boundaries\x18\r \x01(\bR\x16maskDocumentBoundaries\"\x98\x03\n" +
 	"\x12OpenSessionRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x120\n" +
 	"\x06config\x18\x02 \x01(\v2\x18.dataloader.v1.JobConfigR\x06config\x12\x17\n" +
@@ -1497,7 +1636,7 @@ const file_dataloader_v1_dataloader_proto_rawDesc = "" +
 	"ipc_handle\x18\x06 \x01(\fR\tipcHandle\x12\x16\n" +
 	"\x06device\x18\a \x01(\rR\x06device\x12!\n" +
 	"\fcontrol_path\x18\b \x01(\tR\vcontrolPath\x12#\n" +
-	"\rcontrol_bytes\x18\t \x01(\x04R\fcontrolBytes\"\x90\x02\n" +
+	"\rcontrol_bytes\x18\t \x01(\x04R\fcontrolBytes\"\xc2\x02\n" +
 	"\x13OpenSessionResponse\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1a\n" +
@@ -1509,7 +1648,13 @@ const file_dataloader_v1_dataloader_proto_rawDesc = "" +
 	"\n" +
 	"batch_size\x18\x06 \x01(\rR\tbatchSize\x12\x1d\n" +
 	"\n" +
-	"start_step\x18\a \x01(\x04R\tstartStep\"d\n" +
+	"start_step\x18\a \x01(\x04R\tstartStep\x120\n" +
+	"\x06fields\x18\b \x03(\v2\x18.dataloader.v1.SlotFieldR\x06fields\"c\n" +
+	"\tSlotField\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06offset\x18\x02 \x01(\x04R\x06offset\x12\x14\n" +
+	"\x05dtype\x18\x03 \x01(\tR\x05dtype\x12\x14\n" +
+	"\x05shape\x18\x04 \x03(\x04R\x05shape\"d\n" +
 	"\x06Attach\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1a\n" +
@@ -1523,13 +1668,16 @@ const file_dataloader_v1_dataloader_proto_rawDesc = "" +
 	"\x0eBatchesRequest\x12/\n" +
 	"\x06attach\x18\x01 \x01(\v2\x15.dataloader.v1.AttachH\x00R\x06attach\x122\n" +
 	"\arelease\x18\x02 \x01(\v2\x16.dataloader.v1.ReleaseH\x00R\areleaseB\x06\n" +
-	"\x04kind\"k\n" +
+	"\x04kind\"\xa6\x01\n" +
 	"\x05Batch\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\x04R\x04step\x12\x12\n" +
 	"\x04slot\x18\x02 \x01(\rR\x04slot\x12\x14\n" +
 	"\x05lines\x18\x03 \x01(\rR\x05lines\x12\x12\n" +
 	"\x04data\x18\x04 \x01(\fR\x04data\x12\x10\n" +
-	"\x03end\x18\x05 \x01(\bR\x03end\"]\n" +
+	"\x03end\x18\x05 \x01(\bR\x03end\x12\x1a\n" +
+	"\bsegments\x18\x06 \x01(\rR\bsegments\x12\x1d\n" +
+	"\n" +
+	"max_seqlen\x18\a \x01(\rR\tmaxSeqlen\"]\n" +
 	"\x10SaveStateRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x12\n" +
@@ -1577,7 +1725,7 @@ func file_dataloader_v1_dataloader_proto_rawDescGZIP() []byte {
 }
 
 var file_dataloader_v1_dataloader_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_dataloader_v1_dataloader_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_dataloader_v1_dataloader_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_dataloader_v1_dataloader_proto_goTypes = []any{
 	(Transport)(0),               // 0: dataloader.v1.Transport
 	(*Dataset)(nil),              // 1: dataloader.v1.Dataset
@@ -1587,16 +1735,17 @@ var file_dataloader_v1_dataloader_proto_goTypes = []any{
 	(*ShardState)(nil),           // 5: dataloader.v1.ShardState
 	(*Ring)(nil),                 // 6: dataloader.v1.Ring
 	(*OpenSessionResponse)(nil),  // 7: dataloader.v1.OpenSessionResponse
-	(*Attach)(nil),               // 8: dataloader.v1.Attach
-	(*Release)(nil),              // 9: dataloader.v1.Release
-	(*BatchesRequest)(nil),       // 10: dataloader.v1.BatchesRequest
-	(*Batch)(nil),                // 11: dataloader.v1.Batch
-	(*SaveStateRequest)(nil),     // 12: dataloader.v1.SaveStateRequest
-	(*SaveStateResponse)(nil),    // 13: dataloader.v1.SaveStateResponse
-	(*GetStateRequest)(nil),      // 14: dataloader.v1.GetStateRequest
-	(*GetStateResponse)(nil),     // 15: dataloader.v1.GetStateResponse
-	(*CloseSessionRequest)(nil),  // 16: dataloader.v1.CloseSessionRequest
-	(*CloseSessionResponse)(nil), // 17: dataloader.v1.CloseSessionResponse
+	(*SlotField)(nil),            // 8: dataloader.v1.SlotField
+	(*Attach)(nil),               // 9: dataloader.v1.Attach
+	(*Release)(nil),              // 10: dataloader.v1.Release
+	(*BatchesRequest)(nil),       // 11: dataloader.v1.BatchesRequest
+	(*Batch)(nil),                // 12: dataloader.v1.Batch
+	(*SaveStateRequest)(nil),     // 13: dataloader.v1.SaveStateRequest
+	(*SaveStateResponse)(nil),    // 14: dataloader.v1.SaveStateResponse
+	(*GetStateRequest)(nil),      // 15: dataloader.v1.GetStateRequest
+	(*GetStateResponse)(nil),     // 16: dataloader.v1.GetStateResponse
+	(*CloseSessionRequest)(nil),  // 17: dataloader.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil), // 18: dataloader.v1.CloseSessionResponse
 }
 var file_dataloader_v1_dataloader_proto_depIdxs = []int32{
 	1,  // 0: dataloader.v1.JobConfig.datasets:type_name -> dataloader.v1.Dataset
@@ -1606,24 +1755,25 @@ var file_dataloader_v1_dataloader_proto_depIdxs = []int32{
 	5,  // 4: dataloader.v1.ShardedState.shards:type_name -> dataloader.v1.ShardState
 	6,  // 5: dataloader.v1.OpenSessionResponse.ring:type_name -> dataloader.v1.Ring
 	0,  // 6: dataloader.v1.OpenSessionResponse.transport:type_name -> dataloader.v1.Transport
-	8,  // 7: dataloader.v1.BatchesRequest.attach:type_name -> dataloader.v1.Attach
-	9,  // 8: dataloader.v1.BatchesRequest.release:type_name -> dataloader.v1.Release
-	4,  // 9: dataloader.v1.GetStateResponse.sharded:type_name -> dataloader.v1.ShardedState
-	3,  // 10: dataloader.v1.Loader.OpenSession:input_type -> dataloader.v1.OpenSessionRequest
-	10, // 11: dataloader.v1.Loader.Batches:input_type -> dataloader.v1.BatchesRequest
-	12, // 12: dataloader.v1.Loader.SaveState:input_type -> dataloader.v1.SaveStateRequest
-	14, // 13: dataloader.v1.Loader.GetState:input_type -> dataloader.v1.GetStateRequest
-	16, // 14: dataloader.v1.Loader.CloseSession:input_type -> dataloader.v1.CloseSessionRequest
-	7,  // 15: dataloader.v1.Loader.OpenSession:output_type -> dataloader.v1.OpenSessionResponse
-	11, // 16: dataloader.v1.Loader.Batches:output_type -> dataloader.v1.Batch
-	13, // 17: dataloader.v1.Loader.SaveState:output_type -> dataloader.v1.SaveStateResponse
-	15, // 18: dataloader.v1.Loader.GetState:output_type -> dataloader.v1.GetStateResponse
-	17, // 19: dataloader.v1.Loader.CloseSession:output_type -> dataloader.v1.CloseSessionResponse
-	15, // [15:20] is the sub-list for method output_type
-	10, // [10:15] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	8,  // 7: dataloader.v1.OpenSessionResponse.fields:type_name -> dataloader.v1.SlotField
+	9,  // 8: dataloader.v1.BatchesRequest.attach:type_name -> dataloader.v1.Attach
+	10, // 9: dataloader.v1.BatchesRequest.release:type_name -> dataloader.v1.Release
+	4,  // 10: dataloader.v1.GetStateResponse.sharded:type_name -> dataloader.v1.ShardedState
+	3,  // 11: dataloader.v1.Loader.OpenSession:input_type -> dataloader.v1.OpenSessionRequest
+	11, // 12: dataloader.v1.Loader.Batches:input_type -> dataloader.v1.BatchesRequest
+	13, // 13: dataloader.v1.Loader.SaveState:input_type -> dataloader.v1.SaveStateRequest
+	15, // 14: dataloader.v1.Loader.GetState:input_type -> dataloader.v1.GetStateRequest
+	17, // 15: dataloader.v1.Loader.CloseSession:input_type -> dataloader.v1.CloseSessionRequest
+	7,  // 16: dataloader.v1.Loader.OpenSession:output_type -> dataloader.v1.OpenSessionResponse
+	12, // 17: dataloader.v1.Loader.Batches:output_type -> dataloader.v1.Batch
+	14, // 18: dataloader.v1.Loader.SaveState:output_type -> dataloader.v1.SaveStateResponse
+	16, // 19: dataloader.v1.Loader.GetState:output_type -> dataloader.v1.GetStateResponse
+	18, // 20: dataloader.v1.Loader.CloseSession:output_type -> dataloader.v1.CloseSessionResponse
+	16, // [16:21] is the sub-list for method output_type
+	11, // [11:16] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_dataloader_v1_dataloader_proto_init() }
@@ -1631,7 +1781,7 @@ func file_dataloader_v1_dataloader_proto_init() {
 	if File_dataloader_v1_dataloader_proto != nil {
 		return
 	}
-	file_dataloader_v1_dataloader_proto_msgTypes[9].OneofWrappers = []any{
+	file_dataloader_v1_dataloader_proto_msgTypes[10].OneofWrappers = []any{
 		(*BatchesRequest_Attach)(nil),
 		(*BatchesRequest_Release)(nil),
 	}
@@ -1641,7 +1791,7 @@ func file_dataloader_v1_dataloader_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_dataloader_v1_dataloader_proto_rawDesc), len(file_dataloader_v1_dataloader_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   17,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

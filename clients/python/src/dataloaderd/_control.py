@@ -28,6 +28,7 @@ _PUBLISHED, _END_STEP, _STATE = _L.HEADER_PUBLISHED, _L.HEADER_END_STEP, _L.HEAD
 _PUB_SEQ, _REL_SEQ, _PROD_WAITING = _L.HEADER_PUBLISH_SEQ, _L.HEADER_RELEASE_SEQ, _L.HEADER_PRODUCER_WAITING
 _SLOT_RECS, _CONSUMER_RECS = _L.HEADER_SLOT_RECORDS, _L.HEADER_CONSUMER_RECORDS
 _SLOT_REC_BYTES, _SLOT_STEP, _SLOT_LINES = _L.SLOT_RECORD_BYTES, _L.SLOT_RECORD_STEP, _L.SLOT_RECORD_LINES
+_SLOT_SEGMENTS, _SLOT_MAX_SEQLEN = _L.SLOT_RECORD_SEGMENTS, _L.SLOT_RECORD_MAX_SEQLEN
 _CONSUMER_REC_BYTES = _L.CONSUMER_RECORD_BYTES
 # Consumer record offsets.
 _RELEASED, _WAITING = _L.CONSUMER_RECORD_RELEASED, _L.CONSUMER_RECORD_WAITING
@@ -92,8 +93,9 @@ class Control:
         self._rel_seq_addr = ctypes.c_void_p(base + _REL_SEQ)
         self._base_ref = base
 
-    def poll(self, step: int) -> Tuple[int, Optional[Tuple[int, int]]]:
-        """What the block says of ``step`` now: (RUNNING, (slot, lines)) when it is
+    def poll(self, step: int) -> Tuple[int, Optional[Tuple[int, int, int, int]]]:
+        """What the block says of ``step`` now: (RUNNING, (slot, lines,
+        segments, max_seqlen)) when it is
         published; (RUNNING, None) when not yet; (ENDED, None) when the
         iteration ended before it; (FAILED or CLOSED, None) otherwise."""
         # The state first: the daemon sets it after its last publish, so a
@@ -105,7 +107,8 @@ class Control:
             got = self._u64[(rec + _SLOT_STEP) // 8]
             if got != step:
                 raise RuntimeError(f"control block: slot {slot} holds step {got}, expected {step}")
-            return RUNNING, (slot, self._u32[(rec + _SLOT_LINES) // 4])
+            return RUNNING, (slot, self._u32[(rec + _SLOT_LINES) // 4], self._u32[(rec + _SLOT_SEGMENTS) // 4],
+                             self._u32[(rec + _SLOT_MAX_SEQLEN) // 4])
         return state, None
 
     def published(self) -> int:

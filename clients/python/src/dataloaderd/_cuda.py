@@ -109,17 +109,21 @@ class IpcRing:
         self._slots, self._stride, self._line = slots, stride, line_tokens
         self._mapping: Optional[_Mapping] = _Mapping(_driver(), device, bytes(handle))
 
-    def _view(self, slot: int, shape: Tuple[int, ...], typestr: str) -> Tensor:
+    def _view(self, slot: int, shape: Tuple[int, ...], typestr: str, offset: int = 0) -> Tensor:
         if self._mapping is None:
             raise DataloaderdError("the CUDA ring is closed")
         if not 0 <= slot < self._slots:
             raise DataloaderdError(f"slot {slot} of a {self._slots}-slot ring")
-        arr = _DeviceArray(self._mapping, slot * self._stride, shape, typestr)
+        arr = _DeviceArray(self._mapping, slot * self._stride + offset, shape, typestr)
         return self._torch.as_tensor(arr, device=self.device)
 
     def batch(self, slot: int, lines: int) -> Tensor:
         """Slot's tokens as an int32 device tensor [lines, line_tokens], a view."""
         return self._view(slot, (lines, self._line), "<i4")
+
+    def array(self, slot: int, offset: int, typestr: str, shape: Tuple[int, ...]) -> Tensor:
+        """An array of a slot, offset bytes into it, as a device tensor view."""
+        return self._view(slot, shape, typestr, offset)
 
     def slot_bytes(self, slot: int, n: int) -> Tensor:
         """The first n bytes of a slot as a uint8 device tensor, a view."""
@@ -252,6 +256,27 @@ class PinnedShm:
             done.record(self._stream)
         current.wait_event(done)
         out.record_stream(current)  # its memory is not reused before current's work on it is done
+        return out, done
+
+    def fetch_bytes(self, slot: int, n: int) -> Tuple[Tensor, CudaEvent]:
+        """Copies the first n bytes of a slot to the GPU, as fetch does the
+        tokens: (uint8 tensor [n], event). For batches with metadata."""
+        torch = self._torch
+        if self._ptr == 0:
+            raise DataloaderdError("the pinned ring is closed")
+        ring = self._ring
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            host = torch.from_numpy(np.frombuffer(ring.mapping(), dtype=np.uint8, count=n,
+                                                  offset=ring.data_offset + slot * ring.stride))
+        current = torch.cuda.current_stream(self._index)
+        with torch.cuda.stream(self._stream):
+            out = torch.empty((n,), dtype=torch.uint8, device=self.device)
+            out.copy_(host, non_blocking=True)
+            done = torch.cuda.Event()
+            done.record(self._stream)
+        current.wait_event(done)
+        out.record_stream(current)
         return out, done
 
     def close(self) -> None:

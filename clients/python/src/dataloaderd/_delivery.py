@@ -8,7 +8,7 @@ feed's release function.
 
 from __future__ import annotations
 
-from typing import Callable, ClassVar, Dict, Optional, Protocol, Union
+from typing import Any, Callable, ClassVar, Dict, Optional, Protocol, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -17,13 +17,16 @@ from . import _cuda
 from ._feed import Announced, Held, Release
 from ._proto import dataloader_pb2 as pb
 from ._ring import ShmRing
+from ._slot import Layout
 from ._torchapi import Tensor
 from .errors import DataloaderdError
 
-__all__ = ["Tokens", "Delivery", "ShmDelivery", "InlineDelivery", "CudaDelivery", "PinnedDelivery", "DELIVERIES"]
+__all__ = ["Tokens", "Arrays", "Delivery", "ShmDelivery", "InlineDelivery", "CudaDelivery", "PinnedDelivery", "DELIVERIES"]
 
 # Host arrays (shm, inline) or device tensors (cuda, shm-pinned).
 Tokens = Union[npt.NDArray[np.int32], Tensor]
+# A batch's arrays by name: tokens, and the metadata its config asks for.
+Arrays = Dict[str, Any]
 
 
 class Delivery(Protocol):
@@ -33,6 +36,8 @@ class Delivery(Protocol):
     raises then, before the daemon makes a ring); ``open`` maps what the
     session's reply describes; ``take`` turns an announcement into tokens;
     ``give_back`` returns the batch in hand when the next one is asked for;
+    ``take`` returns the batch's arrays by name (``tokens`` and the
+    metadata fields of the session's slot layout).
     ``give_back_finished`` returns, while the loader waits, slots that were
     given back but whose GPU work was still running; ``close`` lets go of
     everything (the daemon is told after it)."""
@@ -41,13 +46,17 @@ class Delivery(Protocol):
 
     def open(self, session: pb.OpenSessionResponse, release: Release) -> None: ...
 
-    def take(self, batch: Announced) -> Tokens: ...
+    def take(self, batch: Announced) -> Arrays: ...
 
     def give_back(self) -> None: ...
 
     def give_back_finished(self) -> None: ...
 
     def close(self) -> None: ...
+
+
+def layout_of(session: pb.OpenSessionResponse) -> Layout:
+    return Layout(session.fields, session.line_tokens, session.batch_size)
 
 
 def _map_ring(session: pb.OpenSessionResponse) -> ShmRing:
@@ -89,20 +98,20 @@ class ShmDelivery:
             self._ring = _map_ring(session)
         except (OSError, ValueError) as e:
             raise _unmappable(session, e) from e
+        self._layout = layout_of(session)
         self._release = release
 
-    def take(self, batch: Announced) -> Tokens:
-        assert self._ring is not None and self._release is not None, "open() first"
+    def take(self, batch: Announced) -> Arrays:
+        ring = self._ring
+        assert ring is not None and self._release is not None, "open() first"
+        slot = batch.held.slot
+        arrays = self._layout.cut(batch, lambda off, typ, shape: ring.array(slot, off, typ, shape, self._writable))
         if self._copy:
-            tokens = self._ring.batch(batch.held.slot, batch.lines).copy()
+            arrays = {name: a.copy() for name, a in arrays.items()}
             self._release(batch.held)
-        elif self._writable:
-            tokens = self._ring.private_batch(batch.held.slot, batch.lines)
-            self._held = batch.held
         else:
-            tokens = self._ring.batch(batch.held.slot, batch.lines)
             self._held = batch.held
-        return tokens
+        return arrays
 
     def give_back(self) -> None:
         if self._held is not None and self._release is not None:
@@ -132,14 +141,19 @@ class InlineDelivery:
         self._release: Optional[Release] = None
 
     def open(self, session: pb.OpenSessionResponse, release: Release) -> None:
-        self._line_tokens = session.line_tokens
+        self._layout = layout_of(session)
         self._release = release
 
-    def take(self, batch: Announced) -> Tokens:
+    def take(self, batch: Announced) -> Arrays:
         assert self._release is not None, "open() first"
-        tokens = np.frombuffer(batch.data, dtype="<i4").reshape(batch.lines, self._line_tokens)
+        data = batch.data
+
+        def view(off: int, typ: str, shape: Any) -> Any:
+            return np.frombuffer(data, dtype=typ, count=int(np.prod(shape)), offset=off).reshape(shape)
+
+        arrays = self._layout.cut(batch, view)
         self._release(batch.held)
-        return tokens
+        return arrays
 
     def give_back(self) -> None:
         pass
@@ -171,17 +185,20 @@ class CudaDelivery:
         r = session.ring
         self.ring = _cuda.IpcRing(r.ipc_handle, r.slots, r.slot_stride, session.line_tokens, r.device)
         self.fence = _cuda.ReleaseFence(r.device, max_held=_fence_hold(r.slots))
+        self._layout = layout_of(session)
         self._release = release
 
-    def take(self, batch: Announced) -> Tokens:
-        assert self.ring is not None, "open() first"
-        tokens = self.ring.batch(batch.held.slot, batch.lines)
+    def take(self, batch: Announced) -> Arrays:
+        ring = self.ring
+        assert ring is not None, "open() first"
+        slot = batch.held.slot
+        arrays = self._layout.cut(batch, lambda off, typ, shape: ring.array(slot, off, typ, shape))
         if self._copy:
-            tokens = tokens.clone()  # queued on the current stream: the fence waits for it
+            arrays = {name: a.clone() for name, a in arrays.items()}  # queued on the current stream: the fence waits
             self._fence_up(batch.held)
         else:
             self._held = batch.held
-        return tokens
+        return arrays
 
     def _fence_up(self, held: Held) -> None:
         assert self.fence is not None and self._release is not None, "open() first"
@@ -231,14 +248,22 @@ class PinnedDelivery:
             self.fence = _cuda.ReleaseFence(self._device, max_held=_fence_hold(session.ring.slots))
         except (OSError, ValueError) as e:
             raise _unmappable(session, e) from e
+        self._layout = layout_of(session)
         self._release = release
 
-    def take(self, batch: Announced) -> Tokens:
+    def take(self, batch: Announced) -> Arrays:
         assert self._pinned is not None and self.fence is not None and self._release is not None, "open() first"
-        tokens, copied = self._pinned.fetch(batch.held.slot, batch.lines)
+        if not self._layout.metadata:
+            tokens, copied = self._pinned.fetch(batch.held.slot, batch.lines)
+            arrays: Arrays = {"tokens": tokens}
+        else:
+            # One copy of the slot's used bytes; the arrays are views of it.
+            raw, copied = self._pinned.fetch_bytes(batch.held.slot, self._layout.used(batch))
+            torch = _cuda._torch()
+            arrays = self._layout.cut(batch, lambda off, typ, shape: _device_view(torch, raw, off, typ, shape))
         for done in self.fence.give_up(batch.held, copied):  # once the copy out of the slot is done
             self._release(done)
-        return tokens
+        return arrays
 
     def give_back(self) -> None:
         pass  # the batch is the caller's own copy
@@ -256,6 +281,14 @@ class PinnedDelivery:
         if self._ring is not None:
             self._ring.close()
             self._ring = None
+
+
+def _device_view(torch: Any, raw: Any, off: int, typ: str, shape: Any) -> Any:
+    """An array of a slot copied to the GPU as bytes: a view of raw."""
+    n = int(np.prod(shape))
+    if typ == "|u1":
+        return raw[off:off + n].reshape(shape)
+    return raw[off:off + 4 * n].view(torch.int32).reshape(shape)
 
 
 def _release_finished(fence: "Optional[_cuda.ReleaseFence[Held]]", release: Optional[Release]) -> None:

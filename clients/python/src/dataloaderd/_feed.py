@@ -39,6 +39,8 @@ class Announced(NamedTuple):
     held: Held
     lines: int
     data: bytes  # the batch itself on the inline transport; empty otherwise
+    segments: int = 0  # with cu_seqlens: the batch's segments
+    max_seqlen: int = 0  # and the longest one's length
 
 
 Release = Callable[[Held], None]
@@ -155,8 +157,8 @@ class ControlFeed:
             if stream.responses.done():
                 stream.failure()
         wait_ns = time.perf_counter_ns() - start
-        slot, lines = got
-        return Announced(Held(slot, want, wait_ns), lines, b"")
+        slot, lines, segments, max_seqlen = got
+        return Announced(Held(slot, want, wait_ns), lines, b"", segments, max_seqlen)
 
     def release(self, held: Held) -> None:
         self.control.release(held.step, held.wait_ns)
@@ -211,7 +213,7 @@ class StreamFeed:
         wait_ns = time.perf_counter_ns() - start
         if msg.end:
             return None
-        return Announced(Held(msg.slot, msg.step, wait_ns), msg.lines, msg.data)
+        return Announced(Held(msg.slot, msg.step, wait_ns), msg.lines, msg.data, msg.segments, msg.max_seqlen)
 
     def release(self, held: Held) -> None:
         assert self._stream is not None, "start() first"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import mmap
 import os
-from typing import Optional
+from typing import Any, Optional, Tuple
 
 import numpy as np
 import numpy.typing as npt
@@ -39,10 +39,17 @@ class ShmRing:
         return np.frombuffer(self.mapping(), dtype="<i4", count=lines * self.line_tokens,
                              offset=self.data_offset + slot * self.stride).reshape(lines, self.line_tokens)
 
-    def private_batch(self, slot: int, lines: int) -> npt.NDArray[np.int32]:
-        """The tokens of a slot as a writable, copy-on-write view: reads see
-        the ring, a write copies the pages it touches into this process
-        only. forget(slot) drops those copies before the slot is given back."""
+    def array(self, slot: int, offset: int, typestr: str, shape: Tuple[int, ...], private: bool = False) -> Any:
+        """An array of a slot (offset bytes into it): a read-only view of the
+        ring, or with private a copy-on-write one (see private_batch)."""
+        count = 1
+        for d in shape:
+            count *= d
+        mm = self._private_mapping() if private else self.mapping()
+        return np.frombuffer(mm, dtype=typestr, count=count,
+                             offset=self.data_offset + slot * self.stride + offset).reshape(shape)
+
+    def _private_mapping(self) -> mmap.mmap:
         if self._private is None:
             self.mapping()  # raises once closed
             fd = os.open(self._path, os.O_RDONLY)
@@ -50,7 +57,13 @@ class ShmRing:
                 self._private = mmap.mmap(fd, self.data_offset + self.slots * self.stride, access=mmap.ACCESS_COPY)
             finally:
                 os.close(fd)
-        return np.frombuffer(self._private, dtype="<i4", count=lines * self.line_tokens,
+        return self._private
+
+    def private_batch(self, slot: int, lines: int) -> npt.NDArray[np.int32]:
+        """The tokens of a slot as a writable, copy-on-write view: reads see
+        the ring, a write copies the pages it touches into this process
+        only. forget(slot) drops those copies before the slot is given back."""
+        return np.frombuffer(self._private_mapping(), dtype="<i4", count=lines * self.line_tokens,
                              offset=self.data_offset + slot * self.stride).reshape(lines, self.line_tokens)
 
     def forget(self, slot: int) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional, Tuple, TypedDict, Union, cast
+from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple, TypedDict, Union, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -64,9 +64,64 @@ def _targets(tokens: Any, dtype: str) -> Tuple[Any, Any, Any]:
     return x.long(), x.long(), y.long()  # device tensors: new ones, on the same device
 
 
+def _torch_of(a: Any, torch_mod: Optional[Torch]) -> Any:
+    """A host array as a tensor when torch is there (read-only memory is
+    copied: torch has no read-only tensors); device tensors as they are."""
+    if isinstance(a, np.ndarray) and torch_mod is not None:
+        return torch_mod.from_numpy(a if a.flags.writeable else a.copy())
+    return a
+
+
+def _metadata(arrays: Dict[str, Any], dtype: str, torch_mod: Optional[Torch], max_seqlen: int) -> Dict[str, Any]:
+    """The batch keys of a slot's metadata arrays (docs/metadata.md)."""
+    out: Dict[str, Any] = {}
+
+    def ints(a: Any) -> Any:
+        if dtype == "int64":
+            a = a.astype(np.int64) if isinstance(a, np.ndarray) else a.long()
+        return _torch_of(a, torch_mod)
+
+    for name in ("position_ids", "document_ids"):  # the inputs' positions: [:, :-1], as input_ids
+        if name in arrays:
+            out[name] = ints(arrays[name][:, :-1])
+    if "dataset_ids" in arrays:
+        out["dataset_ids"] = ints(arrays["dataset_ids"])
+    if "loss_mask" in arrays:
+        m = arrays["loss_mask"]
+        if isinstance(m, np.ndarray):
+            out["loss_mask"] = _torch_of(m.view(np.bool_), torch_mod)
+        else:
+            out["loss_mask"] = m.view(torch_mod.bool) if torch_mod is not None else m
+    if "cu_seqlens" in arrays:  # int32 whatever dtype says: flash-attn's varlen kernels take int32
+        out["cu_seqlens"] = _torch_of(arrays["cu_seqlens"], torch_mod)
+        out["line_segments"] = _torch_of(arrays["line_segments"], torch_mod)
+        out["max_seqlen"] = max_seqlen
+    return out
+
+
+def padding_arrays(lines: int, seq_len: int, pad_id: int, metadata: Any) -> Dict[str, npt.NDArray[Any]]:
+    """The arrays of a padding batch (end="pad"): every token pad_id, and
+    metadata that says so: each line one padding segment."""
+    out: Dict[str, npt.NDArray[Any]] = {"tokens": np.full((lines, seq_len + 1), pad_id, dtype=np.int32)}
+    if "position_ids" in metadata:
+        out["position_ids"] = np.zeros((lines, seq_len + 1), dtype=np.int32)
+    if "document_ids" in metadata:
+        out["document_ids"] = np.full((lines, seq_len + 1), -1, dtype=np.int32)
+    if "loss_mask" in metadata:
+        out["loss_mask"] = np.zeros((lines, seq_len), dtype=np.uint8)
+    if "dataset_ids" in metadata:
+        out["dataset_ids"] = np.full((lines,), -1, dtype=np.int32)
+    if "cu_seqlens" in metadata:
+        out["cu_seqlens"] = np.arange(lines + 1, dtype=np.int32) * seq_len
+        out["line_segments"] = np.arange(lines + 1, dtype=np.int32)
+    return out
+
+
 def make_batch(tokens: Union[Tensor, npt.NDArray[np.int32]], step: int, dtype: str,
-               torch_mod: Optional[Torch], padding: bool = False) -> Batch:
-    """A Batch of a slot's tokens (or of a padding batch's)."""
+               torch_mod: Optional[Torch], padding: bool = False, metadata: Optional[Dict[str, Any]] = None,
+               max_seqlen: int = 0) -> Batch:
+    """A Batch of a slot's tokens (or of a padding batch's), with the
+    metadata arrays of its slot, if any."""
     ids, labels, shifted = _targets(tokens, dtype)
     if isinstance(tokens, np.ndarray) and torch_mod is not None:
         # Fresh int64 arrays, or int32 views of writable (copy-on-write)
@@ -79,6 +134,8 @@ def make_batch(tokens: Union[Tensor, npt.NDArray[np.int32]], step: int, dtype: s
             tokens.flags.writeable = False  # as on every other path but copy=True
     batch = {"tokens": tokens, "step": step, "lines": tokens.shape[0],
              "input_ids": ids, "labels": labels, "shift_labels": shifted, "padding": padding}
+    if metadata:
+        batch.update(_metadata(metadata, dtype, torch_mod, max_seqlen))
     return cast(Batch, batch)
 
 

@@ -26,6 +26,9 @@ KEYS: Keys = {
     "epochs": (int, 0),
     "shuffle_window": (int, 0),
     "datasets": (list, ...),
+    "metadata": (list, []),
+    "positions": (str, ""),
+    "mask_document_boundaries": (bool, False),
 }
 DATASET_KEYS: Keys = {
     "name": (str, ...),
@@ -82,7 +85,7 @@ def _check(where: str, data: Mapping[str, object], keys: Keys) -> Dict[str, Any]
             out[key] = default
             continue
         value = data[key]
-        if isinstance(value, bool) or not isinstance(value, typ):
+        if isinstance(value, bool) and typ is not bool or not isinstance(value, typ):
             raise ConfigError(f"{where}: {key!r} has the wrong type: {value!r} is a "
                               f"{type(value).__name__}, want {_type_name(typ)}")
         out[key] = value
@@ -106,7 +109,12 @@ def to_proto(data: Mapping[str, object], base_dir: str) -> "pb.JobConfig":
         bos_id=-1 if c["bos_id"] is None else c["bos_id"],
         pad_id=c["eos_id"] if c["pad_id"] is None else c["pad_id"],
         epochs=c["epochs"], shuffle_window=c["shuffle_window"],
+        positions=c["positions"], mask_document_boundaries=c["mask_document_boundaries"],
     )
+    for i, m in enumerate(c["metadata"]):
+        if not isinstance(m, str):
+            raise ConfigError(f"config: metadata[{i}] must be a field name (a string), got {m!r}")
+        msg.metadata.append(m)
     for i, d in enumerate(c["datasets"]):
         if not isinstance(d, Mapping):
             raise ConfigError(f"config: datasets[{i}] must be a mapping, got {d!r}")

@@ -20,7 +20,7 @@ from ._job import default_job
 from ._proto import dataloader_pb2 as pb
 from ._proto import dataloader_pb2_grpc as pb_grpc
 from ._torchapi import Torch
-from .batch import DTYPES, Batch, make_batch
+from .batch import DTYPES, Batch, make_batch, padding_arrays
 from .config import env_int, load_config, optional_abspath, to_proto
 from .errors import BatchTimeoutError, ConfigError, DaemonUnavailableError, DataloaderdError, StateError, translate
 
@@ -209,9 +209,10 @@ class Loader:
                 if self._end == "pad":
                     yield from self._padding(live)
                 return
-            tokens = delivery.take(got)
+            arrays = delivery.take(got)
+            tokens = arrays.pop("tokens")
             self._last_step = got.held.step
-            yield make_batch(tokens, got.held.step, self._dtype, torch)
+            yield make_batch(tokens, got.held.step, self._dtype, torch, metadata=arrays, max_seqlen=got.max_seqlen)
 
     def _padding(self, live: _Session) -> Iterator[Batch]:
         """end="pad": after the rank's last batch, batches of pad_id flagged
@@ -219,14 +220,18 @@ class Loader:
         (until every rank pads: see all_padding). The daemon saves the state
         at these steps too, and a resume from one goes on padding."""
         c = self._config
-        tokens: Any = np.full((c.batch_size, c.seq_len + 1), c.pad_id, dtype=np.int32)
-        tokens.flags.writeable = False
+        host = padding_arrays(c.batch_size, c.seq_len, c.pad_id, c.metadata)
+        for a in host.values():
+            a.flags.writeable = False
+        arrays: Dict[str, Any] = dict(host)
         if self.transport in ("cuda", "shm-pinned"):
             t = _cuda._torch()
-            tokens = t.as_tensor(tokens, device=t.device("cuda", self.device))
+            arrays = {k: t.as_tensor(a, device=t.device("cuda", self.device)) for k, a in host.items()}
+        tokens = arrays.pop("tokens")
         while self._live is live:
             self._last_step += 1
-            yield make_batch(tokens, self._last_step, self._dtype, torch, padding=True)
+            yield make_batch(tokens, self._last_step, self._dtype, torch, padding=True, metadata=arrays,
+                             max_seqlen=c.seq_len)
 
     def _time_out(self, published: Optional[int]) -> NoReturn:
         """Closes the loader and raises BatchTimeoutError for the batch awaited."""

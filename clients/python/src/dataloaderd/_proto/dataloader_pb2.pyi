@@ -120,6 +120,9 @@ class JobConfig(_message.Message):
     EPOCHS_FIELD_NUMBER: _builtins.int
     SHUFFLE_WINDOW_FIELD_NUMBER: _builtins.int
     DATASETS_FIELD_NUMBER: _builtins.int
+    METADATA_FIELD_NUMBER: _builtins.int
+    POSITIONS_FIELD_NUMBER: _builtins.int
+    MASK_DOCUMENT_BOUNDARIES_FIELD_NUMBER: _builtins.int
     seq_len: _builtins.int
     batch_size: _builtins.int
     seed: _builtins.int
@@ -132,8 +135,24 @@ class JobConfig(_message.Message):
     """0: unbounded."""
     shuffle_window: _builtins.int
     """Lines of a shard emitted in a permuted order, per window; 0 or 1: in order."""
+    positions: _builtins.str
+    """position_ids of a document continued from the line before: "restart"
+    (counted from 0 at the line's start; empty means this) or "continue"
+    (its offset in the document).
+    """
+    mask_document_boundaries: _builtins.bool
+    """loss_mask also masks each position whose next token starts another
+    document (the prediction across a document boundary).
+    """
     @_builtins.property
     def datasets(self) -> _containers.RepeatedCompositeFieldContainer[Global___Dataset]: ...
+    @_builtins.property
+    def metadata(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """What each batch carries beside the tokens, in the same slot (README,
+        "Document metadata"): any of position_ids, document_ids, cu_seqlens,
+        loss_mask, dataset_ids. Empty: tokens only.
+        """
+
     def __init__(
         self,
         *,
@@ -147,10 +166,13 @@ class JobConfig(_message.Message):
         epochs: _builtins.int = ...,
         shuffle_window: _builtins.int = ...,
         datasets: _abc.Iterable[Global___Dataset] | None = ...,
+        metadata: _abc.Iterable[_builtins.str] | None = ...,
+        positions: _builtins.str = ...,
+        mask_document_boundaries: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_size", b"batch_size", "bos_id", b"bos_id", "datasets", b"datasets", "eos_id", b"eos_id", "epochs", b"epochs", "logical_shards", b"logical_shards", "pad_id", b"pad_id", "seed", b"seed", "seq_len", b"seq_len", "shuffle_window", b"shuffle_window"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_size", b"batch_size", "bos_id", b"bos_id", "datasets", b"datasets", "eos_id", b"eos_id", "epochs", b"epochs", "logical_shards", b"logical_shards", "mask_document_boundaries", b"mask_document_boundaries", "metadata", b"metadata", "pad_id", b"pad_id", "positions", b"positions", "seed", b"seed", "seq_len", b"seq_len", "shuffle_window", b"shuffle_window"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -365,6 +387,7 @@ class OpenSessionResponse(_message.Message):
     LINE_TOKENS_FIELD_NUMBER: _builtins.int
     BATCH_SIZE_FIELD_NUMBER: _builtins.int
     START_STEP_FIELD_NUMBER: _builtins.int
+    FIELDS_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     consumer: _builtins.int
     """This process's consumer index in [0, consumers)."""
@@ -376,6 +399,12 @@ class OpenSessionResponse(_message.Message):
     """The last step already consumed in the state this session resumed from."""
     @_builtins.property
     def ring(self) -> Global___Ring: ...
+    @_builtins.property
+    def fields(self) -> _containers.RepeatedCompositeFieldContainer[Global___SlotField]:
+        """Where each array of a batch lies in its slot: tokens first, then the
+        config's metadata, in the order of the README's slot layout.
+        """
+
     def __init__(
         self,
         *,
@@ -386,14 +415,55 @@ class OpenSessionResponse(_message.Message):
         line_tokens: _builtins.int = ...,
         batch_size: _builtins.int = ...,
         start_step: _builtins.int = ...,
+        fields: _abc.Iterable[Global___SlotField] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["ring", b"ring"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_size", b"batch_size", "consumer", b"consumer", "line_tokens", b"line_tokens", "ring", b"ring", "session_id", b"session_id", "start_step", b"start_step", "transport", b"transport"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_size", b"batch_size", "consumer", b"consumer", "fields", b"fields", "line_tokens", b"line_tokens", "ring", b"ring", "session_id", b"session_id", "start_step", b"start_step", "transport", b"transport"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___OpenSessionResponse: _TypeAlias = OpenSessionResponse  # noqa: Y015
+
+@_typing.final
+class SlotField(_message.Message):
+    """One array of a batch in its slot."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    OFFSET_FIELD_NUMBER: _builtins.int
+    DTYPE_FIELD_NUMBER: _builtins.int
+    SHAPE_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """The batch key: tokens, position_ids, document_ids, loss_mask,
+    dataset_ids, cu_seqlens, line_segments.
+    """
+    offset: _builtins.int
+    """Bytes from the start of the slot."""
+    dtype: _builtins.str
+    """int32 or uint8, little-endian."""
+    @_builtins.property
+    def shape(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Its shape in a batch of batch_size lines; a shorter batch uses the
+        first rows (docs/metadata.md says how many for each field).
+        """
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        offset: _builtins.int = ...,
+        dtype: _builtins.str = ...,
+        shape: _abc.Iterable[_builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dtype", b"dtype", "name", b"name", "offset", b"offset", "shape", b"shape"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SlotField: _TypeAlias = SlotField  # noqa: Y015
 
 @_typing.final
 class Attach(_message.Message):
@@ -487,15 +557,24 @@ class Batch(_message.Message):
     LINES_FIELD_NUMBER: _builtins.int
     DATA_FIELD_NUMBER: _builtins.int
     END_FIELD_NUMBER: _builtins.int
+    SEGMENTS_FIELD_NUMBER: _builtins.int
+    MAX_SEQLEN_FIELD_NUMBER: _builtins.int
     step: _builtins.int
     """Steps count from 1; step s is the s-th batch of the run."""
     slot: _builtins.int
     lines: _builtins.int
     """Lines in this batch: batch_size, or fewer in the last one."""
     data: _builtins.bytes
-    """Inline transport: lines * line_tokens little-endian int32."""
+    """Inline transport: lines * line_tokens little-endian int32, or with
+    metadata the whole slot (OpenSessionResponse.fields).
+    """
     end: _builtins.bool
     """Set on the message after the last batch: the iteration has ended."""
+    segments: _builtins.int
+    """With cu_seqlens in the config: the batch's segments (cu_seqlens holds
+    segments + 1 offsets) and the longest segment's length.
+    """
+    max_seqlen: _builtins.int
     def __init__(
         self,
         *,
@@ -504,10 +583,12 @@ class Batch(_message.Message):
         lines: _builtins.int = ...,
         data: _builtins.bytes = ...,
         end: _builtins.bool = ...,
+        segments: _builtins.int = ...,
+        max_seqlen: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "end", b"end", "lines", b"lines", "slot", b"slot", "step", b"step"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "end", b"end", "lines", b"lines", "max_seqlen", b"max_seqlen", "segments", b"segments", "slot", b"slot", "step", b"step"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

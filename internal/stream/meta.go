@@ -1,0 +1,361 @@
+package stream
+
+import (
+	"math"
+	"slices"
+	"strings"
+)
+
+// What a batch may carry beside its tokens (Config.Metadata), each a pure
+// function of the lines' cursors: where the documents of each line start and
+// end, as the walk that copies the line finds them.
+const (
+	// MetaPositionIDs: int32 [lines, seq_len+1], each token's position in
+	// its document; padding 0.
+	MetaPositionIDs = "position_ids"
+	// MetaDocumentIDs: int32 [lines, seq_len+1], each token's document
+	// within its line, counting from 0; padding -1.
+	MetaDocumentIDs = "document_ids"
+	// MetaCuSeqlens: the input positions ([:, :seq_len]) of the batch
+	// flattened to one sequence, cut at document boundaries, in flash-attn's
+	// varlen form: int32 offsets [segments+1], and line_segments, int32
+	// [lines+1], the index of each line's first segment.
+	MetaCuSeqlens = "cu_seqlens"
+	// MetaLossMask: uint8 [lines, seq_len], 1 where the label (the next
+	// token) is to be learned: 0 for a padding label, and with
+	// MaskDocumentBoundaries for a label that starts another document.
+	MetaLossMask = "loss_mask"
+	// MetaDatasetIDs: int32 [lines], the index in the config's datasets of
+	// the dataset every token of the line came from (a line is cut from one
+	// shard of one dataset); -1 for no line.
+	MetaDatasetIDs = "dataset_ids"
+
+	// PositionsRestart: a document continued from the line before counts
+	// from 0 at the line's start (Megatron's reset_position_ids, torchtitan,
+	// Hugging Face's flattening collator).
+	PositionsRestart = "restart"
+	// PositionsContinue: it counts on from its offset in the document.
+	PositionsContinue = "continue"
+)
+
+// MetadataFields are the names Config.Metadata takes, in slot order.
+var MetadataFields = []string{MetaPositionIDs, MetaDocumentIDs, MetaLossMask, MetaDatasetIDs, MetaCuSeqlens}
+
+// lineSegmentsField is the second array of MetaCuSeqlens.
+const lineSegmentsField = "line_segments"
+
+func (c Config) validateMetadata() error {
+	seen := map[string]bool{}
+	for _, m := range c.Metadata {
+		if !slices.Contains(MetadataFields, m) {
+			return invalid("metadata: unknown field %q (want any of %s)", m, strings.Join(MetadataFields, ", "))
+		}
+		if seen[m] {
+			return invalid("metadata: %q is listed twice", m)
+		}
+		seen[m] = true
+	}
+	if p := c.Positions; p != "" && p != PositionsRestart && p != PositionsContinue {
+		return invalid("positions: %q (want %s or %s)", p, PositionsRestart, PositionsContinue)
+	}
+	if c.Positions != "" && !seen[MetaPositionIDs] {
+		return invalid("positions applies to position_ids, which metadata does not list")
+	}
+	if c.MaskDocumentBoundaries && !seen[MetaLossMask] {
+		return invalid("mask_document_boundaries applies to loss_mask, which metadata does not list")
+	}
+	return nil
+}
+
+// Field is one array of a batch in its slot.
+type Field struct {
+	Name   string
+	Offset int
+	// Dtype is "int32" or "uint8", little-endian.
+	Dtype string
+	// Shape is for a batch of BatchSize lines.
+	Shape []int
+}
+
+// Layout is where a batch's arrays lie in a slot: the tokens at 0, then the
+// config's metadata in MetadataFields order, each at a multiple of
+// fieldAlign bytes.
+type Layout struct {
+	Fields []Field
+	// Bytes is the slot size.
+	Bytes int
+}
+
+const fieldAlign = 64
+
+// Layout is the slot layout of the config's batches.
+func (c Config) Layout() Layout {
+	b, line, seq := int(c.BatchSize), c.LineTokens(), int(c.SeqLen)
+	var l Layout
+	add := func(name, dtype string, shape ...int) {
+		size := 4
+		if dtype == "uint8" {
+			size = 1
+		}
+		for _, n := range shape {
+			size *= n
+		}
+		l.Bytes = (l.Bytes + fieldAlign - 1) / fieldAlign * fieldAlign
+		l.Fields = append(l.Fields, Field{Name: name, Offset: l.Bytes, Dtype: dtype, Shape: shape})
+		l.Bytes += size
+	}
+	add("tokens", "int32", b, line)
+	on := func(m string) bool { return slices.Contains(c.Metadata, m) }
+	if on(MetaPositionIDs) {
+		add(MetaPositionIDs, "int32", b, line)
+	}
+	if on(MetaDocumentIDs) {
+		add(MetaDocumentIDs, "int32", b, line)
+	}
+	if on(MetaLossMask) {
+		add(MetaLossMask, "uint8", b, seq)
+	}
+	if on(MetaDatasetIDs) {
+		add(MetaDatasetIDs, "int32", b)
+	}
+	if on(MetaCuSeqlens) {
+		add(MetaCuSeqlens, "int32", b*seq+1)
+		add(lineSegmentsField, "int32", b+1)
+	}
+	return l
+}
+
+// field returns the named field of the layout.
+func (l Layout) field(name string) (Field, bool) {
+	for _, f := range l.Fields {
+		if f.Name == name {
+			return f, true
+		}
+	}
+	return Field{}, false
+}
+
+// piece is a run of a line: its tokens [at, at+n) are tokens [off, off+n)
+// of frame f. Pieces of one line are in order and cover what was filled.
+type piece struct {
+	at, n uint64
+	off   uint64
+	f     frame
+}
+
+// segment is a run of a line from start to the next segment's start: one
+// document's tokens, or the padding (pad).
+type segment struct {
+	start int
+	pos0  uint64 // position of its first token
+	pad   bool
+}
+
+// metaWriter writes the metadata of one batch into a slot.
+type metaWriter struct {
+	line, seq  int
+	eos        int32
+	cont, mask bool
+
+	pos, doc, ds, cu, lineSeg []int32
+	loss                      []uint8
+
+	segs      []segment
+	segments  int
+	maxSeqlen int
+	scratch   []int32
+}
+
+// newMetaWriter returns nil for a config without metadata.
+func newMetaWriter(c Config) *metaWriter {
+	if len(c.Metadata) == 0 {
+		return nil
+	}
+	return &metaWriter{line: c.LineTokens(), seq: int(c.SeqLen), eos: int32(c.EOS),
+		cont: c.Positions == PositionsContinue, mask: c.MaskDocumentBoundaries}
+}
+
+// start points the writer at a slot laid out by lay.
+func (m *metaWriter) start(slot []byte, lay Layout) {
+	view := func(name string) []int32 {
+		f, ok := lay.field(name)
+		if !ok {
+			return nil
+		}
+		n := 1
+		for _, d := range f.Shape {
+			n *= d
+		}
+		return int32s(slot[f.Offset:])[:n]
+	}
+	m.pos, m.doc, m.ds = view(MetaPositionIDs), view(MetaDocumentIDs), view(MetaDatasetIDs)
+	m.cu, m.lineSeg = view(MetaCuSeqlens), view(lineSegmentsField)
+	m.loss = nil
+	if f, ok := lay.field(MetaLossMask); ok {
+		m.loss = slot[f.Offset : f.Offset+f.Shape[0]*f.Shape[1]]
+	}
+	m.segments, m.maxSeqlen = 0, 0
+	if m.cu != nil {
+		m.cu[0] = 0
+	}
+}
+
+// finish writes what follows the batch's last line (lines of them).
+func (m *metaWriter) finish(lines int) {
+	if m.lineSeg != nil {
+		m.lineSeg[lines] = int32(m.segments)
+	}
+}
+
+// addLine writes the metadata of line b: its tokens, of which the first
+// filled came from the pieces (the rest is padding), cut from shard s of
+// dataset ds.
+func (m *metaWriter) addLine(b int, tokens []int32, filled int, pieces []piece, s *shard, ds int) error {
+	if err := m.segment(tokens, filled, pieces, s); err != nil {
+		return err
+	}
+	if m.ds != nil {
+		m.ds[b] = int32(ds)
+	}
+	if m.pos != nil || m.doc != nil {
+		m.ids(b)
+	}
+	if m.loss != nil {
+		m.lossMask(b, filled)
+	}
+	if m.cu != nil {
+		m.cuts(b)
+	}
+	return nil
+}
+
+// segment cuts the line into m.segs. A frame of a source whose units are
+// documents is one document, separators inside it or not; a unit of a
+// delimited source (flat token files, text) holds whole documents, each
+// ending after an EOS.
+func (m *metaWriter) segment(tokens []int32, filled int, pieces []piece, s *shard) error {
+	m.segs = m.segs[:0]
+	delimited := s.ds.src.Delimited()
+	for i, p := range pieces {
+		pos0 := uint64(0)
+		if m.cont && p.off > 0 {
+			pos0 = p.off
+			if delimited && i == 0 {
+				start, err := m.documentStart(s, p.f.unit, p.off)
+				if err != nil {
+					return err
+				}
+				pos0 = p.off - start
+			}
+		}
+		m.segs = append(m.segs, segment{start: int(p.at), pos0: pos0})
+		if delimited {
+			end := int(p.at + p.n)
+			for k := int(p.at); k < end-1; k++ {
+				if tokens[k] == m.eos {
+					m.segs = append(m.segs, segment{start: k + 1})
+				}
+			}
+		}
+	}
+	if filled < m.line {
+		m.segs = append(m.segs, segment{start: filled, pad: true})
+	}
+	return nil
+}
+
+// documentStart is the offset in unit u of the document that holds the
+// token at off: just after the last EOS before off, or 0. It reads back
+// through the document, so a line that starts deep in a long document of a
+// flat file costs a read of that document's start (continue mode only).
+func (m *metaWriter) documentStart(s *shard, u, off uint64) (uint64, error) {
+	const chunk = 4096
+	if cap(m.scratch) < chunk {
+		m.scratch = make([]int32, chunk)
+	}
+	for end := off; end > 0; {
+		start := end - min(end, chunk)
+		buf := m.scratch[:end-start]
+		if err := s.ds.src.Read(u, start, buf); err != nil {
+			return 0, err
+		}
+		for k := len(buf) - 1; k >= 0; k-- {
+			if buf[k] == m.eos {
+				return start + uint64(k) + 1, nil
+			}
+		}
+		end = start
+	}
+	return 0, nil
+}
+
+// ids writes line b's position_ids and document_ids.
+func (m *metaWriter) ids(b int) {
+	row := b * m.line
+	for i, sg := range m.segs {
+		end := m.line
+		if i+1 < len(m.segs) {
+			end = m.segs[i+1].start
+		}
+		id := int32(i)
+		if sg.pad {
+			id = -1
+		}
+		if m.doc != nil {
+			d := m.doc[row+sg.start : row+end]
+			for k := range d {
+				d[k] = id
+			}
+		}
+		if m.pos != nil {
+			p := m.pos[row+sg.start : row+end]
+			if sg.pad {
+				clear(p)
+				continue
+			}
+			for k := range p {
+				p[k] = int32(min(sg.pos0+uint64(k), math.MaxInt32))
+			}
+		}
+	}
+}
+
+// lossMask writes line b's loss_mask: label k+1 of input k is learned
+// unless it is padding, or (mask) starts another document.
+func (m *metaWriter) lossMask(b int, filled int) {
+	row := m.loss[b*m.seq : (b+1)*m.seq]
+	for k := range row {
+		if k+1 < filled {
+			row[k] = 1
+		} else {
+			row[k] = 0
+		}
+	}
+	if m.mask {
+		for _, sg := range m.segs {
+			if sg.start >= 1 && sg.start <= m.seq && !sg.pad {
+				row[sg.start-1] = 0
+			}
+		}
+	}
+}
+
+// cuts appends line b's segments over its inputs (the first seq_len
+// tokens) to cu_seqlens.
+func (m *metaWriter) cuts(b int) {
+	m.lineSeg[b] = int32(m.segments)
+	base := b * m.seq
+	for i, sg := range m.segs {
+		if sg.start >= m.seq {
+			break
+		}
+		end := m.line
+		if i+1 < len(m.segs) {
+			end = m.segs[i+1].start
+		}
+		end = min(end, m.seq)
+		m.segments++
+		m.cu[m.segments] = int32(base + end)
+		m.maxSeqlen = max(m.maxSeqlen, end-sg.start)
+	}
+}
