@@ -13,7 +13,7 @@ import (
 // Geometry is the end-to-end benchmark's: seq_len 4096, 8 lines per batch,
 // DATALOADERD_BENCH_SHARDS logical shards (default 1024), one rank.
 
-func envBenchCorpus(b *testing.B) *Corpus {
+func envBenchCorpus(b *testing.B, metadata ...string) *Corpus {
 	b.Helper()
 	prefix := os.Getenv("DATALOADERD_BENCH_PREFIX")
 	if prefix == "" {
@@ -27,7 +27,7 @@ func envBenchCorpus(b *testing.B) *Corpus {
 		}
 	}
 	cfg := Config{SeqLen: 4096, BatchSize: 8, Seed: 1, LogicalShards: uint32(shards), EOS: 0, BOS: -1,
-		Datasets: []Dataset{{Name: "bench", Path: prefix, Format: "megatron", Weight: 1}}}
+		Datasets: []Dataset{{Name: "bench", Path: prefix, Format: "megatron", Weight: 1}}, Metadata: metadata}
 	c, err := OpenCorpus(cfg)
 	if err != nil {
 		b.Fatal(err)
@@ -90,7 +90,15 @@ func (s benchSlots) Slot(i int) []byte { return s[i] }
 // BenchmarkCorpusPipeline is the daemon's producer as a session runs it:
 // Pipeline.Run filling a ring of 8 slots, one consumer taking and releasing
 // every batch (without reading it: the clients' part is measured end to end).
-func BenchmarkCorpusPipeline(b *testing.B) { benchPipeline(b) }
+func BenchmarkCorpusPipeline(b *testing.B) { benchPipeline(b, envBenchCorpus(b)) }
+
+// BenchmarkCorpusPipelineMetadata is BenchmarkCorpusPipeline with every
+// metadata field on (position_ids, document_ids, loss_mask, dataset_ids,
+// cu_seqlens) in slots of their layout: tokens/s against the tokens-only row
+// of the same run is the cost of the metadata.
+func BenchmarkCorpusPipelineMetadata(b *testing.B) {
+	benchPipeline(b, envBenchCorpus(b, MetadataFields...))
+}
 
 // BenchmarkCorpusPipelineUnguarded is BenchmarkCorpusPipeline with the
 // pipeline's fault guard (mapped.Guard) replaced by a plain call: the two
@@ -99,11 +107,10 @@ func BenchmarkCorpusPipelineUnguarded(b *testing.B) {
 	saved := guardMapped
 	guardMapped = func(fn func() error) error { return fn() }
 	defer func() { guardMapped = saved }()
-	benchPipeline(b)
+	benchPipeline(b, envBenchCorpus(b))
 }
 
-func benchPipeline(b *testing.B) {
-	c := envBenchCorpus(b)
+func benchPipeline(b *testing.B, c *Corpus) {
 	rank, err := NewRank(c, 0, 1, nil)
 	if err != nil {
 		b.Fatal(err)
@@ -111,7 +118,7 @@ func benchPipeline(b *testing.B) {
 	perOp := int(c.Config().BatchSize) * c.Config().LineTokens()
 	ring := make(benchSlots, 8)
 	for i := range ring {
-		ring[i] = make([]byte, perOp*4)
+		ring[i] = make([]byte, c.Config().Layout().Bytes)
 	}
 	p := NewPipeline(rank, ring, 1)
 	ctx, cancel := context.WithCancel(context.Background())

@@ -164,6 +164,9 @@ type metaWriter struct {
 	segments  int
 	maxSeqlen int
 	scratch   []int32
+	// iota is 0, 1, ... (a line's positions from 0); ones is a line of 1s.
+	iota []int32
+	ones []uint8
 }
 
 // newMetaWriter returns nil for a config without metadata.
@@ -171,8 +174,16 @@ func newMetaWriter(c Config) *metaWriter {
 	if len(c.Metadata) == 0 {
 		return nil
 	}
-	return &metaWriter{line: c.LineTokens(), seq: int(c.SeqLen), eos: int32(c.EOS),
-		cont: c.Positions == PositionsContinue, mask: c.MaskDocumentBoundaries}
+	m := &metaWriter{line: c.LineTokens(), seq: int(c.SeqLen), eos: int32(c.EOS),
+		cont: c.Positions == PositionsContinue, mask: c.MaskDocumentBoundaries,
+		iota: make([]int32, c.LineTokens()), ones: make([]uint8, c.SeqLen)}
+	for k := range m.iota {
+		m.iota[k] = int32(k)
+	}
+	for k := range m.ones {
+		m.ones[k] = 1
+	}
+	return m
 }
 
 // start points the writer at a slot laid out by lay.
@@ -289,7 +300,9 @@ func (m *metaWriter) documentStart(s *shard, u, off uint64) (uint64, error) {
 	return 0, nil
 }
 
-// ids writes line b's position_ids and document_ids.
+// ids writes line b's position_ids and document_ids. Runs are filled by
+// copies (memmove) rather than element by element: this is most of the
+// metadata's cost.
 func (m *metaWriter) ids(b int) {
 	row := b * m.line
 	for i, sg := range m.segs {
@@ -302,21 +315,32 @@ func (m *metaWriter) ids(b int) {
 			id = -1
 		}
 		if m.doc != nil {
-			d := m.doc[row+sg.start : row+end]
-			for k := range d {
-				d[k] = id
-			}
+			fill(m.doc[row+sg.start:row+end], id)
 		}
 		if m.pos != nil {
 			p := m.pos[row+sg.start : row+end]
-			if sg.pad {
+			switch {
+			case sg.pad:
 				clear(p)
-				continue
-			}
-			for k := range p {
-				p[k] = int32(min(sg.pos0+uint64(k), math.MaxInt32))
+			case sg.pos0 == 0:
+				copy(p, m.iota)
+			default:
+				for k := range p {
+					p[k] = int32(min(sg.pos0+uint64(k), math.MaxInt32))
+				}
 			}
 		}
+	}
+}
+
+// fill sets every element of d to v, doubling a filled prefix by copies.
+func fill(d []int32, v int32) {
+	if len(d) == 0 {
+		return
+	}
+	d[0] = v
+	for n := 1; n < len(d); n *= 2 {
+		copy(d[n:], d[:n])
 	}
 }
 
@@ -324,13 +348,9 @@ func (m *metaWriter) ids(b int) {
 // unless it is padding, or (mask) starts another document.
 func (m *metaWriter) lossMask(b int, filled int) {
 	row := m.loss[b*m.seq : (b+1)*m.seq]
-	for k := range row {
-		if k+1 < filled {
-			row[k] = 1
-		} else {
-			row[k] = 0
-		}
-	}
+	learned := min(max(filled-1, 0), m.seq)
+	copy(row[:learned], m.ones)
+	clear(row[learned:])
 	if m.mask {
 		for _, sg := range m.segs {
 			if sg.start >= 1 && sg.start <= m.seq && !sg.pad {

@@ -21,13 +21,33 @@ from .common import BENCH_PY, LINE_TOKENS, LINES
 from .cpu import own_cpu_seconds
 
 
+# The batch keys of the metadata fields a rate client copies with the tokens.
+META_KEYS = ("position_ids", "document_ids", "cu_seqlens", "line_segments", "loss_mask", "dataset_ids")
+
+
+def copy_metadata(batch, stagings):
+    """Copies each metadata array of a batch once, as the tokens are."""
+    for k in META_KEYS:
+        if k in batch:
+            a = np.asarray(batch[k]).ravel()
+            st = stagings.get(k)
+            if st is None or st.size < a.size or st.dtype != a.dtype:
+                st = stagings[k] = np.empty(max(a.size, 1 << 16), dtype=a.dtype)
+            np.copyto(st[:a.size], a)
+
+
 def run_rate(it, staging, spec):
     max_tokens = spec.get("max_tokens") or float("inf")
+    meta = bool(spec["config"].get("metadata"))
+    stagings = {}
     cpu0 = own_cpu_seconds()
     tokens, t0 = 0, time.perf_counter()
     while time.perf_counter() - t0 < spec["seconds"] and tokens < max_tokens:
-        tok = next(it)["tokens"]
+        batch = next(it)
+        tok = batch["tokens"]
         np.copyto(staging[:tok.shape[0]], tok)
+        if meta:
+            copy_metadata(batch, stagings)
         tokens += tok.size
     return {"tokens": tokens, "seconds": time.perf_counter() - t0, "cpu_s": own_cpu_seconds() - cpu0}
 

@@ -12,15 +12,21 @@ from .corpus import job_config
 from .daemon import daemon
 
 
-def rate_runs(d, prefix, transport, n, seconds, repeats, job):
-    """tokens/s summed over n clients, one sample per repeat."""
+# Every metadata field: the rows with document metadata on.
+METADATA = ("position_ids", "document_ids", "cu_seqlens", "loss_mask", "dataset_ids")
+
+
+def rate_runs(d, prefix, transport, n, seconds, repeats, job, metadata=()):
+    """tokens/s summed over n clients, one sample per repeat; with metadata,
+    batches carry those fields and the clients copy them too."""
     samples = []
+    config = dict(job_config(prefix), metadata=list(metadata))
     for r in range(repeats):
-        specs = [{"config": job_config(prefix), "rank": i, "size": n, "socket": d.socket, "transport": transport,
+        specs = [{"config": config, "rank": i, "size": n, "socket": d.socket, "transport": transport,
                   "job": f"{job}-{r}", "mode": "rate", "seconds": seconds} for i in range(n)]
         res = run_clients(specs)
         samples.append(sum(x["tokens"] / x["seconds"] for x in res))
-    log(f"{transport} x{n}: {statistics.median(samples):,.0f} tokens/s")
+    log(f"{transport} x{n}{' with metadata' if metadata else ''}: {statistics.median(samples):,.0f} tokens/s")
     return samples
 
 
@@ -47,6 +53,9 @@ def end_to_end(binary, tmp, prefix, clients, transports, seconds, repeats, wait_
             for n in clients:
                 rows[f"e2e_{transport}_{n}"] = rate_runs(d, prefix, transport, n, seconds, repeats,
                                                          f"rate-{transport}-{n}")
+                if transport == "shm" and n == 1:
+                    rows["e2e_shm_meta_1"] = rate_runs(d, prefix, transport, n, seconds, repeats, "rate-shm-meta",
+                                                       METADATA)
             rows.update(wait_runs(d, prefix, transport, repeats, wait_batches, f"wait-{transport}"))
         rows["rss_e2e"] = [d.status_kib("VmHWM") * 1024]
         rows["anon_e2e"] = [d.status_kib("RssAnon") * 1024]

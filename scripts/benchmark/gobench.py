@@ -11,7 +11,7 @@ from .common import BATCH_TOKENS, LINE_TOKENS, LINES, REPO, SHARDS, log
 
 GO_LINE = re.compile(r"^(BenchmarkCorpus\w+?)(?:-\d+)?\s+\d+\s+.*?([\d.e+]+) tokens/s")
 GO_BENCHMARKS = ("BenchmarkCorpusCopyCeiling", "BenchmarkCorpusRank", "BenchmarkCorpusPipeline",
-                 "BenchmarkCorpusPipelineUnguarded")
+                 "BenchmarkCorpusPipelineUnguarded", "BenchmarkCorpusPipelineMetadata")
 
 
 def go_benchmarks(prefix, benchtime, repeats):
@@ -52,12 +52,13 @@ def numpy_copy(seconds):
 
 
 def ceiling_and_pipeline_rows(prefix, benchtime, repeats, numpy_seconds):
-    """The rows go_copy, go_rank, go_pipeline, go_pipeline_unguarded and
-    numpy_copy."""
+    """The rows go_copy, go_rank, go_pipeline, go_pipeline_unguarded,
+    go_pipeline_meta and numpy_copy."""
     go = go_benchmarks(prefix, benchtime, repeats)
     rows = {"go_copy": go["BenchmarkCorpusCopyCeiling"], "go_rank": go["BenchmarkCorpusRank"],
             "go_pipeline": go["BenchmarkCorpusPipeline"],
             "go_pipeline_unguarded": go["BenchmarkCorpusPipelineUnguarded"],
+            "go_pipeline_meta": go["BenchmarkCorpusPipelineMetadata"],
             "numpy_copy": [numpy_copy(numpy_seconds) for _ in range(repeats)]}
     log(f"copy ceilings: Go {np.median(rows['go_copy']):,.0f}, numpy {np.median(rows['numpy_copy']):,.0f} tokens/s")
     return rows

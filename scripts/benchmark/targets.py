@@ -33,6 +33,13 @@ def fault_guard(rows):
     return f"guarded / unguarded pipeline = {on / off:.3f}", on / off >= 0.97
 
 
+def metadata(rows):
+    go, shm = rows.ratio("go_pipeline_meta"), rows.ratio("e2e_shm_meta_1")
+    if not (go and shm):
+        return "not measured", None
+    return f"Go pipeline {go:.3f}x, shm x1 {shm:.3f}x tokens only", go >= 0.8 and shm >= 0.8
+
+
 def end_to_end(rows):
     e2e = rows.ratio("e2e_shm_1")
     return (f"{e2e:.3f}x numpy copy", e2e >= 0.3) if e2e else ("not measured", None)
@@ -90,6 +97,7 @@ TARGETS = [
     ("Go pipeline alone >= 0.5x memory copy per core", pipeline),
     ("fault guard on mapped memory costs <= 3% of the Go pipeline", fault_guard),
     ("end to end to one client on shm >= 0.3x memory copy", end_to_end),
+    ("document metadata on >= 0.8x tokens only (Go pipeline, shm x1)", metadata),
     (">= 1000x IBM's ~90,000 tokens/s per worker and ahead of every peer in the same run", peers),
     ("p99 client wait < 50 µs when the daemon is ahead", wait),
     ("time to first batch within 20% at 1x and 20x corpus size", first_batch),

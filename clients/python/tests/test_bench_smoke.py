@@ -15,7 +15,8 @@ from rundaemon import BIN, REPO
 
 BENCH = os.path.join(REPO, "scripts", "bench.py")
 
-TOKEN_ROWS = ["go_copy", "numpy_copy", "go_rank", "go_pipeline", "go_pipeline_unguarded",
+TOKEN_ROWS = ["go_copy", "numpy_copy", "go_rank", "go_pipeline", "go_pipeline_unguarded", "go_pipeline_meta",
+              "e2e_shm_meta_1",
               "e2e_shm_1", "e2e_shm_2", "e2e_inline_1", "e2e_inline_2"]
 OTHER_ROWS = ["wait_shm_p50", "wait_shm_p99", "wait_inline_p50", "wait_inline_p99",
               "ttfb_1x", "ttfb_20x", "save_client", "save_daemon", "state_bytes",
@@ -80,7 +81,7 @@ def test_bench_quick(tmp_path):
     assert result["peers"] == {"skipped": "--no-peers"}
 
     # The targets, each with a verdict, in the JSON and the Markdown.
-    assert len(result["targets"]) == 9
+    assert len(result["targets"]) == 10
     guard = [t for t in result["targets"] if t["target"].startswith("fault guard")]
     assert len(guard) == 1 and guard[0]["measured"].startswith("guarded / unguarded pipeline = "), guard
     assert all(t["met"] in (True, False, None) and t["measured"] for t in result["targets"])

@@ -32,6 +32,9 @@ def test_defaults():
     ({"datasets": [{"name": "a", "path": "/a", "format": "megatron", "weight": "2"}]},
      r"datasets\[0\]: 'weight' has the wrong type: '2'"),
     ({"datasets": ["a"]}, r"datasets\[0\] must be a mapping"),
+    ({"metadata": "loss_mask"}, r"'metadata' has the wrong type: 'loss_mask' is a str, want list"),
+    ({"metadata": ["loss_mask", 3]}, r"metadata\[1\] must be a field name"),
+    ({"mask_document_boundaries": 1}, r"'mask_document_boundaries' has the wrong type: 1 is a int, want bool"),
 ])
 def test_bad_config(edit, match):
     with pytest.raises(ConfigError, match=match):

@@ -141,3 +141,14 @@ def test_metadata_through_save_kill_and_resume(daemon_factory, tmp_path):
     assert resumed == whole, "a resumed run's lines or metadata differ from an uninterrupted run's"
     for line in first + rest:
         check(line, where)
+
+
+def test_bad_metadata_is_refused_by_name(daemon, tmp_path):
+    from dataloaderd import ConfigError
+    cfg, _ = corpus(tmp_path)
+    for edit, want in (({"metadata": ["segment_ids"]}, 'unknown field "segment_ids"'),
+                       ({"metadata": ["loss_mask"], "positions": "continue"}, "positions applies to position_ids"),
+                       ({"metadata": ["position_ids"], "positions": "absolute"}, 'positions: "absolute"')):
+        with pytest.raises(ConfigError, match=want):
+            with Loader({**cfg, **edit}, socket=daemon.socket, dp_rank=0, dp_size=1) as loader:
+                next(iter(loader))
