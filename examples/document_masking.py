@@ -15,12 +15,10 @@ flash-attn, the same batch drives the varlen kernel without a mask: pass
 ``cu_seqlens`` and ``max_seqlen`` (add ``cu_seqlens`` to ``metadata``) to
 ``flash_attn_varlen_func`` over the inputs flattened to one sequence.
 
-    torchrun --nproc-per-node 2 examples/document_masking.py config.yaml
+    torchrun --nproc-per-node 2 examples/document_masking.py config.yaml [--vocab N] [--steps N]
 """
 
 from __future__ import annotations
-
-import sys
 
 import torch
 import torch.nn.functional as F
@@ -53,7 +51,9 @@ class TinyLM(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor,
                 mask: torch.Tensor | None = None) -> torch.Tensor:
-        x = self.tok(input_ids) + self.pos(position_ids)
+        # positions: continue gives a long document's later lines positions
+        # past seq_len; a learned table has to stop somewhere (RoPE need not).
+        x = self.tok(input_ids) + self.pos(position_ids.clamp(max=self.pos.num_embeddings - 1))
         b, s, d = x.shape
         q, k, v = self.qkv(x).view(b, s, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
         if mask is None:
@@ -73,14 +73,22 @@ def masked_loss(model: nn.Module, batch) -> torch.Tensor:
     return (per_token * keep).sum() / keep.sum().clamp(min=1)
 
 
-def main(config: str) -> None:
+def main() -> None:
+    import argparse
+
     import torch.distributed as dist
 
     from dataloaderd import Loader
 
+    ap = argparse.ArgumentParser(description="a training step masked by document")
+    ap.add_argument("config")
+    ap.add_argument("--vocab", type=int, default=1 << 17, help="more than the largest token id")
+    ap.add_argument("--steps", type=int, default=50)
+    a = ap.parse_args()
+    config, steps = a.config, a.steps
     dist.init_process_group("gloo")
     torch.manual_seed(0)
-    model = nn.parallel.DistributedDataParallel(TinyLM(vocab=1 << 16, max_pos=1 << 12))
+    model = nn.parallel.DistributedDataParallel(TinyLM(vocab=a.vocab, max_pos=1 << 12))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     with Loader(config) as loader:
         for batch in loader:
@@ -90,10 +98,10 @@ def main(config: str) -> None:
             opt.step()
             if dist.get_rank() == 0 and batch["step"] % 10 == 0:
                 print(f"step {batch['step']}: loss {loss.item():.4f}", flush=True)
-            if batch["step"] == 50:
+            if batch["step"] == steps:
                 break
     dist.destroy_process_group()
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main()

@@ -18,7 +18,7 @@ ROWS = [
     ("numpy_copy", "numpy copy, 1 core (ceiling)", "tokens/s", "numpy_copy"),
     ("go_rank", "Go pipeline into a buffer, 1 core", "tokens/s", "go_copy"),
     ("go_pipeline", "Go pipeline into an 8-slot ring, 1 core", "tokens/s", "go_copy"),
-    ("go_pipeline_unguarded", "Go pipeline into an 8-slot ring, fault guard off, 1 core", "tokens/s", "go_copy"),
+    ("go_guard_ratio", "Go pipeline, fault guard on / off, side by side, 1 core", "x", None),
     ("go_pipeline_meta", "Go pipeline into an 8-slot ring, every metadata field, 1 core", "tokens/s", "go_pipeline"),
     ("e2e_shm_1", "client shm, 1 process", "tokens/s", "numpy_copy"),
     ("e2e_shm_meta_1", "client shm, 1 process, every metadata field", "tokens/s", "e2e_shm_1"),
@@ -84,9 +84,10 @@ ROWS = [
 ]
 BASIS = {"go_copy": "Go copy", "numpy_copy": "numpy copy", "e2e_shm_1": "dataloaderd shm x1", "ttfb_1x": "1x",
          "rss_1x": "1x", "tok_allcore": "tokenizer all cores", "ttfb_text": "plain JSONL",
-         "e2e_shm_8": "dataloaderd shm x8", "cpu_total_paced": "dataloaderd", "cpu_total_full": "dataloaderd"}
+         "e2e_shm_8": "dataloaderd shm x8", "cpu_total_paced": "dataloaderd", "cpu_total_full": "dataloaderd",
+         "go_pipeline": "Go pipeline, tokens only"}
 BASIS.update({f"tok_tiktoken_{e}": "tiktoken" for e in TOK_ENCODINGS})
-UNITS = {"tokens/s": "tokens/s", "us": "µs", "s": "s", "bytes": "", "cpu": "CPU-s", "cores": "cores"}
+UNITS = {"tokens/s": "tokens/s", "us": "µs", "s": "s", "bytes": "", "cpu": "CPU-s", "cores": "cores", "x": "x"}
 
 
 def build_rows(samples):
@@ -118,7 +119,7 @@ def fmt(v, unit):
         return f"{v:,.0f}" if unit == "us" or v >= 100 else f"{v:,.1f}"
     if unit == "s":
         return f"{v:.4f}" if v < 10 else f"{v:.1f}"
-    if unit == "cores":
+    if unit in ("cores", "x"):
         return f"{v:.3f}"
     if unit == "bytes":
         return f"{v / 2**20:,.1f} MiB" if v >= 2**20 else f"{v / 1024:,.1f} KiB"

@@ -27,10 +27,10 @@ def pipeline(rows):
 
 
 def fault_guard(rows):
-    on, off = rows.med("go_pipeline"), rows.med("go_pipeline_unguarded")
-    if not (on and off):
+    r = rows.med("go_guard_ratio")
+    if not r:
         return "not measured", None
-    return f"guarded / unguarded pipeline = {on / off:.3f}", on / off >= 0.97
+    return f"guarded / unguarded pipeline = {r:.3f}", r >= 0.97
 
 
 def metadata(rows):

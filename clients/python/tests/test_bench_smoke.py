@@ -15,10 +15,10 @@ from rundaemon import BIN, REPO
 
 BENCH = os.path.join(REPO, "scripts", "bench.py")
 
-TOKEN_ROWS = ["go_copy", "numpy_copy", "go_rank", "go_pipeline", "go_pipeline_unguarded", "go_pipeline_meta",
+TOKEN_ROWS = ["go_copy", "numpy_copy", "go_rank", "go_pipeline", "go_pipeline_meta",
               "e2e_shm_meta_1",
               "e2e_shm_1", "e2e_shm_2", "e2e_inline_1", "e2e_inline_2"]
-OTHER_ROWS = ["wait_shm_p50", "wait_shm_p99", "wait_inline_p50", "wait_inline_p99",
+OTHER_ROWS = ["go_guard_ratio", "wait_shm_p50", "wait_shm_p99", "wait_inline_p50", "wait_inline_p99",
               "ttfb_1x", "ttfb_20x", "save_client", "save_daemon", "state_bytes",
               "rss_1x", "rss_20x", "rss_e2e", "anon_1x", "anon_20x", "anon_e2e"]
 PEER_ROWS = ["peer_torch", "peer_stateful", "peer_streaming", "mds_convert"]
