@@ -162,8 +162,13 @@ const staleTemp = 10 * time.Minute
 
 // WriteFileAtomic replaces path's contents with data so that a reader sees
 // either the old file or the new one whole, even across a crash: it writes
-// a temporary file in the same directory, syncs it, renames it over path
-// and syncs the directory. The directory must exist.
+// the data to a file of no name in the same directory (O_TMPFILE), syncs it,
+// links it in under a temporary name, renames that over path and syncs the
+// directory. A writer killed before the link leaves nothing behind; one
+// killed between the link and the rename (microseconds) leaves a temp file
+// that a later write into the directory sweeps. Where the filesystem has no
+// O_TMPFILE (or /proc is not mounted) the data goes to a named temp file
+// from the start. The directory must exist.
 func (r *Roots) WriteFileAtomic(what, path string, data []byte) (err error) {
 	dir := filepath.Dir(path)
 	p, err := r.locate(what, dir)
@@ -171,10 +176,82 @@ func (r *Roots) WriteFileAtomic(what, path string, data []byte) (err error) {
 		return err
 	}
 	defer p.close()
+	d, err := p.open()
+	if err != nil {
+		return err
+	}
+	defer d.Close()
 	var suffix [8]byte
 	_, _ = rand.Read(suffix[:])
 	tmpName := "." + filepath.Base(path) + ".tmp" + hex.EncodeToString(suffix[:])
 	tmp, target := p.child(tmpName), p.child(filepath.Base(path))
+	err = writeUnnamed(d, tmpName, data)
+	if errors.Is(err, errNoTmpfile) {
+		err = writeNamed(tmp, data)
+	}
+	if err != nil {
+		return p.fail("write", err)
+	}
+	if err := tmp.rename(target); err != nil {
+		_ = tmp.remove()
+		return err
+	}
+	if err := d.Sync(); err != nil {
+		return err
+	}
+	sweepTemps(p, d, tmpName)
+	return nil
+}
+
+// errNoTmpfile: the directory's filesystem cannot make a file of no name
+// and link it in; writeNamed does instead.
+var errNoTmpfile = errors.New("O_TMPFILE not supported here")
+
+// beforeLink, when set (by tests), runs after an unnamed temp file is
+// written and synced, before it is linked into its directory.
+var beforeLink func()
+
+// openUnnamed opens a new file of no name in directory dirfd (a variable
+// so that tests can take O_TMPFILE away).
+var openUnnamed = func(dirfd int) (int, error) {
+	return unix.Openat(dirfd, ".", unix.O_TMPFILE|unix.O_RDWR|unix.O_CLOEXEC, 0o600)
+}
+
+// writeUnnamed writes data to a file of no name in directory d, syncs it
+// and links it in as name.
+func writeUnnamed(d *os.File, name string, data []byte) error {
+	fd, err := openUnnamed(int(d.Fd()))
+	switch {
+	case errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EISDIR) || errors.Is(err, unix.EINVAL) ||
+		errors.Is(err, unix.ENOENT):
+		return errNoTmpfile
+	case err != nil:
+		return &fs.PathError{Op: "open", Path: filepath.Join(d.Name(), name), Err: err}
+	}
+	f := os.NewFile(uintptr(fd), filepath.Join(d.Name(), name))
+	defer f.Close()
+	if _, err := f.Write(data); err != nil {
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		return err
+	}
+	if beforeLink != nil {
+		beforeLink()
+	}
+	err = unix.Linkat(unix.AT_FDCWD, fmt.Sprintf("/proc/self/fd/%d", fd), int(d.Fd()), name, unix.AT_SYMLINK_FOLLOW)
+	switch {
+	case errors.Is(err, unix.ENOENT) || errors.Is(err, unix.EXDEV) || errors.Is(err, unix.EPERM):
+		return errNoTmpfile // no /proc, or a link refused: write it by name
+	case err != nil:
+		return &fs.PathError{Op: "link", Path: filepath.Join(d.Name(), name), Err: err}
+	}
+	return nil
+}
+
+// writeNamed writes data to the new file tmp and syncs it; on failure tmp
+// is removed.
+func writeNamed(tmp place, data []byte) (err error) {
 	f, err := tmp.create(0o600)
 	if err != nil {
 		return err
@@ -192,22 +269,7 @@ func (r *Roots) WriteFileAtomic(what, path string, data []byte) (err error) {
 		f.Close()
 		return err
 	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := tmp.rename(target); err != nil {
-		return err
-	}
-	d, err := p.open()
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return err
-	}
-	sweepTemps(p, d, tmpName)
-	return nil
+	return f.Close()
 }
 
 // sweepTemps removes the temp files that atomic writes into directory d (p)

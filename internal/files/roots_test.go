@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // tree makes a root and a directory outside it, each holding a file "f".
@@ -227,5 +229,55 @@ func TestSaveSweepsStaleTemps(t *testing.T) {
 		if _, err := os.Stat(p); err != nil {
 			t.Errorf("%s: %v", p, err)
 		}
+	}
+}
+
+// TestSaveNamesNothingUntilWritten: an atomic write gives its data a name
+// only once it is written and synced (O_TMPFILE, then a link), so a writer
+// killed while it writes leaves no temp file; where O_TMPFILE is missing it
+// falls back to a named temp file, and both end in the same file.
+func TestSaveNamesNothingUntilWritten(t *testing.T) {
+	root, _, r := tree(t)
+	dir := filepath.Join(root, "ckpt", "step-7", "dataloader")
+	if err := r.MkdirAll("save folder", dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	names := func() []string {
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, e := range entries {
+			out = append(out, e.Name())
+		}
+		return out
+	}
+	linked := 0
+	beforeLink = func() {
+		linked++
+		if got := names(); len(got) != 0 {
+			t.Errorf("before the link the folder holds %v: a kill here would leave them", got)
+		}
+	}
+	defer func() { beforeLink = nil }()
+	path := filepath.Join(dir, "rank-0-of-1.json")
+	if err := r.WriteFileAtomic("save folder", path, []byte(`{"a":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	if linked != 1 {
+		t.Fatalf("the unnamed write ran %d times (O_TMPFILE not used on this filesystem?)", linked)
+	}
+	saved := openUnnamed
+	openUnnamed = func(int) (int, error) { return -1, unix.EOPNOTSUPP }
+	defer func() { openUnnamed = saved }()
+	if err := r.WriteFileAtomic("save folder", path, []byte(`{"a":2}`)); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(path); err != nil || string(b) != `{"a":2}` {
+		t.Fatalf("after the named fallback: %q, %v", b, err)
+	}
+	if got := names(); len(got) != 1 || got[0] != "rank-0-of-1.json" {
+		t.Fatalf("the folder holds %v, want the rank file alone", got)
 	}
 }

@@ -380,7 +380,7 @@ def soak(binary: str, seconds: float, seed: int, work: str) -> Dict[str, Any]:
     d = Daemon(binary, work)
     d.start()
     faults: Counter[str] = Counter()
-    rounds = tokens = 0
+    rounds = tokens = temps_left = 0
     max_rss = 0
     deadline = time.monotonic() + seconds
     try:
@@ -433,6 +433,9 @@ def soak(binary: str, seconds: float, seed: int, work: str) -> Dict[str, Any]:
             max_rss = max(max_rss, res["rss"])
             if res["rss"] > max(2 * d.baseline["rss"], d.baseline["rss"] + (256 << 20)):
                 raise SoakFailure(f"daemon RSS {res['rss'] >> 20} MiB, {d.baseline['rss'] >> 20} MiB at start")
+            # Saves killed with their daemon or rank: the temp files they left
+            # (a save names its file only once written: expected none).
+            temps_left += len(glob.glob(os.path.join(jdir, "ckpt-L*", "step-*", "dataloader", ".rank-*.tmp*")))
             shutil.rmtree(jdir)
             faults["resumes"] += job.launches - 1
         d.stop()
@@ -441,7 +444,8 @@ def soak(binary: str, seconds: float, seed: int, work: str) -> Dict[str, Any]:
             d.kill9()
         raise
     return {"seconds": seconds, "seed": seed, "rounds": rounds, "faults": dict(faults), "tokens_checked": tokens,
-            "tokens_lost": 0, "tokens_repeated": 0, "daemon_starts": d.starts, "max_rss_mib": max_rss >> 20}
+            "tokens_lost": 0, "tokens_repeated": 0, "daemon_starts": d.starts, "max_rss_mib": max_rss >> 20,
+            "save_temps_left": temps_left}
 
 
 def main() -> None:

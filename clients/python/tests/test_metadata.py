@@ -152,3 +152,20 @@ def test_bad_metadata_is_refused_by_name(daemon, tmp_path):
         with pytest.raises(ConfigError, match=want):
             with Loader({**cfg, **edit}, socket=daemon.socket, dp_rank=0, dp_size=1) as loader:
                 next(iter(loader))
+
+
+def test_padding_batches_say_they_are_padding(daemon, tmp_path):
+    # end="pad": after the rank's last batch, batches of pad_id whose
+    # metadata says so (one padding segment a line, nothing to learn).
+    cfg, _ = corpus(tmp_path)
+    seq = cfg["seq_len"]
+    with Loader(cfg, socket=daemon.socket, dp_rank=0, dp_size=1, end="pad") as loader:
+        for batch in loader:
+            if batch["padding"]:
+                break
+    lines = batch["lines"]
+    assert (np.asarray(batch["document_ids"]) == -1).all() and (np.asarray(batch["position_ids"]) == 0).all()
+    assert not np.asarray(batch["loss_mask"]).any()
+    assert (np.asarray(batch["dataset_ids"]) == -1).all()
+    assert np.asarray(batch["cu_seqlens"]).tolist() == [b * seq for b in range(lines + 1)]
+    assert np.asarray(batch["line_segments"]).tolist() == list(range(lines + 1)) and batch["max_seqlen"] == seq
