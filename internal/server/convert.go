@@ -89,6 +89,38 @@ func configFrom(c *pb.JobConfig) (stream.Config, error) {
 			Field: d.GetField(), Tokenizer: d.GetTokenizer(), OnBadRecord: d.GetOnBadRecord(),
 		})
 	}
+	for i, p := range c.GetSchedule() {
+		pt, err := schedulePointFrom(i, p, out.Datasets)
+		if err != nil {
+			return stream.Config{}, err
+		}
+		out.Schedule = append(out.Schedule, pt)
+	}
+	return out, nil
+}
+
+// schedulePointFrom converts schedule point i, whose weights name the
+// datasets, into weights in dataset order: every dataset must be named,
+// and no other name.
+func schedulePointFrom(i int, p *pb.SchedulePoint, ds []stream.Dataset) (state.SchedulePoint, error) {
+	out := state.SchedulePoint{Step: p.GetStep(), Linear: p.GetLinear(), Weights: make([]float64, len(ds))}
+	index := make(map[string]int, len(ds))
+	for d, dd := range ds {
+		index[dd.Name] = d
+	}
+	for name, w := range p.GetWeights() {
+		d, ok := index[name]
+		if !ok {
+			return out, fmt.Errorf("%w: schedule[%d] (step %d): no dataset is named %q", stream.ErrInvalidConfig, i, p.GetStep(), name)
+		}
+		out.Weights[d] = w
+	}
+	for _, dd := range ds {
+		if _, ok := p.GetWeights()[dd.Name]; !ok {
+			return out, fmt.Errorf("%w: schedule[%d] (step %d): dataset %q has no weight (give every dataset one, 0 to leave it out)",
+				stream.ErrInvalidConfig, i, p.GetStep(), dd.Name)
+		}
+	}
 	return out, nil
 }
 

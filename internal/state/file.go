@@ -78,10 +78,8 @@ func Decode(name string, b []byte) (Fingerprint, Rank, error) {
 		return Fingerprint{}, Rank{}, fmt.Errorf("%w: %s: dp_rank %d of dp_size %d", ErrMismatch, name, f.DPRank, f.DPSize)
 	}
 	r := Rank{DPRank: f.DPRank, DPSize: f.DPSize, Step: f.Step, Shards: map[ShardID]Shard{}, Mixture: f.Mixture}
-	for i, m := range f.Mixture {
-		if len(m.Weights) != len(f.Fingerprint.Datasets) {
-			return Fingerprint{}, Rank{}, fmt.Errorf("%w: %s: mixture[%d] has %d weights for %d datasets", ErrMismatch, name, i, len(m.Weights), len(f.Fingerprint.Datasets))
-		}
+	if err := CheckMixture(name+": ", f.Mixture, len(f.Fingerprint.Datasets)); err != nil {
+		return Fingerprint{}, Rank{}, err
 	}
 	for _, run := range f.Datasets {
 		n := len(run.Lines)

@@ -10,7 +10,8 @@ import (
 type Restored struct {
 	Step   uint64
 	Shards map[ShardID]Shard
-	// FromSize is the dp_size of the saved world.
+	// FromSize is the dp_size of the saved world (for a sharded state saved
+	// before it was kept: the resuming world's).
 	FromSize uint32
 	// Mixture is the saved world's mixture log (the lowest rank's; every rank
 	// keeps the same one). Empty when the files predate the log.
@@ -81,5 +82,5 @@ func sameCurrent(a, b []MixChange) bool {
 	if len(a) == 0 || len(b) == 0 {
 		return len(a) == len(b)
 	}
-	return SameWeights(a[len(a)-1].Weights, b[len(b)-1].Weights)
+	return SameMixture(a[len(a)-1], b[len(b)-1])
 }

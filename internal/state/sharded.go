@@ -28,11 +28,13 @@ type run struct {
 	Step        uint64      `json:"step"`
 	Fingerprint Fingerprint `json:"fingerprint"`
 	Mixture     []MixChange `json:"mixture,omitempty"`
+	// DPSize is the world's dp_size (0 in states saved before it was kept).
+	DPSize uint32 `json:"dp_size,omitempty"`
 }
 
 // Split splits a rank's state.
 func Split(fp Fingerprint, r Rank) (Sharded, error) {
-	b, err := json.Marshal(run{Version: Version, Step: r.Step, Fingerprint: fp, Mixture: r.Mixture})
+	b, err := json.Marshal(run{Version: Version, Step: r.Step, Fingerprint: fp, Mixture: r.Mixture, DPSize: r.DPSize})
 	if err != nil {
 		return Sharded{}, err
 	}
@@ -66,12 +68,13 @@ func (s Sharded) Restore(cur Fingerprint, r, w uint32) (*Restored, error) {
 		if d := rn.Fingerprint.Diff(cur); len(d) > 0 {
 			return nil, fmt.Errorf("%w: the state was saved from another corpus or config: %s", ErrMismatch, strings.Join(d, "; "))
 		}
-		for i, m := range rn.Mixture {
-			if len(m.Weights) != len(cur.Datasets) {
-				return nil, fmt.Errorf("%w: mixture[%d] of the state has %d weights for %d datasets", ErrMismatch, i, len(m.Weights), len(cur.Datasets))
-			}
+		if err := CheckMixture("the state's ", rn.Mixture, len(cur.Datasets)); err != nil {
+			return nil, err
 		}
 		out.Step, out.Mixture = rn.Step, rn.Mixture
+		if rn.DPSize != 0 {
+			out.FromSize = rn.DPSize
+		}
 	}
 	lo, hi := Owned(r, w, cur.LogicalShards)
 	for _, id := range sortedIDs(s.Shards) {

@@ -11,6 +11,7 @@ package state
 import (
 	"errors"
 	"fmt"
+	"math"
 )
 
 // Version is the version of the state file format this package writes.
@@ -54,10 +55,91 @@ type Shard struct {
 }
 
 // MixChange is one entry of the log of mixing weights: from the batch after
-// Step on, the datasets were mixed by Weights (config order).
+// Step on, the datasets were mixed by Weights (config order), or, when
+// Schedule is set, by the schedule (Weights then holds its weights at the
+// batch after Step).
 type MixChange struct {
+	Step     uint64          `json:"step"`
+	Weights  []float64       `json:"weights"`
+	Schedule []SchedulePoint `json:"schedule,omitempty"`
+}
+
+// SchedulePoint is a point of a mixture schedule: from batch Step on the
+// weights are Weights (config order); with Linear they are reached at Step
+// along a straight line from the point before.
+type SchedulePoint struct {
 	Step    uint64    `json:"step"`
 	Weights []float64 `json:"weights"`
+	Linear  bool      `json:"linear,omitempty"`
+}
+
+// ScheduleWeights returns the weights of batch step under a schedule (points
+// in increasing step order, at least one), into dst.
+func ScheduleWeights(points []SchedulePoint, step uint64, dst []float64) []float64 {
+	dst = dst[:0]
+	i := 0
+	for i < len(points) && points[i].Step <= step {
+		i++
+	}
+	switch {
+	case i == 0:
+		return append(dst, points[0].Weights...)
+	case i == len(points) || !points[i].Linear:
+		return append(dst, points[i-1].Weights...)
+	}
+	a, b := points[i-1], points[i]
+	f := float64(step-a.Step) / float64(b.Step-a.Step)
+	for d := range a.Weights {
+		dst = append(dst, a.Weights[d]+(b.Weights[d]-a.Weights[d])*f)
+	}
+	return dst
+}
+
+// CheckMixture checks a mixture log read from a state against the number of
+// datasets: every weight vector of that length, of finite weights >= 0,
+// schedules in increasing step order. where names the log in errors.
+func CheckMixture(where string, m []MixChange, datasets int) error {
+	ok := func(ws []float64) bool {
+		if len(ws) != datasets {
+			return false
+		}
+		for _, w := range ws {
+			if !(w >= 0) || math.IsInf(w, 1) {
+				return false
+			}
+		}
+		return true
+	}
+	for i, c := range m {
+		if !ok(c.Weights) {
+			return fmt.Errorf("%w: %smixture[%d] has weights %v, want %d finite weights >= 0", ErrMismatch, where, i, c.Weights, datasets)
+		}
+		for j, p := range c.Schedule {
+			if !ok(p.Weights) || j > 0 && p.Step <= c.Schedule[j-1].Step {
+				return fmt.Errorf("%w: %smixture[%d] schedule point %d (step %d, weights %v) is out of order or not %d finite weights >= 0",
+					ErrMismatch, where, i, j, p.Step, p.Weights, datasets)
+			}
+		}
+	}
+	return nil
+}
+
+// SameMixture reports whether two log entries mix alike: the same schedule
+// (point for point, weights up to a factor), or without one the same weights.
+func SameMixture(a, b MixChange) bool {
+	if len(a.Schedule) != len(b.Schedule) {
+		return false
+	}
+	if len(a.Schedule) == 0 {
+		return SameWeights(a.Weights, b.Weights)
+	}
+	for i := range a.Schedule {
+		p, q := a.Schedule[i], b.Schedule[i]
+		if p.Step != q.Step || p.Linear != q.Linear || !SameWeights(p.Weights, q.Weights) {
+			return false
+		}
+	}
+	return true
 }
 
 // MaxMixLog bounds the mixture log a state keeps (the oldest entries go
@@ -135,6 +217,10 @@ func CloneMixture(m []MixChange) []MixChange {
 	out := make([]MixChange, len(m))
 	for i, c := range m {
 		out[i] = MixChange{Step: c.Step, Weights: append([]float64(nil), c.Weights...)}
+		for _, p := range c.Schedule {
+			p.Weights = append([]float64(nil), p.Weights...)
+			out[i].Schedule = append(out[i].Schedule, p)
+		}
 	}
 	return out
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/dataloaderd/dataloaderd/internal/files"
+	"github.com/dataloaderd/dataloaderd/internal/state"
 )
 
 // ErrInvalidConfig marks a job config the daemon refuses; the message names
@@ -69,6 +70,10 @@ type Config struct {
 	// MaskDocumentBoundaries makes loss_mask also mask each position whose
 	// next token starts another document.
 	MaskDocumentBoundaries bool
+	// Schedule, when set, gives the mixing weights as a function of the
+	// step (points in increasing step order, weights in dataset order)
+	// instead of the datasets' constant weights.
+	Schedule []state.SchedulePoint
 }
 
 // LineTokens is the length of a line: seq_len + 1 (inputs and shifted labels).
@@ -144,10 +149,39 @@ func (c Config) Validate() error {
 		seen[d.Name] = true
 		positive = positive || d.Weight > 0
 	}
-	if !positive {
+	if !positive && len(c.Schedule) == 0 {
 		return invalid("datasets: every weight is zero; at least one must be positive")
 	}
+	if err := c.validateSchedule(); err != nil {
+		return err
+	}
 	return c.validateMetadata()
+}
+
+// validateSchedule checks the mixture schedule: steps increasing, a weight
+// per dataset, finite and >= 0, some positive at every point.
+func (c Config) validateSchedule() error {
+	for i, p := range c.Schedule {
+		switch {
+		case i > 0 && p.Step <= c.Schedule[i-1].Step:
+			return invalid("schedule[%d]: step %d is not after step %d of the point before", i, p.Step, c.Schedule[i-1].Step)
+		case i == 0 && p.Linear:
+			return invalid("schedule[0]: linear needs a point before it to ramp from")
+		case len(p.Weights) != len(c.Datasets):
+			return invalid("schedule[%d]: %d weights for %d datasets", i, len(p.Weights), len(c.Datasets))
+		}
+		positive := false
+		for d, w := range p.Weights {
+			if math.IsNaN(w) || math.IsInf(w, 0) || w < 0 {
+				return invalid("schedule[%d]: weight of dataset %q must be a finite number >= 0, got %v", i, c.Datasets[d].Name, w)
+			}
+			positive = positive || w > 0
+		}
+		if !positive {
+			return invalid("schedule[%d] (step %d): every weight is zero; at least one must be positive", i, p.Step)
+		}
+	}
+	return nil
 }
 
 // textFormats names the formats tokenized on the fly, for messages.

@@ -401,4 +401,3 @@ func TestMetadataConfig(t *testing.T) {
 		}
 	}
 }
-

@@ -3,7 +3,6 @@ package stream
 import (
 	"container/heap"
 	"fmt"
-	"math"
 	"math/bits"
 	"unsafe"
 
@@ -25,6 +24,12 @@ type Rank struct {
 	datasets []*rankDataset
 	weights  []float64
 	mixture  []state.MixChange
+	// schedule, when the config has one, sets weights at every step; share
+	// sums each dataset's share of the weights over the steps since the
+	// mixture log's last change, up to shareStep (see pickDataset).
+	schedule  []state.SchedulePoint
+	share     []float64
+	shareStep uint64
 	// touched collects the shards a batch changed, for the state delta.
 	touched map[*shardRun]struct{}
 	// meta writes the batch metadata the config asks for (nil: none) into
@@ -73,20 +78,36 @@ func NewRank(c *Corpus, dpRank, dpSize uint32, from *state.Restored) (*Rank, err
 	for i, d := range cfg.Datasets {
 		weights[i] = d.Weight
 	}
-	// A resume whose configured weights differ from the saved ones is a
-	// change of weights at the resumed step: mixing counts restart there.
+	r.schedule = cfg.Schedule
+	// The mixture in effect from the restored step on, as the log records it.
+	var start uint64
+	if from != nil {
+		start = from.Step
+	}
+	current := state.MixChange{Step: start, Weights: weights}
+	if len(r.schedule) > 0 {
+		current.Weights = state.ScheduleWeights(r.schedule, start+1, nil)
+		current.Schedule = r.schedule
+	}
+	// A resume whose configured weights (or schedule) differ from the saved
+	// ones is a change of weights at the resumed step: mixing counts restart
+	// there.
 	reweigh := false
 	switch {
 	case from == nil:
-		r.mixture = []state.MixChange{{Step: 0, Weights: weights}}
+		r.mixture = []state.MixChange{current}
 	case len(from.Mixture) == 0:
 		// Saved before the mixture log: the weights are taken as unchanged.
-		r.mixture = []state.MixChange{{Step: from.Step, Weights: weights}}
+		r.mixture = []state.MixChange{current}
 	default:
 		r.mixture = state.CloneMixture(from.Mixture)
-		if from.MixturesDiffer || !state.SameWeights(r.mixture[len(r.mixture)-1].Weights, weights) {
+		// Under a schedule a resume on another world size restarts the
+		// counts too: the rule follows the schedule integrated over the steps
+		// of this rank's lines, and a rescale changes the lines a step.
+		rescaled := len(r.schedule) > 0 && from.FromSize != dpSize
+		if from.MixturesDiffer || rescaled || !state.SameMixture(r.mixture[len(r.mixture)-1], current) {
 			reweigh = true
-			r.mixture = append(r.mixture, state.MixChange{Step: from.Step, Weights: weights})
+			r.mixture = append(r.mixture, current)
 			if n := len(r.mixture); n > state.MaxMixLog {
 				r.mixture = r.mixture[n-state.MaxMixLog:]
 			}
@@ -96,13 +117,29 @@ func NewRank(c *Corpus, dpRank, dpSize uint32, from *state.Restored) (*Rank, err
 		if from.Step > maxCount {
 			return nil, fmt.Errorf("%w: restored step %d is beyond %d", state.ErrMismatch, from.Step, uint64(maxCount))
 		}
+		if err := state.CheckMixture("restored ", from.Mixture, len(weights)); err != nil {
+			return nil, err
+		}
 		for _, mc := range from.Mixture {
-			if mc.Step > from.Step || len(mc.Weights) != len(weights) || !validWeights(mc.Weights) {
-				return nil, fmt.Errorf("%w: restored mixture log entry at step %d (%d weights) does not fit step %d and %d datasets",
-					state.ErrMismatch, mc.Step, len(mc.Weights), from.Step, len(weights))
+			if mc.Step > from.Step {
+				return nil, fmt.Errorf("%w: restored mixture log entry at step %d does not fit step %d",
+					state.ErrMismatch, mc.Step, from.Step)
 			}
 		}
 		r.step = from.Step
+	}
+	if len(r.schedule) > 0 {
+		// The schedule's shares since the log's last change, summed as the
+		// uninterrupted run summed them, step by step.
+		r.share = make([]float64, len(weights))
+		r.shareStep = r.mixture[len(r.mixture)-1].Step
+		if r.step-r.shareStep > maxScheduleReplay {
+			return nil, fmt.Errorf("%w: a schedule resumed %d steps after the mixture's last change (at most %d)",
+				state.ErrMismatch, r.step-r.shareStep, maxScheduleReplay)
+		}
+		for r.shareStep < r.step {
+			r.addShare(r.shareStep + 1)
+		}
 	}
 	lo, hi := state.Owned(dpRank, dpSize, cfg.LogicalShards)
 	for i, d := range c.datasets {
@@ -133,7 +170,28 @@ func NewRank(c *Corpus, dpRank, dpSize uint32, from *state.Restored) (*Rank, err
 		r.datasets = append(r.datasets, rd)
 	}
 	r.weights = weights
+	if len(r.schedule) > 0 {
+		r.weights = state.ScheduleWeights(r.schedule, r.step+1, nil)
+	}
 	return r, nil
+}
+
+// maxScheduleReplay bounds the steps a resumed schedule sums its shares
+// over at open (about 10 ms a million steps per dataset): far beyond any run.
+const maxScheduleReplay = 1 << 32
+
+// addShare sets the weights of batch step (under the schedule) and adds
+// each dataset's share of them to the sums.
+func (r *Rank) addShare(step uint64) {
+	r.weights = state.ScheduleWeights(r.schedule, step, r.weights)
+	var sum float64
+	for _, w := range r.weights {
+		sum += w
+	}
+	for d, w := range r.weights {
+		r.share[d] += w / sum
+	}
+	r.shareStep = step
 }
 
 // Step is the number of batches the rank has produced, counting from the
@@ -148,13 +206,22 @@ func (r *Rank) shardDone(s *shardRun) bool { return r.fr.ended(s.st.Window) }
 // weights after one more line: argmax over d of (n+1)·w_d/W − lines_d, where
 // n and W are the lines and weights of the active datasets. This largest-
 // deficit rule keeps every dataset within one line of its share.
+//
+// Under a schedule the share is that of the weights summed over the steps
+// since the mixture's last change (share), so each dataset stays within one
+// line of the schedule integrated over the steps; a dataset whose weight is
+// 0 at this step is left out.
 func (r *Rank) pickDataset() *rankDataset {
+	target := r.weights
+	if r.share != nil {
+		target = r.share
+	}
 	var n uint64
 	var sum float64
 	for i, d := range r.datasets {
 		if len(d.active) > 0 && r.weights[i] > 0 {
 			n += d.lines
-			sum += r.weights[i]
+			sum += target[i]
 		}
 	}
 	var best *rankDataset
@@ -163,7 +230,7 @@ func (r *Rank) pickDataset() *rankDataset {
 		if len(d.active) == 0 || r.weights[i] <= 0 {
 			continue
 		}
-		score := float64(n+1)*r.weights[i]/sum - float64(d.lines)
+		score := float64(n+1)*target[i]/sum - float64(d.lines)
 		if best == nil || score > bestScore {
 			best, bestScore = d, score
 		}
@@ -276,6 +343,9 @@ func (r *Rank) NextBatch(dst []int32) (Produced, error) { return r.nextBatch(dst
 // nextBatch fills dst, and with mw the batch's metadata.
 func (r *Rank) nextBatch(dst []int32, mw *metaWriter) (Produced, error) {
 	line := r.corpus.cfg.LineTokens()
+	if r.share != nil && r.shareStep == r.step {
+		r.addShare(r.step + 1)
+	}
 	p := Produced{DatasetLines: make([]int, len(r.datasets))}
 	for (p.Lines+1)*line <= len(dst) {
 		lt := dst[p.Lines*line : (p.Lines+1)*line]
@@ -373,14 +443,4 @@ func (h *shardHeap) Pop() any {
 	s := old[len(old)-1]
 	*h = old[:len(old)-1]
 	return s
-}
-
-// validWeights says whether every weight is a finite number >= 0.
-func validWeights(ws []float64) bool {
-	for _, w := range ws {
-		if !(w >= 0) || math.IsInf(w, 1) {
-			return false
-		}
-	}
-	return true
 }

@@ -218,8 +218,11 @@ type JobConfig struct {
 	// loss_mask also masks each position whose next token starts another
 	// document (the prediction across a document boundary).
 	MaskDocumentBoundaries bool `protobuf:"varint,13,opt,name=mask_document_boundaries,json=maskDocumentBoundaries,proto3" json:"mask_document_boundaries,omitempty"`
-	unknownFields          protoimpl.UnknownFields
-	sizeCache              protoimpl.SizeCache
+	// Mixing weights as a function of the step (README, "Mixture schedules"):
+	// points in increasing step order; empty: the datasets' weights, constant.
+	Schedule      []*SchedulePoint `protobuf:"bytes,14,rep,name=schedule,proto3" json:"schedule,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *JobConfig) Reset() {
@@ -343,6 +346,76 @@ func (x *JobConfig) GetMaskDocumentBoundaries() bool {
 	return false
 }
 
+func (x *JobConfig) GetSchedule() []*SchedulePoint {
+	if x != nil {
+		return x.Schedule
+	}
+	return nil
+}
+
+// From batch `step` on (or, with linear, reaching them at `step` along a
+// straight line from the point before), the datasets are mixed by weights.
+type SchedulePoint struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Step  uint64                 `protobuf:"varint,1,opt,name=step,proto3" json:"step,omitempty"`
+	// Every dataset of the config by name.
+	Weights       map[string]float64 `protobuf:"bytes,2,rep,name=weights,proto3" json:"weights,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"fixed64,2,opt,name=value"`
+	Linear        bool               `protobuf:"varint,3,opt,name=linear,proto3" json:"linear,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SchedulePoint) Reset() {
+	*x = SchedulePoint{}
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SchedulePoint) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SchedulePoint) ProtoMessage() {}
+
+func (x *SchedulePoint) ProtoReflect() protoreflect.Message {
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SchedulePoint.ProtoReflect.Descriptor instead.
+func (*SchedulePoint) Descriptor() ([]byte, []int) {
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *SchedulePoint) GetStep() uint64 {
+	if x != nil {
+		return x.Step
+	}
+	return 0
+}
+
+func (x *SchedulePoint) GetWeights() map[string]float64 {
+	if x != nil {
+		return x.Weights
+	}
+	return nil
+}
+
+func (x *SchedulePoint) GetLinear() bool {
+	if x != nil {
+		return x.Linear
+	}
+	return false
+}
+
 type OpenSessionRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Job    string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
@@ -371,7 +444,7 @@ type OpenSessionRequest struct {
 
 func (x *OpenSessionRequest) Reset() {
 	*x = OpenSessionRequest{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[2]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -383,7 +456,7 @@ func (x *OpenSessionRequest) String() string {
 func (*OpenSessionRequest) ProtoMessage() {}
 
 func (x *OpenSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[2]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -396,7 +469,7 @@ func (x *OpenSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSessionRequest.ProtoReflect.Descriptor instead.
 func (*OpenSessionRequest) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{2}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *OpenSessionRequest) GetJob() string {
@@ -493,7 +566,7 @@ type ShardedState struct {
 
 func (x *ShardedState) Reset() {
 	*x = ShardedState{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[3]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -505,7 +578,7 @@ func (x *ShardedState) String() string {
 func (*ShardedState) ProtoMessage() {}
 
 func (x *ShardedState) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[3]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -518,7 +591,7 @@ func (x *ShardedState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardedState.ProtoReflect.Descriptor instead.
 func (*ShardedState) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{3}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ShardedState) GetRun() []byte {
@@ -553,7 +626,7 @@ type ShardState struct {
 
 func (x *ShardState) Reset() {
 	*x = ShardState{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[4]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -565,7 +638,7 @@ func (x *ShardState) String() string {
 func (*ShardState) ProtoMessage() {}
 
 func (x *ShardState) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[4]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -578,7 +651,7 @@ func (x *ShardState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardState.ProtoReflect.Descriptor instead.
 func (*ShardState) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{4}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ShardState) GetDataset() uint32 {
@@ -665,7 +738,7 @@ type Ring struct {
 
 func (x *Ring) Reset() {
 	*x = Ring{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[5]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -677,7 +750,7 @@ func (x *Ring) String() string {
 func (*Ring) ProtoMessage() {}
 
 func (x *Ring) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[5]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -690,7 +763,7 @@ func (x *Ring) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ring.ProtoReflect.Descriptor instead.
 func (*Ring) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{5}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Ring) GetPath() string {
@@ -777,7 +850,7 @@ type OpenSessionResponse struct {
 
 func (x *OpenSessionResponse) Reset() {
 	*x = OpenSessionResponse{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[6]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -789,7 +862,7 @@ func (x *OpenSessionResponse) String() string {
 func (*OpenSessionResponse) ProtoMessage() {}
 
 func (x *OpenSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[6]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -802,7 +875,7 @@ func (x *OpenSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSessionResponse.ProtoReflect.Descriptor instead.
 func (*OpenSessionResponse) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{6}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *OpenSessionResponse) GetSessionId() string {
@@ -880,7 +953,7 @@ type SlotField struct {
 
 func (x *SlotField) Reset() {
 	*x = SlotField{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[7]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -892,7 +965,7 @@ func (x *SlotField) String() string {
 func (*SlotField) ProtoMessage() {}
 
 func (x *SlotField) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[7]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -905,7 +978,7 @@ func (x *SlotField) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotField.ProtoReflect.Descriptor instead.
 func (*SlotField) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{7}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SlotField) GetName() string {
@@ -952,7 +1025,7 @@ type Attach struct {
 
 func (x *Attach) Reset() {
 	*x = Attach{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[8]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -964,7 +1037,7 @@ func (x *Attach) String() string {
 func (*Attach) ProtoMessage() {}
 
 func (x *Attach) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[8]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -977,7 +1050,7 @@ func (x *Attach) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Attach.ProtoReflect.Descriptor instead.
 func (*Attach) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{8}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Attach) GetSessionId() string {
@@ -1013,7 +1086,7 @@ type Release struct {
 
 func (x *Release) Reset() {
 	*x = Release{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[9]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1025,7 +1098,7 @@ func (x *Release) String() string {
 func (*Release) ProtoMessage() {}
 
 func (x *Release) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[9]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1038,7 +1111,7 @@ func (x *Release) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Release.ProtoReflect.Descriptor instead.
 func (*Release) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{9}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Release) GetSlot() uint32 {
@@ -1075,7 +1148,7 @@ type BatchesRequest struct {
 
 func (x *BatchesRequest) Reset() {
 	*x = BatchesRequest{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[10]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1087,7 +1160,7 @@ func (x *BatchesRequest) String() string {
 func (*BatchesRequest) ProtoMessage() {}
 
 func (x *BatchesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[10]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1100,7 +1173,7 @@ func (x *BatchesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchesRequest.ProtoReflect.Descriptor instead.
 func (*BatchesRequest) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{10}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *BatchesRequest) GetKind() isBatchesRequest_Kind {
@@ -1166,7 +1239,7 @@ type Batch struct {
 
 func (x *Batch) Reset() {
 	*x = Batch{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[11]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1178,7 +1251,7 @@ func (x *Batch) String() string {
 func (*Batch) ProtoMessage() {}
 
 func (x *Batch) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[11]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1191,7 +1264,7 @@ func (x *Batch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Batch.ProtoReflect.Descriptor instead.
 func (*Batch) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{11}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Batch) GetStep() uint64 {
@@ -1255,7 +1328,7 @@ type SaveStateRequest struct {
 
 func (x *SaveStateRequest) Reset() {
 	*x = SaveStateRequest{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[12]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1267,7 +1340,7 @@ func (x *SaveStateRequest) String() string {
 func (*SaveStateRequest) ProtoMessage() {}
 
 func (x *SaveStateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[12]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1280,7 +1353,7 @@ func (x *SaveStateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SaveStateRequest.ProtoReflect.Descriptor instead.
 func (*SaveStateRequest) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{12}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SaveStateRequest) GetSessionId() string {
@@ -1314,7 +1387,7 @@ type SaveStateResponse struct {
 
 func (x *SaveStateResponse) Reset() {
 	*x = SaveStateResponse{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[13]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1326,7 +1399,7 @@ func (x *SaveStateResponse) String() string {
 func (*SaveStateResponse) ProtoMessage() {}
 
 func (x *SaveStateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[13]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1339,7 +1412,7 @@ func (x *SaveStateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SaveStateResponse.ProtoReflect.Descriptor instead.
 func (*SaveStateResponse) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{13}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SaveStateResponse) GetPath() string {
@@ -1366,7 +1439,7 @@ type GetStateRequest struct {
 
 func (x *GetStateRequest) Reset() {
 	*x = GetStateRequest{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[14]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1378,7 +1451,7 @@ func (x *GetStateRequest) String() string {
 func (*GetStateRequest) ProtoMessage() {}
 
 func (x *GetStateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[14]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1391,7 +1464,7 @@ func (x *GetStateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStateRequest.ProtoReflect.Descriptor instead.
 func (*GetStateRequest) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{14}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GetStateRequest) GetSessionId() string {
@@ -1422,7 +1495,7 @@ type GetStateResponse struct {
 
 func (x *GetStateResponse) Reset() {
 	*x = GetStateResponse{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[15]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1434,7 +1507,7 @@ func (x *GetStateResponse) String() string {
 func (*GetStateResponse) ProtoMessage() {}
 
 func (x *GetStateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[15]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1447,7 +1520,7 @@ func (x *GetStateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStateResponse.ProtoReflect.Descriptor instead.
 func (*GetStateResponse) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{15}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GetStateResponse) GetState() []byte {
@@ -1488,7 +1561,7 @@ type CloseSessionRequest struct {
 
 func (x *CloseSessionRequest) Reset() {
 	*x = CloseSessionRequest{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[16]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1500,7 +1573,7 @@ func (x *CloseSessionRequest) String() string {
 func (*CloseSessionRequest) ProtoMessage() {}
 
 func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[16]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1513,7 +1586,7 @@ func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionRequest.ProtoReflect.Descriptor instead.
 func (*CloseSessionRequest) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{16}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CloseSessionRequest) GetSessionId() string {
@@ -1538,7 +1611,7 @@ type CloseSessionResponse struct {
 
 func (x *CloseSessionResponse) Reset() {
 	*x = CloseSessionResponse{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[17]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1550,7 +1623,7 @@ func (x *CloseSessionResponse) String() string {
 func (*CloseSessionResponse) ProtoMessage() {}
 
 func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[17]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1563,7 +1636,7 @@ func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionResponse.ProtoReflect.Descriptor instead.
 func (*CloseSessionResponse) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{17}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{18}
 }
 
 var File_dataloader_v1_dataloader_proto protoreflect.FileDescriptor
@@ -1579,7 +1652,7 @@ const file_dataloader_v1_dataloader_proto_rawDesc = "" +
 	"\x05dtype\x18\x05 \x01(\tR\x05dtype\x12\x14\n" +
 	"\x05field\x18\x06 \x01(\tR\x05field\x12\x1c\n" +
 	"\ttokenizer\x18\a \x01(\tR\ttokenizer\x12\"\n" +
-	"\ron_bad_record\x18\b \x01(\tR\vonBadRecord\"\xaa\x03\n" +
+	"\ron_bad_record\x18\b \x01(\tR\vonBadRecord\"\xe4\x03\n" +
 	"\tJobConfig\x12\x17\n" +
 	"\aseq_len\x18\x01 \x01(\rR\x06seqLen\x12\x1d\n" +
 	"\n" +
@@ -1595,7 +1668,15 @@ const file_dataloader_v1_dataloader_proto_rawDesc = "" +
 	" \x03(\v2\x16.dataloader.v1.DatasetR\bdatasets\x12\x1a\n" +
 	"\bmetadata\x18\v \x03(\tR\bmetadata\x12\x1c\n" +
 	"\tpositions\x18\f \x01(\tR\tpositions\x128\n" +
-	"\x18mask_document_boundaries\x18\r \x01(\bR\x16maskDocumentBoundaries\"\x98\x03\n" +
+	"\x18mask_document_boundaries\x18\r \x01(\bR\x16maskDocumentBoundaries\x128\n" +
+	"\bschedule\x18\x0e \x03(\v2\x1c.dataloader.v1.SchedulePointR\bschedule\"\xbc\x01\n" +
+	"\rSchedulePoint\x12\x12\n" +
+	"\x04step\x18\x01 \x01(\x04R\x04step\x12C\n" +
+	"\aweights\x18\x02 \x03(\v2).dataloader.v1.SchedulePoint.WeightsEntryR\aweights\x12\x16\n" +
+	"\x06linear\x18\x03 \x01(\bR\x06linear\x1a:\n" +
+	"\fWeightsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\"\x98\x03\n" +
 	"\x12OpenSessionRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x120\n" +
 	"\x06config\x18\x02 \x01(\v2\x18.dataloader.v1.JobConfigR\x06config\x12\x17\n" +
@@ -1725,55 +1806,59 @@ func file_dataloader_v1_dataloader_proto_rawDescGZIP() []byte {
 }
 
 var file_dataloader_v1_dataloader_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_dataloader_v1_dataloader_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_dataloader_v1_dataloader_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_dataloader_v1_dataloader_proto_goTypes = []any{
 	(Transport)(0),               // 0: dataloader.v1.Transport
 	(*Dataset)(nil),              // 1: dataloader.v1.Dataset
 	(*JobConfig)(nil),            // 2: dataloader.v1.JobConfig
-	(*OpenSessionRequest)(nil),   // 3: dataloader.v1.OpenSessionRequest
-	(*ShardedState)(nil),         // 4: dataloader.v1.ShardedState
-	(*ShardState)(nil),           // 5: dataloader.v1.ShardState
-	(*Ring)(nil),                 // 6: dataloader.v1.Ring
-	(*OpenSessionResponse)(nil),  // 7: dataloader.v1.OpenSessionResponse
-	(*SlotField)(nil),            // 8: dataloader.v1.SlotField
-	(*Attach)(nil),               // 9: dataloader.v1.Attach
-	(*Release)(nil),              // 10: dataloader.v1.Release
-	(*BatchesRequest)(nil),       // 11: dataloader.v1.BatchesRequest
-	(*Batch)(nil),                // 12: dataloader.v1.Batch
-	(*SaveStateRequest)(nil),     // 13: dataloader.v1.SaveStateRequest
-	(*SaveStateResponse)(nil),    // 14: dataloader.v1.SaveStateResponse
-	(*GetStateRequest)(nil),      // 15: dataloader.v1.GetStateRequest
-	(*GetStateResponse)(nil),     // 16: dataloader.v1.GetStateResponse
-	(*CloseSessionRequest)(nil),  // 17: dataloader.v1.CloseSessionRequest
-	(*CloseSessionResponse)(nil), // 18: dataloader.v1.CloseSessionResponse
+	(*SchedulePoint)(nil),        // 3: dataloader.v1.SchedulePoint
+	(*OpenSessionRequest)(nil),   // 4: dataloader.v1.OpenSessionRequest
+	(*ShardedState)(nil),         // 5: dataloader.v1.ShardedState
+	(*ShardState)(nil),           // 6: dataloader.v1.ShardState
+	(*Ring)(nil),                 // 7: dataloader.v1.Ring
+	(*OpenSessionResponse)(nil),  // 8: dataloader.v1.OpenSessionResponse
+	(*SlotField)(nil),            // 9: dataloader.v1.SlotField
+	(*Attach)(nil),               // 10: dataloader.v1.Attach
+	(*Release)(nil),              // 11: dataloader.v1.Release
+	(*BatchesRequest)(nil),       // 12: dataloader.v1.BatchesRequest
+	(*Batch)(nil),                // 13: dataloader.v1.Batch
+	(*SaveStateRequest)(nil),     // 14: dataloader.v1.SaveStateRequest
+	(*SaveStateResponse)(nil),    // 15: dataloader.v1.SaveStateResponse
+	(*GetStateRequest)(nil),      // 16: dataloader.v1.GetStateRequest
+	(*GetStateResponse)(nil),     // 17: dataloader.v1.GetStateResponse
+	(*CloseSessionRequest)(nil),  // 18: dataloader.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil), // 19: dataloader.v1.CloseSessionResponse
+	nil,                          // 20: dataloader.v1.SchedulePoint.WeightsEntry
 }
 var file_dataloader_v1_dataloader_proto_depIdxs = []int32{
 	1,  // 0: dataloader.v1.JobConfig.datasets:type_name -> dataloader.v1.Dataset
-	2,  // 1: dataloader.v1.OpenSessionRequest.config:type_name -> dataloader.v1.JobConfig
-	0,  // 2: dataloader.v1.OpenSessionRequest.transport:type_name -> dataloader.v1.Transport
-	4,  // 3: dataloader.v1.OpenSessionRequest.resume_sharded:type_name -> dataloader.v1.ShardedState
-	5,  // 4: dataloader.v1.ShardedState.shards:type_name -> dataloader.v1.ShardState
-	6,  // 5: dataloader.v1.OpenSessionResponse.ring:type_name -> dataloader.v1.Ring
-	0,  // 6: dataloader.v1.OpenSessionResponse.transport:type_name -> dataloader.v1.Transport
-	8,  // 7: dataloader.v1.OpenSessionResponse.fields:type_name -> dataloader.v1.SlotField
-	9,  // 8: dataloader.v1.BatchesRequest.attach:type_name -> dataloader.v1.Attach
-	10, // 9: dataloader.v1.BatchesRequest.release:type_name -> dataloader.v1.Release
-	4,  // 10: dataloader.v1.GetStateResponse.sharded:type_name -> dataloader.v1.ShardedState
-	3,  // 11: dataloader.v1.Loader.OpenSession:input_type -> dataloader.v1.OpenSessionRequest
-	11, // 12: dataloader.v1.Loader.Batches:input_type -> dataloader.v1.BatchesRequest
-	13, // 13: dataloader.v1.Loader.SaveState:input_type -> dataloader.v1.SaveStateRequest
-	15, // 14: dataloader.v1.Loader.GetState:input_type -> dataloader.v1.GetStateRequest
-	17, // 15: dataloader.v1.Loader.CloseSession:input_type -> dataloader.v1.CloseSessionRequest
-	7,  // 16: dataloader.v1.Loader.OpenSession:output_type -> dataloader.v1.OpenSessionResponse
-	12, // 17: dataloader.v1.Loader.Batches:output_type -> dataloader.v1.Batch
-	14, // 18: dataloader.v1.Loader.SaveState:output_type -> dataloader.v1.SaveStateResponse
-	16, // 19: dataloader.v1.Loader.GetState:output_type -> dataloader.v1.GetStateResponse
-	18, // 20: dataloader.v1.Loader.CloseSession:output_type -> dataloader.v1.CloseSessionResponse
-	16, // [16:21] is the sub-list for method output_type
-	11, // [11:16] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	3,  // 1: dataloader.v1.JobConfig.schedule:type_name -> dataloader.v1.SchedulePoint
+	20, // 2: dataloader.v1.SchedulePoint.weights:type_name -> dataloader.v1.SchedulePoint.WeightsEntry
+	2,  // 3: dataloader.v1.OpenSessionRequest.config:type_name -> dataloader.v1.JobConfig
+	0,  // 4: dataloader.v1.OpenSessionRequest.transport:type_name -> dataloader.v1.Transport
+	5,  // 5: dataloader.v1.OpenSessionRequest.resume_sharded:type_name -> dataloader.v1.ShardedState
+	6,  // 6: dataloader.v1.ShardedState.shards:type_name -> dataloader.v1.ShardState
+	7,  // 7: dataloader.v1.OpenSessionResponse.ring:type_name -> dataloader.v1.Ring
+	0,  // 8: dataloader.v1.OpenSessionResponse.transport:type_name -> dataloader.v1.Transport
+	9,  // 9: dataloader.v1.OpenSessionResponse.fields:type_name -> dataloader.v1.SlotField
+	10, // 10: dataloader.v1.BatchesRequest.attach:type_name -> dataloader.v1.Attach
+	11, // 11: dataloader.v1.BatchesRequest.release:type_name -> dataloader.v1.Release
+	5,  // 12: dataloader.v1.GetStateResponse.sharded:type_name -> dataloader.v1.ShardedState
+	4,  // 13: dataloader.v1.Loader.OpenSession:input_type -> dataloader.v1.OpenSessionRequest
+	12, // 14: dataloader.v1.Loader.Batches:input_type -> dataloader.v1.BatchesRequest
+	14, // 15: dataloader.v1.Loader.SaveState:input_type -> dataloader.v1.SaveStateRequest
+	16, // 16: dataloader.v1.Loader.GetState:input_type -> dataloader.v1.GetStateRequest
+	18, // 17: dataloader.v1.Loader.CloseSession:input_type -> dataloader.v1.CloseSessionRequest
+	8,  // 18: dataloader.v1.Loader.OpenSession:output_type -> dataloader.v1.OpenSessionResponse
+	13, // 19: dataloader.v1.Loader.Batches:output_type -> dataloader.v1.Batch
+	15, // 20: dataloader.v1.Loader.SaveState:output_type -> dataloader.v1.SaveStateResponse
+	17, // 21: dataloader.v1.Loader.GetState:output_type -> dataloader.v1.GetStateResponse
+	19, // 22: dataloader.v1.Loader.CloseSession:output_type -> dataloader.v1.CloseSessionResponse
+	18, // [18:23] is the sub-list for method output_type
+	13, // [13:18] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_dataloader_v1_dataloader_proto_init() }
@@ -1781,7 +1866,7 @@ func file_dataloader_v1_dataloader_proto_init() {
 	if File_dataloader_v1_dataloader_proto != nil {
 		return
 	}
-	file_dataloader_v1_dataloader_proto_msgTypes[10].OneofWrappers = []any{
+	file_dataloader_v1_dataloader_proto_msgTypes[11].OneofWrappers = []any{
 		(*BatchesRequest_Attach)(nil),
 		(*BatchesRequest_Release)(nil),
 	}
@@ -1791,7 +1876,7 @@ func file_dataloader_v1_dataloader_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_dataloader_v1_dataloader_proto_rawDesc), len(file_dataloader_v1_dataloader_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   18,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

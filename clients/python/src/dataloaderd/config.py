@@ -11,7 +11,7 @@ from typing import Any, Dict, Mapping, Optional, Tuple, Union
 from ._proto import dataloader_pb2 as pb
 from .errors import ConfigError
 
-__all__ = ["load_config", "to_proto", "KEYS", "DATASET_KEYS"]
+__all__ = ["load_config", "to_proto", "KEYS", "DATASET_KEYS", "SCHEDULE_KEYS"]
 
 # key: (type or types, default); a default of ... means required.
 Keys = Dict[str, Tuple[Union[type, Tuple[type, ...]], object]]
@@ -29,6 +29,12 @@ KEYS: Keys = {
     "metadata": (list, []),
     "positions": (str, ""),
     "mask_document_boundaries": (bool, False),
+    "schedule": (list, []),
+}
+SCHEDULE_KEYS: Keys = {
+    "step": (int, ...),
+    "weights": (dict, ...),
+    "linear": (bool, False),
 }
 DATASET_KEYS: Keys = {
     "name": (str, ...),
@@ -111,6 +117,17 @@ def to_proto(data: Mapping[str, object], base_dir: str) -> "pb.JobConfig":
         epochs=c["epochs"], shuffle_window=c["shuffle_window"],
         positions=c["positions"], mask_document_boundaries=c["mask_document_boundaries"],
     )
+    for i, p in enumerate(c["schedule"]):
+        if not isinstance(p, Mapping):
+            raise ConfigError(f"config: schedule[{i}] must be a mapping, got {p!r}")
+        pt = _check(f"schedule[{i}]", p, SCHEDULE_KEYS)
+        if pt["step"] < 0:
+            raise ConfigError(f"config: schedule[{i}]: 'step' must not be negative, got {pt['step']}")
+        for name, w in pt["weights"].items():
+            if not isinstance(name, str) or isinstance(w, bool) or not isinstance(w, (int, float)):
+                raise ConfigError(f"config: schedule[{i}]: weights must map dataset names to numbers, got {name!r}: {w!r}")
+        msg.schedule.append(pb.SchedulePoint(step=pt["step"], weights={k: float(v) for k, v in pt["weights"].items()},
+                                             linear=pt["linear"]))
     for i, m in enumerate(c["metadata"]):
         if not isinstance(m, str):
             raise ConfigError(f"config: metadata[{i}] must be a field name (a string), got {m!r}")

@@ -123,6 +123,7 @@ class JobConfig(_message.Message):
     METADATA_FIELD_NUMBER: _builtins.int
     POSITIONS_FIELD_NUMBER: _builtins.int
     MASK_DOCUMENT_BOUNDARIES_FIELD_NUMBER: _builtins.int
+    SCHEDULE_FIELD_NUMBER: _builtins.int
     seq_len: _builtins.int
     batch_size: _builtins.int
     seed: _builtins.int
@@ -153,6 +154,12 @@ class JobConfig(_message.Message):
         loss_mask, dataset_ids. Empty: tokens only.
         """
 
+    @_builtins.property
+    def schedule(self) -> _containers.RepeatedCompositeFieldContainer[Global___SchedulePoint]:
+        """Mixing weights as a function of the step (README, "Mixture schedules"):
+        points in increasing step order; empty: the datasets' weights, constant.
+        """
+
     def __init__(
         self,
         *,
@@ -169,14 +176,67 @@ class JobConfig(_message.Message):
         metadata: _abc.Iterable[_builtins.str] | None = ...,
         positions: _builtins.str = ...,
         mask_document_boundaries: _builtins.bool = ...,
+        schedule: _abc.Iterable[Global___SchedulePoint] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_size", b"batch_size", "bos_id", b"bos_id", "datasets", b"datasets", "eos_id", b"eos_id", "epochs", b"epochs", "logical_shards", b"logical_shards", "mask_document_boundaries", b"mask_document_boundaries", "metadata", b"metadata", "pad_id", b"pad_id", "positions", b"positions", "seed", b"seed", "seq_len", b"seq_len", "shuffle_window", b"shuffle_window"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_size", b"batch_size", "bos_id", b"bos_id", "datasets", b"datasets", "eos_id", b"eos_id", "epochs", b"epochs", "logical_shards", b"logical_shards", "mask_document_boundaries", b"mask_document_boundaries", "metadata", b"metadata", "pad_id", b"pad_id", "positions", b"positions", "schedule", b"schedule", "seed", b"seed", "seq_len", b"seq_len", "shuffle_window", b"shuffle_window"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___JobConfig: _TypeAlias = JobConfig  # noqa: Y015
+
+@_typing.final
+class SchedulePoint(_message.Message):
+    """From batch `step` on (or, with linear, reaching them at `step` along a
+    straight line from the point before), the datasets are mixed by weights.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class WeightsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.float
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.float = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    STEP_FIELD_NUMBER: _builtins.int
+    WEIGHTS_FIELD_NUMBER: _builtins.int
+    LINEAR_FIELD_NUMBER: _builtins.int
+    step: _builtins.int
+    linear: _builtins.bool
+    @_builtins.property
+    def weights(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]:
+        """Every dataset of the config by name."""
+
+    def __init__(
+        self,
+        *,
+        step: _builtins.int = ...,
+        weights: _abc.Mapping[_builtins.str, _builtins.float] | None = ...,
+        linear: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["linear", b"linear", "step", b"step", "weights", b"weights"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SchedulePoint: _TypeAlias = SchedulePoint  # noqa: Y015
 
 @_typing.final
 class OpenSessionRequest(_message.Message):

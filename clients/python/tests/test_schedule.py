@@ -1,0 +1,97 @@
+"""A mixture schedule through the real daemon: a warm-up mix, a linear ramp
+and a main mix; the lines each dataset gets (dataset_ids) follow the
+schedule integrated over the steps within one line a rank, through a save
+in the middle of the ramp, a kill -9 of the daemon and a resume on another
+world size."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, Dict, List
+
+import numpy as np
+import pytest
+
+from corpus import make_corpus
+from dataloaderd import ConfigError, Loader
+
+B = 3
+SCHEDULE = [{"step": 0, "weights": {"d0": 1, "d1": 3}},
+            {"step": 8, "weights": {"d0": 1, "d1": 3}},
+            {"step": 28, "weights": {"d0": 4, "d1": 1}, "linear": True}]
+
+
+def weights_at(step: int) -> List[float]:
+    """The schedule's weights of batch `step` (as the README defines them)."""
+    pts = SCHEDULE
+    names = ["d0", "d1"]
+    i = 0
+    while i < len(pts) and pts[i]["step"] <= step:
+        i += 1
+    if i == 0:
+        return [pts[0]["weights"][n] for n in names]
+    if i == len(pts) or not pts[i].get("linear"):
+        return [pts[i - 1]["weights"][n] for n in names]
+    a, b = pts[i - 1], pts[i]
+    f = (step - a["step"]) / (b["step"] - a["step"])
+    return [a["weights"][n] + (b["weights"][n] - a["weights"][n]) * f for n in names]
+
+
+def target(first: int, last: int, lines: int) -> np.ndarray:
+    """Lines per dataset the schedule gives steps first..last of `lines` lines."""
+    out = np.zeros(2)
+    for s in range(first, last + 1):
+        w = np.array(weights_at(s))
+        out += lines * w / w.sum()
+    return out
+
+
+@pytest.fixture
+def config(tmp_path) -> Dict[str, Any]:
+    datasets, _ = make_corpus(str(tmp_path))
+    return {"seq_len": 15, "batch_size": B, "seed": 2, "logical_shards": 6, "eos_id": 0, "datasets": datasets,
+            "schedule": SCHEDULE, "metadata": ["dataset_ids"]}
+
+
+def take(sock: str, config, world: int, steps: int, job: str, resume=None, save=None) -> Counter:
+    got: Counter = Counter()
+    for r in range(world):
+        with Loader(config, socket=sock, dp_rank=r, dp_size=world, job=job, resume_from=resume) as loader:
+            for i, batch in enumerate(loader):
+                got.update(int(d) for d in np.asarray(batch["dataset_ids"]))
+                if i + 1 == steps:
+                    if save:
+                        loader.save(save)
+                    break
+    return got
+
+
+def test_schedule_followed_through_a_rescale(daemon_factory, config, tmp_path):
+    d = daemon_factory()
+    whole = take(d.socket, config, 2, 40, "whole")
+    want = target(1, 40, 2 * B)
+    assert all(abs(whole[i] - want[i]) <= 2 for i in range(2)), (whole, want)
+    # Saved at step 18, in the ramp; the daemon killed; three ranks resume.
+    folder = str(tmp_path / "ckpt")
+    first = take(d.socket, config, 2, 18, "a", save=folder)
+    d.proc.kill()
+    d.proc.wait()
+    d2 = daemon_factory()
+    rest = take(d2.socket, config, 3, 22, "b", resume=folder)
+    got = first + rest
+    want = target(1, 18, 2 * B) + target(19, 40, 3 * B)
+    assert all(abs(got[i] - want[i]) <= 5 for i in range(2)), (got, want)
+
+
+def test_bad_schedules_are_refused_by_name(daemon, config):
+    for edit, match in (
+            ([{"step": 0, "weights": {"d0": 1}}], 'dataset "d1" has no weight'),
+            ([{"step": 0, "weights": {"d0": 1, "d1": 1, "web": 2}}], 'no dataset is named "web"'),
+            ([{"step": 5, "weights": {"d0": 1, "d1": 1}}, {"step": 5, "weights": {"d0": 1, "d1": 2}}],
+             "step 5 is not after step 5"),
+            ([{"step": 0, "weights": {"d0": 0, "d1": 0}}], "every weight is zero"),
+            ([{"step": 0, "weights": {"d0": 1, "d1": 1}, "linear": True}], "linear needs a point before it"),
+            ([{"step": 0, "weights": {"d0": "x", "d1": 1}}], "weights must map dataset names to numbers")):
+        with pytest.raises(ConfigError, match=match):
+            with Loader(dict(config, schedule=edit), socket=daemon.socket, dp_rank=0, dp_size=1) as loader:
+                next(iter(loader))
