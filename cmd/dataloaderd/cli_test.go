@@ -29,6 +29,7 @@ func TestHelpExitsZero(t *testing.T) {
 		{[]string{"prepare", "-h"}, []string{"dataloaderd prepare --input PATH", "-tokenizer", "-force"}},
 		{[]string{"prepare", "--help"}, []string{"-append-eos"}},
 		{[]string{"version", "--help"}, []string{"dataloaderd version"}},
+		{[]string{"inspect", "-h"}, []string{"dataloaderd inspect [--json] CHECKPOINT", "-json"}},
 	}
 	for _, tc := range cases {
 		var out, errb bytes.Buffer

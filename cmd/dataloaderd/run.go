@@ -17,6 +17,7 @@ Usage:
   dataloaderd serve [flags]        run the daemon (see 'dataloaderd serve -h')
   dataloaderd healthcheck [flags]  exit 0 when the daemon answers SERVING, 1 otherwise
   dataloaderd prepare [flags]      tokenize JSONL/Parquet text into Megatron .bin/.idx (see 'dataloaderd prepare -h')
+  dataloaderd inspect CHECKPOINT   show a checkpoint's loader state: step, datasets, mixture history
   dataloaderd version              print the version (also: dataloaderd --version)
 
 'dataloaderd COMMAND -h' prints a command's flags.
@@ -38,6 +39,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = healthcheck(ctx, args[1:], stdout, stderr)
 	case "prepare":
 		err = prepareCmd(ctx, args[1:], stdout, stderr)
+	case "inspect":
+		err = inspectCmd(ctx, args[1:], stdout, stderr)
 	case "version", "--version", "-version":
 		err = versionCmd(args[1:], stdout, stderr)
 	case "-h", "--help", "help":

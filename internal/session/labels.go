@@ -91,3 +91,53 @@ func (d *datasetSeries) counter(vec *prometheus.CounterVec, name string) prometh
 	}
 	return vec.WithLabelValues(l)
 }
+
+// jobSeries holds the per-job mixture series (target share, lines served)
+// of the jobs whose sessions are open, labelled uid, training_job and
+// dataset, and deletes a job's series when its last session closes. The
+// sessions of one job (its ranks) share the series: every rank computes the
+// same weights at a step, and adds its own lines.
+type jobSeries struct {
+	share *prometheus.GaugeVec
+	lines *prometheus.CounterVec
+	mu    sync.Mutex
+	refs  map[[2]string]int
+}
+
+func newJobSeries(share *prometheus.GaugeVec, lines *prometheus.CounterVec) *jobSeries {
+	return &jobSeries{share: share, lines: lines, refs: map[[2]string]int{}}
+}
+
+// jobHandles are one session's handles on its job's series, by dataset.
+type jobHandles struct {
+	key   [2]string
+	share []prometheus.Gauge
+	lines []prometheus.Counter
+}
+
+// acquire counts a session of job (uid, job) reading the datasets labelled
+// datasets, and returns its handles.
+func (j *jobSeries) acquire(uid, job string, datasets []string) jobHandles {
+	h := jobHandles{key: [2]string{uid, labelValue(job)}}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.refs[h.key]++
+	for _, d := range datasets {
+		h.share = append(h.share, j.share.WithLabelValues(h.key[0], h.key[1], d))
+		h.lines = append(h.lines, j.lines.WithLabelValues(h.key[0], h.key[1], d))
+	}
+	return h
+}
+
+// release undoes acquire; a job no session reads any more loses its series.
+func (j *jobSeries) release(h jobHandles) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.refs[h.key]--; j.refs[h.key] > 0 {
+		return
+	}
+	delete(j.refs, h.key)
+	match := prometheus.Labels{"uid": h.key[0], "training_job": h.key[1]}
+	j.share.DeletePartialMatch(match)
+	j.lines.DeletePartialMatch(match)
+}

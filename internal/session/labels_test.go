@@ -69,16 +69,37 @@ func TestSeriesOfClosedSessionsGo(t *testing.T) {
 			t.Errorf("label value of %d bytes (valid UTF-8: %v): %q", len(v), utf8.ValidString(v), v)
 		}
 	}
+	// The job's mixture series: one per dataset for the job's two ranks,
+	// the target share of the only dataset 1, the lines of both ranks.
+	if got := seriesOf(t, reg, "dataloaderd_mixture_target_share", "training_job"); len(got) != 1 || got[0] != labelValue(job) {
+		t.Fatalf("dataloaderd_mixture_target_share: series of jobs %q", got)
+	}
+	for _, f := range mustGather(t, reg) {
+		switch f.GetName() {
+		case "dataloaderd_mixture_target_share":
+			if v := f.GetMetric()[0].GetGauge().GetValue(); v != 1 {
+				t.Errorf("target share %v, want 1", v)
+			}
+		case "dataloaderd_mixture_lines_total":
+			if v := f.GetMetric()[0].GetCounter().GetValue(); v < 2 {
+				t.Errorf("the job's lines %v, want those of both ranks' batches", v)
+			}
+		}
+	}
 	if err := m.Close(0, a.ID, 0); err != nil {
 		t.Fatal(err)
 	}
 	if got := seriesOf(t, reg, "dataloaderd_tokens_served_total", "dataset"); len(got) != 1 {
 		t.Fatalf("a session still reads the dataset, its series went: %q", got)
 	}
+	if got := seriesOf(t, reg, "dataloaderd_mixture_lines_total", "training_job"); len(got) != 1 {
+		t.Fatalf("a rank of the job is open, its mixture series went: %q", got)
+	}
 	if err := m.Close(0, b.ID, 0); err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"dataloaderd_tokens_served_total", "dataloaderd_lines_served_total", "dataloaderd_ready_slots"} {
+	for _, name := range []string{"dataloaderd_tokens_served_total", "dataloaderd_lines_served_total", "dataloaderd_ready_slots",
+		"dataloaderd_mixture_target_share", "dataloaderd_mixture_lines_total"} {
 		for _, f := range mustGather(t, reg) {
 			if f.GetName() == name && len(f.GetMetric()) > 0 {
 				t.Errorf("%s: %d series left after every session closed", name, len(f.GetMetric()))

@@ -235,6 +235,7 @@ func (m *Manager) drop(ss *session, why string) {
 	m.metrics.ringBytes.Sub(float64(ss.ring.Slots() * ss.ring.Stride()))
 	m.metrics.readySlots.DeleteLabelValues(ss.labels()...)
 	m.metrics.datasets.release(ss.datasetLabels)
+	m.metrics.jobs.release(ss.jobSeries)
 	m.mu.Lock()
 	m.closing--
 	m.mu.Unlock()
@@ -309,6 +310,8 @@ func (m *Manager) hooks(ss *session, lineTokens int) stream.Hooks {
 		tokens[d] = m.metrics.tokens.WithLabelValues(label)
 	}
 	ready := m.metrics.readySlots.WithLabelValues(ss.labels()...)
+	ss.jobSeries = m.metrics.jobs.acquire(ss.labels()[0], ss.key.job, ss.datasetLabels)
+	job := ss.jobSeries
 	ctl := ss.ctl
 	h := stream.Hooks{
 		Produced: func(b stream.Batch) {
@@ -320,7 +323,15 @@ func (m *Manager) hooks(ss *session, lineTokens int) stream.Hooks {
 				if n > 0 {
 					lines[d].Add(float64(n))
 					tokens[d].Add(float64(n * lineTokens))
+					job.lines[d].Add(float64(n))
 				}
+			}
+			var sum float64
+			for _, w := range b.Weights {
+				sum += w
+			}
+			for d, w := range b.Weights {
+				job.share[d].Set(w / sum)
 			}
 			ready.Set(float64(ss.pipeline.Ready(0)))
 		},

@@ -24,6 +24,10 @@ type metrics struct {
 	skipped    *prometheus.CounterVec
 	// datasets deletes the dataset series of closed sessions.
 	datasets *datasetSeries
+	// jobs holds the mixture series by job: target share and lines served.
+	jobShare *prometheus.GaugeVec
+	jobLines *prometheus.CounterVec
+	jobs     *jobSeries
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -72,8 +76,17 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		Name: "dataloaderd_text_records_skipped_total", Help: "Bad records of text datasets skipped (on_bad_record: skip), by dataset.",
 	}, []string{"dataset"})
 	m.datasets = newDatasetSeries(m.tokens, m.lines, m.skipped)
+	m.jobShare = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "dataloaderd_mixture_target_share",
+		Help: "The share of lines a job's mixing weights (or schedule) give each dataset at the last batch produced.",
+	}, []string{"uid", "training_job", "dataset"})
+	m.jobLines = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "dataloaderd_mixture_lines_total",
+		Help: "Lines served to a job, by dataset (its realized mixture; prefetched batches included).",
+	}, []string{"uid", "training_job", "dataset"})
+	m.jobs = newJobSeries(m.jobShare, m.jobLines)
 	reg.MustRegister(m.sessions, m.batches, m.tokens, m.lines, m.clientWait, m.readySlots,
-		m.stateSave, m.stateBytes, m.errors, m.ringBytes, m.devBytes, m.devCopy, m.skipped)
+		m.stateSave, m.stateBytes, m.errors, m.ringBytes, m.devBytes, m.devCopy, m.skipped, m.jobShare, m.jobLines)
 	return m
 }
 

@@ -33,6 +33,8 @@ func exported(t *testing.T) *prometheus.Registry {
 	m.lines.WithLabelValues("x").Inc()
 	m.readySlots.WithLabelValues("1000", "j", "0").Set(1)
 	m.errors.WithLabelValues("InvalidArgument").Inc()
+	m.jobShare.WithLabelValues("1000", "j", "x").Set(1)
+	m.jobLines.WithLabelValues("1000", "j", "x").Inc()
 	return reg
 }
 

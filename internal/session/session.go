@@ -45,6 +45,8 @@ type session struct {
 	// datasetLabels are the label values of datasets in the metrics,
 	// held from the producer's start to the session's drop.
 	datasetLabels []string
+	// jobSeries are its job's mixture series.
+	jobSeries jobHandles
 	// reserved is the ring budget the session holds (Manager.ringUsed).
 	reserved int64
 	// active is when a consumer last attached or released a batch, in

@@ -46,6 +46,8 @@ type Batch struct {
 	DatasetLines []int
 	// Segments and MaxSeqlen describe the batch's cu_seqlens, if any.
 	Segments, MaxSeqlen int
+	// Weights are the mixing weights the batch was drawn by (config order).
+	Weights []float64
 }
 
 // Pipeline runs a rank ahead of its consumers into a ring of slots. Every
@@ -198,7 +200,7 @@ func (p *Pipeline) Run(ctx context.Context) (err error) {
 			p.ended = true
 		default:
 			b = Batch{Step: step, Slot: slot, Lines: prod.Lines, DatasetLines: prod.DatasetLines,
-				Segments: prod.Segments, MaxSeqlen: prod.MaxSeqlen}
+				Segments: prod.Segments, MaxSeqlen: prod.MaxSeqlen, Weights: prod.Weights}
 			p.produced = step
 			p.slotStep[slot] = step
 			p.inFlight[step] = &inFlight{

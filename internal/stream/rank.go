@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"fmt"
 	"math/bits"
+	"slices"
 	"unsafe"
 
 	"github.com/dataloaderd/dataloaderd/internal/state"
@@ -335,6 +336,9 @@ type Produced struct {
 	// Segments and MaxSeqlen describe cu_seqlens (when the config asks for
 	// it): its segments and the longest one's length.
 	Segments, MaxSeqlen int
+	// Weights are the mixing weights of the batch (config order): the
+	// datasets' weights, or the schedule's at its step. Not to be written.
+	Weights []float64
 }
 
 // NextBatch fills dst (BatchSize lines) with tokens alone.
@@ -367,6 +371,10 @@ func (r *Rank) nextBatch(dst []int32, mw *metaWriter) (Produced, error) {
 	if mw != nil {
 		mw.finish(p.Lines)
 		p.Segments, p.MaxSeqlen = mw.segments, mw.maxSeqlen
+	}
+	p.Weights = r.weights
+	if r.schedule != nil {
+		p.Weights = slices.Clone(r.weights) // the schedule writes r.weights at every step
 	}
 	p.Delta = make(Delta, len(r.touched))
 	for s := range r.touched {

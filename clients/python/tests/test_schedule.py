@@ -6,6 +6,8 @@ world size."""
 
 from __future__ import annotations
 
+import json
+import subprocess
 from collections import Counter
 from typing import Any, Dict, List
 
@@ -14,6 +16,7 @@ import pytest
 
 from corpus import make_corpus
 from dataloaderd import ConfigError, Loader
+from rundaemon import BIN
 
 B = 3
 SCHEDULE = [{"step": 0, "weights": {"d0": 1, "d1": 3}},
@@ -74,6 +77,12 @@ def test_schedule_followed_through_a_rescale(daemon_factory, config, tmp_path):
     # Saved at step 18, in the ramp; the daemon killed; three ranks resume.
     folder = str(tmp_path / "ckpt")
     first = take(d.socket, config, 2, 18, "a", save=folder)
+    # dataloaderd inspect reads the checkpoint: step, world, the schedule.
+    out = subprocess.run([BIN, "inspect", "--json", folder], capture_output=True, text=True, check=True)
+    seen = json.loads(out.stdout)
+    assert seen["step"] == 18 and seen["dp_size"] == 2
+    assert [p["step"] for p in seen["mixture"][-1]["schedule"]] == [0, 8, 28]
+    assert sum(d["lines"] for d in seen["datasets"]) == 2 * 18 * B
     d.proc.kill()
     d.proc.wait()
     d2 = daemon_factory()
