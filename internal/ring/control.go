@@ -108,6 +108,16 @@ func (c *Control) Publish(step uint64, slot, lines, segments, maxSeqlen int) {
 	c.wakeClients()
 }
 
+// Unpublish takes back the announcements of the steps after `after` (their
+// batches are being made again): clients wait for them to be published anew.
+func (c *Control) Unpublish(after uint64) {
+	if !c.use() {
+		return
+	}
+	defer c.mu.RUnlock()
+	atomic.StoreUint64(c.u64(HeaderPublished), after)
+}
+
 // Finish sets the final state (ended after endStep, failed, or closed) and
 // wakes every client.
 func (c *Control) Finish(state uint32, endStep uint64) {

@@ -103,7 +103,7 @@ func send(ctx context.Context, bs batchStream, feed *session.Feed) error {
 		// The message is serialized before Send returns, while the consumer
 		// still holds the slot Data points into.
 		if err := bs.Send(&pb.Batch{Step: b.Step, Slot: uint32(b.Slot), Lines: uint32(b.Lines), Data: b.Data,
-			Segments: uint32(b.Segments), MaxSeqlen: uint32(b.MaxSeqlen)}); err != nil {
+			Segments: uint32(b.Segments), MaxSeqlen: uint32(b.MaxSeqlen), Generation: b.Generation}); err != nil {
 			return err
 		}
 	}

@@ -26,6 +26,7 @@ type Sessions interface {
 	Close(uid uint32, id string, consumer int) error
 	State(uid uint32, id string, step uint64) (session.Snapshot, error)
 	Save(uid uint32, id string, step uint64, folder string) (session.Saved, error)
+	SetWeights(ctx context.Context, uid uint32, id string, after, taken uint64, weights map[string]float64) (uint64, error)
 	// CountError counts an error returned to a client, by its status code.
 	CountError(kind string)
 	// Shutdown closes every session and opens no more.
@@ -128,6 +129,19 @@ func (s *Server) GetState(ctx context.Context, req *pb.GetStateRequest) (*pb.Get
 		return nil, s.fail(err)
 	}
 	return &pb.GetStateResponse{State: st.State, DpRank: st.DPRank, DpSize: st.DPSize, Sharded: shardedTo(st.Sharded)}, nil
+}
+
+// SetWeights implements Loader.
+func (s *Server) SetWeights(ctx context.Context, req *pb.SetWeightsRequest) (*pb.SetWeightsResponse, error) {
+	uid, err := callerUID(ctx)
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	gen, err := s.sessions.SetWeights(ctx, uid, req.GetSessionId(), req.GetAfterStep(), req.GetTakenStep(), req.GetWeights())
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	return &pb.SetWeightsResponse{Generation: gen}, nil
 }
 
 // SaveState implements Loader.

@@ -53,7 +53,8 @@ func (f *Feed) Next(ctx context.Context) (Batch, error) {
 	if b.End {
 		return Batch{Step: b.Step, End: true}, nil
 	}
-	out := Batch{Step: b.Step, Slot: b.Slot, Lines: b.Lines, Segments: b.Segments, MaxSeqlen: b.MaxSeqlen}
+	out := Batch{Step: b.Step, Slot: b.Slot, Lines: b.Lines, Segments: b.Segments, MaxSeqlen: b.MaxSeqlen,
+		Generation: b.Generation}
 	if f.ss.transport == Inline {
 		// The slot is held until the consumer releases it: no copy is
 		// needed. With metadata the whole slot goes (its arrays lie where

@@ -337,6 +337,7 @@ func (m *Manager) hooks(ss *session, lineTokens int) stream.Hooks {
 		},
 	}
 	if ctl != nil {
+		h.Remade = ctl.Unpublish
 		h.Finished = func(step uint64, err error) {
 			if err != nil {
 				ctl.Finish(ring.StateFailed, step)

@@ -102,6 +102,8 @@ type Batch struct {
 	End   bool
 	// Segments and MaxSeqlen describe the batch's cu_seqlens, if any.
 	Segments, MaxSeqlen int
+	// Generation is the pipeline's when the batch was handed out.
+	Generation uint64
 }
 
 // resolve fills the request's defaults and checks what it can without

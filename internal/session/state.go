@@ -1,12 +1,15 @@
 package session
 
 import (
+	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/dataloaderd/dataloaderd/internal/state"
+	"github.com/dataloaderd/dataloaderd/internal/stream"
 )
 
 // State is session id's rank state after step, encoded as a state file
@@ -59,4 +62,34 @@ func (m *Manager) Save(uid uint32, id string, step uint64, folder string) (Saved
 	m.metrics.stateBytes.Observe(float64(n))
 	ss.log.Info("state saved", zap.String("path", path), zap.Uint64("step", st.Step), zap.Int("bytes", n))
 	return Saved{Path: path, Bytes: n}, nil
+}
+
+// SetWeights changes session id's mixing weights (by dataset name, every
+// dataset of the job) from batch after+1 on; taken is the last step the
+// asking consumer has read. It returns the pipeline's generation after the
+// change: batches of an older one handed out on a stream are stale.
+func (m *Manager) SetWeights(ctx context.Context, uid uint32, id string, after, taken uint64, weights map[string]float64) (uint64, error) {
+	ss, err := m.lookup(uid, id)
+	if err != nil {
+		return 0, err
+	}
+	names := ss.corpus.Config().Datasets
+	ws := make([]float64, len(names))
+	for name := range weights {
+		if !slices.ContainsFunc(names, func(d stream.Dataset) bool { return d.Name == name }) {
+			return 0, fmt.Errorf("%w: set_weights: no dataset of the job is named %q", stream.ErrInvalidConfig, name)
+		}
+	}
+	for i, d := range names {
+		w, ok := weights[d.Name]
+		if !ok {
+			return 0, fmt.Errorf("%w: set_weights: dataset %q has no weight (give every dataset one, 0 to leave it out)", stream.ErrInvalidConfig, d.Name)
+		}
+		ws[i] = w
+	}
+	if err := ss.pipeline.SetWeights(ctx, after, taken, ws); err != nil {
+		return 0, err
+	}
+	ss.touch()
+	return ss.pipeline.Generation(), nil
 }

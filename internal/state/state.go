@@ -62,6 +62,9 @@ type MixChange struct {
 	Step     uint64          `json:"step"`
 	Weights  []float64       `json:"weights"`
 	Schedule []SchedulePoint `json:"schedule,omitempty"`
+	// Runtime marks a change made while the job ran (set_weights), not by
+	// its config.
+	Runtime bool `json:"runtime,omitempty"`
 }
 
 // SchedulePoint is a point of a mixture schedule: from batch Step on the
@@ -216,7 +219,7 @@ func CloneMixture(m []MixChange) []MixChange {
 	}
 	out := make([]MixChange, len(m))
 	for i, c := range m {
-		out[i] = MixChange{Step: c.Step, Weights: append([]float64(nil), c.Weights...)}
+		out[i] = MixChange{Step: c.Step, Weights: append([]float64(nil), c.Weights...), Runtime: c.Runtime}
 		for _, p := range c.Schedule {
 			p.Weights = append([]float64(nil), p.Weights...)
 			out[i].Schedule = append(out[i].Schedule, p)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/dataloaderd/dataloaderd/internal/mapped"
@@ -48,6 +49,9 @@ type Batch struct {
 	Segments, MaxSeqlen int
 	// Weights are the mixing weights the batch was drawn by (config order).
 	Weights []float64
+	// Generation is the pipeline's generation when the batch was handed out
+	// (see SetWeights).
+	Generation uint64
 }
 
 // Pipeline runs a rank ahead of its consumers into a ring of slots. Every
@@ -73,6 +77,14 @@ type Pipeline struct {
 	slotStep []uint64 // step held by each slot, 0 when free
 	next     []uint64 // per consumer: last step handed out
 	base     state.Rank
+	// mixture is the rank's mixture log, changes made at run time included
+	// (a state after step s holds the entries of steps <= s).
+	mixture []state.MixChange
+	// pause holds the producer before its next batch; busy is set while it
+	// makes one (SetWeights waits for it to finish).
+	pause, busy bool
+	// gen counts the times produced batches were dropped to be made again.
+	gen uint64
 }
 
 // Hooks let a transport follow the producer without polling; each is called
@@ -86,6 +98,9 @@ type Hooks struct {
 	// SlotWait is called with true before the producer waits for a slot to be
 	// released, and with false when it has one.
 	SlotWait func(waiting bool)
+	// Remade is called, with the producer held, when the batches after step
+	// `after` were dropped to be made again (a change of weights).
+	Remade func(after uint64)
 }
 
 // SetHooks installs hooks; call it before Run.
@@ -109,6 +124,7 @@ func NewPipeline(rank *Rank, ring Slots, consumers int) *Pipeline {
 		next:     make([]uint64, consumers),
 		base:     rank.State(),
 	}
+	p.mixture = state.CloneMixture(p.base.Mixture)
 	for i := range p.next {
 		p.next[i] = p.produced
 	}
@@ -153,21 +169,23 @@ func (p *Pipeline) Run(ctx context.Context) (err error) {
 	}()
 	for {
 		p.mu.Lock()
-		step := p.produced + 1
-		slot := int((step - 1) % n)
+		slot := int(p.produced % n)
 		waited := false
 		if p.slotStep[slot] != 0 && !p.closed && p.hooks.SlotWait != nil {
 			p.mu.Unlock()
 			if err := p.hook(func() { p.hooks.SlotWait(true) }); err != nil {
-				return p.fail(step, err)
+				return p.fail(p.produced+1, err)
 			}
 			waited = true
 			p.mu.Lock()
 		}
-		err := p.wait(ctx, func() bool { return p.closed || p.slotStep[slot] == 0 })
+		err := p.wait(ctx, func() bool { return p.closed || !p.pause && p.slotStep[int(p.produced%n)] == 0 })
 		if err == nil && p.closed {
 			err = ErrClosed
 		}
+		step := p.produced + 1
+		slot = int((step - 1) % n)
+		p.busy = err == nil
 		p.mu.Unlock()
 		if waited {
 			if err := p.hook(func() { p.hooks.SlotWait(false) }); err != nil {
@@ -192,6 +210,7 @@ func (p *Pipeline) Run(ctx context.Context) (err error) {
 			}
 		}
 		p.mu.Lock()
+		p.busy = false
 		var b Batch
 		switch {
 		case err != nil:
@@ -261,7 +280,9 @@ func (p *Pipeline) Next(ctx context.Context, c int) (Batch, error) {
 		return Batch{}, ErrClosed
 	case p.produced > p.next[c]:
 		p.next[c]++
-		return p.inFlight[p.next[c]].Batch, nil
+		b := p.inFlight[p.next[c]].Batch
+		b.Generation = p.gen
+		return b, nil
 	case p.err != nil:
 		return Batch{}, p.err
 	default:
@@ -345,6 +366,13 @@ func (p *Pipeline) State(step uint64) (state.Rank, error) {
 	if last < p.base.Step || last > p.produced {
 		return state.Rank{}, fmt.Errorf("%w: state after step %d asked for; steps %d to %d are available", ErrStep, step, p.base.Step, p.produced)
 	}
+	return p.stateAt(last, step), nil
+}
+
+// stateAt is the state after step last (produced, not older than the base)
+// as of step step (>= last: the same cursors once the iteration ended); p.mu
+// is held.
+func (p *Pipeline) stateAt(last, step uint64) state.Rank {
 	st := p.base.Clone()
 	for s := p.base.Step + 1; s <= last; s++ {
 		for id, sh := range p.inFlight[s].delta {
@@ -352,7 +380,107 @@ func (p *Pipeline) State(step uint64) (state.Rank, error) {
 		}
 	}
 	st.Step = step
-	return st, nil
+	st.Mixture = nil
+	for _, mc := range p.mixture {
+		if mc.Step <= step {
+			st.Mixture = append(st.Mixture, mc)
+		}
+	}
+	st.Mixture = state.CloneMixture(st.Mixture)
+	return st
+}
+
+// SetWeights changes the mixing weights from batch after+1 on, as
+// Rank.SetWeights does. Batches past `after` that were already made are
+// dropped and made again under the new weights, so none of them may have
+// reached a consumer: taken is the last step the consumer asking has read,
+// and for the others the last step they were handed or released; a stream
+// of messages may have been handed later ones, which its consumer drops by
+// their older generation (Generation). The producer is held meanwhile.
+func (p *Pipeline) SetWeights(ctx context.Context, after, taken uint64, weights []float64) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case p.closed:
+		return ErrClosed
+	case p.err != nil:
+		return p.err
+	case p.consumers > 1:
+		return fmt.Errorf("%w: a change of weights at run time for a group of %d consumers: each may have read a batch to be made again; give the change in the job's schedule or at resume", ErrStep, p.consumers)
+	case taken > after || after < p.base.Step:
+		return fmt.Errorf("%w: weights for the batches after step %d, but step %d was already read", ErrStep, after, max(taken, p.base.Step))
+	}
+	p.pause = true
+	defer func() {
+		p.pause = false
+		p.broadcast()
+	}()
+	p.broadcast()
+	if err := p.wait(ctx, func() bool { return !p.busy || p.closed }); err != nil {
+		return err
+	}
+	if p.closed {
+		return ErrClosed
+	}
+	if after >= p.produced {
+		if err := p.rank.SetWeights(after, weights); err != nil {
+			return err
+		}
+		p.logChange(after, weights)
+		return nil
+	}
+	// Make the rank of step `after` again from its state, as a resume does,
+	// and change its weights there.
+	st := p.stateAt(after, after)
+	from := &state.Restored{Step: after, Shards: st.Shards, FromSize: p.rank.dpSize, Mixture: st.Mixture}
+	rank, err := NewRank(p.rank.corpus, p.rank.dpRank, p.rank.dpSize, from)
+	if err != nil {
+		return fmt.Errorf("making step %d's rank again: %w", after, err)
+	}
+	if err := rank.SetWeights(after, weights); err != nil {
+		return err
+	}
+	for s := after + 1; s <= p.produced; s++ {
+		if f := p.inFlight[s]; f != nil {
+			p.slotStep[f.Slot] = 0
+			delete(p.inFlight, s)
+		}
+	}
+	p.rank, p.produced, p.ended = rank, after, false
+	for c := range p.next {
+		p.next[c] = min(p.next[c], after)
+	}
+	p.gen++
+	p.logChange(after, weights)
+	if p.hooks.Remade != nil {
+		if err := p.hook(func() { p.hooks.Remade(after) }); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// logChange records a change made at run time in the pipeline's log,
+// dropping the entries it overrides; p.mu is held.
+func (p *Pipeline) logChange(after uint64, weights []float64) {
+	keep := p.mixture[:0]
+	for _, mc := range p.mixture {
+		if mc.Step < after || mc.Step == after && !mc.Runtime {
+			keep = append(keep, mc)
+		}
+	}
+	p.mixture = append(keep, state.MixChange{Step: after, Weights: slices.Clone(weights), Runtime: true})
+	if n := len(p.mixture); n > state.MaxMixLog {
+		p.mixture = p.mixture[n-state.MaxMixLog:]
+	}
+}
+
+// Generation counts the times batches were dropped to be made again; a
+// batch handed out carries the generation it was made in.
+func (p *Pipeline) Generation() uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.gen
 }
 
 // Ready is the number of produced batches consumer c has not been handed.

@@ -264,3 +264,101 @@ func TestPipelineHooksAndReleaseThrough(t *testing.T) {
 		t.Fatal("the producer never reported waiting for a slot of a 2-slot ring")
 	}
 }
+
+// TestPipelineSetWeights: a change of weights at run time for the batch
+// after step k, while the producer has already made later batches, drops
+// them and makes them again: the consumer reads what a rank changed at step
+// k produces; the states after k and after later steps log the change and
+// resume to the same batches; a step already read cannot be changed.
+func TestPipelineSetWeights(t *testing.T) {
+	corpus, cfg := pipelineFixture(t, 0)
+	if len(cfg.Datasets) < 2 {
+		t.Fatal("the fixture needs two datasets")
+	}
+	weights := make([]float64, len(cfg.Datasets))
+	weights[len(weights)-1] = 1 // the last dataset alone
+	const k = 6
+	ref, _ := NewRank(corpus, 0, 1, nil)
+	want := run(t, ref, cfg, k)
+	if err := ref.SetWeights(k, weights); err != nil {
+		t.Fatal(err)
+	}
+	want = append(want, run(t, ref, cfg, 14)...)
+
+	rank, _ := NewRank(corpus, 0, 1, nil)
+	ring := newMemSlots(4, cfg)
+	p := NewPipeline(rank, ring, 1)
+	remade := uint64(0)
+	p.SetHooks(Hooks{Remade: func(after uint64) { remade = after + 1 }})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	defer func() {
+		p.Close()
+		<-done
+	}()
+	line := cfg.LineTokens()
+	take := func(n int) [][]int32 {
+		var out [][]int32
+		for i := 0; i < n; i++ {
+			b, err := p.Next(ctx, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, append([]int32(nil), int32s(ring.Slot(b.Slot))[:b.Lines*line]...))
+			if err := p.Release(0, b.Slot, b.Step); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return out
+	}
+	got := take(k)
+	for p.Ready(0) < 3 { // the producer runs ahead: steps k+1.. exist
+		time.Sleep(time.Millisecond)
+	}
+	gen := p.Generation()
+	if err := p.SetWeights(ctx, k-1, k, weights); !errors.Is(err, ErrStep) {
+		t.Fatalf("a change for a step already read: %v", err)
+	}
+	if err := p.SetWeights(ctx, k, k, weights); err != nil {
+		t.Fatal(err)
+	}
+	if remade != k+1 || p.Generation() != gen+1 {
+		t.Fatalf("remade from step %d (generation %d), want %d (%d)", remade, p.Generation(), k+1, gen+1)
+	}
+	// The states at k and later hold the change and resume to the same batches.
+	states := map[uint64]state.Rank{}
+	keep := func(at uint64) {
+		st, err := p.State(at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		states[at] = st
+	}
+	keep(k)
+	got = append(got, take(9)...)
+	keep(k + 9)
+	got = append(got, take(5)...)
+	if !reflect.DeepEqual(got, want) {
+		t.Fatal("the batches after a change at run time differ from a rank changed at that step")
+	}
+	for _, at := range []uint64{k, k + 9} {
+		st := states[at]
+		if last := st.Mixture[len(st.Mixture)-1]; !last.Runtime || last.Step != k {
+			t.Fatalf("state after %d: mixture log %+v", at, st.Mixture)
+		}
+		from := saveWorld(t, corpus.Fingerprint(), []state.Rank{st})
+		resumed, err := NewRank(corpus, 0, 1, from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := run(t, resumed, cfg, 5); !reflect.DeepEqual(r, want[at:at+5]) {
+			t.Fatalf("resumed after step %d: differs from the run changed at step %d", at, k)
+		}
+	}
+	// A change for a batch not made yet is taken by the rank when it gets there.
+	if err := p.SetWeights(ctx, 40, 20, []float64{1, 1, 1}[:len(weights)]); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -3,6 +3,7 @@ package stream
 import (
 	"container/heap"
 	"fmt"
+	"math"
 	"math/bits"
 	"slices"
 	"unsafe"
@@ -31,6 +32,8 @@ type Rank struct {
 	schedule  []state.SchedulePoint
 	share     []float64
 	shareStep uint64
+	// pending is a change of weights made at run time for a later batch.
+	pending *state.MixChange
 	// touched collects the shards a batch changed, for the state delta.
 	touched map[*shardRun]struct{}
 	// meta writes the batch metadata the config asks for (nil: none) into
@@ -79,41 +82,49 @@ func NewRank(c *Corpus, dpRank, dpSize uint32, from *state.Restored) (*Rank, err
 	for i, d := range cfg.Datasets {
 		weights[i] = d.Weight
 	}
-	r.schedule = cfg.Schedule
-	// The mixture in effect from the restored step on, as the log records it.
+	// The configured mixture from the restored step on, as the log records it.
 	var start uint64
 	if from != nil {
 		start = from.Step
 	}
-	current := state.MixChange{Step: start, Weights: weights}
-	if len(r.schedule) > 0 {
-		current.Weights = state.ScheduleWeights(r.schedule, start+1, nil)
-		current.Schedule = r.schedule
+	configured := state.MixChange{Step: start, Weights: weights}
+	if len(cfg.Schedule) > 0 {
+		configured.Weights = state.ScheduleWeights(cfg.Schedule, start+1, nil)
+		configured.Schedule = cfg.Schedule
 	}
-	// A resume whose configured weights (or schedule) differ from the saved
-	// ones is a change of weights at the resumed step: mixing counts restart
-	// there.
+	// A resume whose configured weights (or schedule) differ from those the
+	// saved run was configured with is a change of weights at the resumed
+	// step, over any change made at run time: mixing counts restart there.
+	// Otherwise the saved log's last entry stays in effect (a change made
+	// at run time included).
 	reweigh := false
 	switch {
-	case from == nil:
-		r.mixture = []state.MixChange{current}
-	case len(from.Mixture) == 0:
-		// Saved before the mixture log: the weights are taken as unchanged.
-		r.mixture = []state.MixChange{current}
+	case from == nil, len(from.Mixture) == 0: // the second: saved before the mixture log
+		r.mixture = []state.MixChange{configured}
 	default:
 		r.mixture = state.CloneMixture(from.Mixture)
-		// Under a schedule a resume on another world size restarts the
-		// counts too: the rule follows the schedule integrated over the steps
-		// of this rank's lines, and a rescale changes the lines a step.
-		rescaled := len(r.schedule) > 0 && from.FromSize != dpSize
-		if from.MixturesDiffer || rescaled || !state.SameMixture(r.mixture[len(r.mixture)-1], current) {
+		last := r.mixture[len(r.mixture)-1]
+		switch {
+		case from.MixturesDiffer || !state.SameMixture(lastConfigured(r.mixture), configured):
+			r.appendMixture(configured)
 			reweigh = true
-			r.mixture = append(r.mixture, current)
-			if n := len(r.mixture); n > state.MaxMixLog {
-				r.mixture = r.mixture[n-state.MaxMixLog:]
-			}
+		case len(last.Schedule) > 0 && from.FromSize != dpSize:
+			// Under a schedule a resume on another world size restarts the
+			// counts: the rule follows the schedule integrated over the
+			// steps of this rank's lines, and a rescale changes the lines a
+			// step.
+			last.Step = start
+			r.appendMixture(last)
+			reweigh = true
+		case last.Step == start && start > 0:
+			// A change made at run time for the batch after the saved step:
+			// its counts restart with that batch (again, if they did).
+			reweigh = true
 		}
 	}
+	current := r.mixture[len(r.mixture)-1]
+	r.schedule = current.Schedule
+	weights = current.Weights
 	if from != nil {
 		if from.Step > maxCount {
 			return nil, fmt.Errorf("%w: restored step %d is beyond %d", state.ErrMismatch, from.Step, uint64(maxCount))
@@ -170,11 +181,76 @@ func NewRank(c *Corpus, dpRank, dpSize uint32, from *state.Restored) (*Rank, err
 		heap.Init(&rd.active)
 		r.datasets = append(r.datasets, rd)
 	}
-	r.weights = weights
+	r.weights = slices.Clone(weights)
 	if len(r.schedule) > 0 {
 		r.weights = state.ScheduleWeights(r.schedule, r.step+1, nil)
 	}
 	return r, nil
+}
+
+// lastConfigured is the last entry of a mixture log that came from a job
+// config (not from a change at run time), or the first entry.
+func lastConfigured(m []state.MixChange) state.MixChange {
+	for i := len(m) - 1; i > 0; i-- {
+		if !m[i].Runtime {
+			return m[i]
+		}
+	}
+	return m[0]
+}
+
+// appendMixture adds a change to the mixture log, which keeps its last
+// MaxMixLog entries.
+func (r *Rank) appendMixture(mc state.MixChange) {
+	r.mixture = append(r.mixture, mc)
+	if n := len(r.mixture); n > state.MaxMixLog {
+		r.mixture = r.mixture[n-state.MaxMixLog:]
+	}
+}
+
+// SetWeights changes the mixing weights from batch after+1 on (after >= the
+// rank's step): they replace the configured weights or schedule, the change
+// is logged (as made at run time), and the mixing counts restart there.
+func (r *Rank) SetWeights(after uint64, weights []float64) error {
+	switch {
+	case after < r.step:
+		return fmt.Errorf("%w: weights for the batches after step %d, but the rank has produced step %d", ErrStep, after, r.step)
+	case len(weights) != len(r.weights):
+		return fmt.Errorf("%w: %d weights for %d datasets", ErrInvalidConfig, len(weights), len(r.weights))
+	}
+	positive := false
+	for _, w := range weights {
+		if math.IsNaN(w) || math.IsInf(w, 0) || w < 0 {
+			return fmt.Errorf("%w: weight %v: want finite numbers >= 0", ErrInvalidConfig, w)
+		}
+		positive = positive || w > 0
+	}
+	if !positive {
+		return fmt.Errorf("%w: every weight is zero; at least one must be positive", ErrInvalidConfig)
+	}
+	r.pending = &state.MixChange{Step: after, Weights: slices.Clone(weights), Runtime: true}
+	if after == r.step {
+		r.applyPending()
+	}
+	return nil
+}
+
+// applyPending puts the pending change in effect: logged, the schedule (if
+// any) replaced, and every owned shard's count restarted (each shard goes
+// into the next delta, so the saved state has every base).
+func (r *Rank) applyPending() {
+	mc := *r.pending
+	r.pending = nil
+	r.appendMixture(mc)
+	r.schedule, r.share = nil, nil
+	r.weights = slices.Clone(mc.Weights)
+	for _, d := range r.datasets {
+		d.lines = 0
+		for _, sr := range d.all {
+			sr.st.Base = sr.st.Lines
+			r.touched[sr] = struct{}{}
+		}
+	}
 }
 
 // maxScheduleReplay bounds the steps a resumed schedule sums its shares
@@ -347,6 +423,9 @@ func (r *Rank) NextBatch(dst []int32) (Produced, error) { return r.nextBatch(dst
 // nextBatch fills dst, and with mw the batch's metadata.
 func (r *Rank) nextBatch(dst []int32, mw *metaWriter) (Produced, error) {
 	line := r.corpus.cfg.LineTokens()
+	if r.pending != nil && r.pending.Step == r.step {
+		r.applyPending()
+	}
 	if r.share != nil && r.shareStep == r.step {
 		r.addShare(r.step + 1)
 	}

@@ -1231,8 +1231,11 @@ type Batch struct {
 	End bool `protobuf:"varint,5,opt,name=end,proto3" json:"end,omitempty"`
 	// With cu_seqlens in the config: the batch's segments (cu_seqlens holds
 	// segments + 1 offsets) and the longest segment's length.
-	Segments      uint32 `protobuf:"varint,6,opt,name=segments,proto3" json:"segments,omitempty"`
-	MaxSeqlen     uint32 `protobuf:"varint,7,opt,name=max_seqlen,json=maxSeqlen,proto3" json:"max_seqlen,omitempty"`
+	Segments  uint32 `protobuf:"varint,6,opt,name=segments,proto3" json:"segments,omitempty"`
+	MaxSeqlen uint32 `protobuf:"varint,7,opt,name=max_seqlen,json=maxSeqlen,proto3" json:"max_seqlen,omitempty"`
+	// Batches made again after a SetWeights have a higher generation; a
+	// consumer drops the ones of a generation older than SetWeights returned.
+	Generation    uint64 `protobuf:"varint,8,opt,name=generation,proto3" json:"generation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1316,6 +1319,129 @@ func (x *Batch) GetMaxSeqlen() uint32 {
 	return 0
 }
 
+func (x *Batch) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+type SetWeightsRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// The new weights apply from batch after_step + 1 on.
+	AfterStep uint64 `protobuf:"varint,2,opt,name=after_step,json=afterStep,proto3" json:"after_step,omitempty"`
+	// The last step this consumer has read; after_step must not be before it.
+	TakenStep uint64 `protobuf:"varint,3,opt,name=taken_step,json=takenStep,proto3" json:"taken_step,omitempty"`
+	// Every dataset of the job by name.
+	Weights       map[string]float64 `protobuf:"bytes,4,rep,name=weights,proto3" json:"weights,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"fixed64,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetWeightsRequest) Reset() {
+	*x = SetWeightsRequest{}
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetWeightsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetWeightsRequest) ProtoMessage() {}
+
+func (x *SetWeightsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetWeightsRequest.ProtoReflect.Descriptor instead.
+func (*SetWeightsRequest) Descriptor() ([]byte, []int) {
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *SetWeightsRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *SetWeightsRequest) GetAfterStep() uint64 {
+	if x != nil {
+		return x.AfterStep
+	}
+	return 0
+}
+
+func (x *SetWeightsRequest) GetTakenStep() uint64 {
+	if x != nil {
+		return x.TakenStep
+	}
+	return 0
+}
+
+func (x *SetWeightsRequest) GetWeights() map[string]float64 {
+	if x != nil {
+		return x.Weights
+	}
+	return nil
+}
+
+type SetWeightsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The pipeline's generation after the change (see Batch.generation).
+	Generation    uint64 `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetWeightsResponse) Reset() {
+	*x = SetWeightsResponse{}
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetWeightsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetWeightsResponse) ProtoMessage() {}
+
+func (x *SetWeightsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetWeightsResponse.ProtoReflect.Descriptor instead.
+func (*SetWeightsResponse) Descriptor() ([]byte, []int) {
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *SetWeightsResponse) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
 type SaveStateRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
@@ -1328,7 +1454,7 @@ type SaveStateRequest struct {
 
 func (x *SaveStateRequest) Reset() {
 	*x = SaveStateRequest{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[13]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1340,7 +1466,7 @@ func (x *SaveStateRequest) String() string {
 func (*SaveStateRequest) ProtoMessage() {}
 
 func (x *SaveStateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[13]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1353,7 +1479,7 @@ func (x *SaveStateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SaveStateRequest.ProtoReflect.Descriptor instead.
 func (*SaveStateRequest) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{13}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *SaveStateRequest) GetSessionId() string {
@@ -1387,7 +1513,7 @@ type SaveStateResponse struct {
 
 func (x *SaveStateResponse) Reset() {
 	*x = SaveStateResponse{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[14]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1399,7 +1525,7 @@ func (x *SaveStateResponse) String() string {
 func (*SaveStateResponse) ProtoMessage() {}
 
 func (x *SaveStateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[14]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1412,7 +1538,7 @@ func (x *SaveStateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SaveStateResponse.ProtoReflect.Descriptor instead.
 func (*SaveStateResponse) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{14}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SaveStateResponse) GetPath() string {
@@ -1439,7 +1565,7 @@ type GetStateRequest struct {
 
 func (x *GetStateRequest) Reset() {
 	*x = GetStateRequest{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[15]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1451,7 +1577,7 @@ func (x *GetStateRequest) String() string {
 func (*GetStateRequest) ProtoMessage() {}
 
 func (x *GetStateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[15]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1464,7 +1590,7 @@ func (x *GetStateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStateRequest.ProtoReflect.Descriptor instead.
 func (*GetStateRequest) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{15}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GetStateRequest) GetSessionId() string {
@@ -1495,7 +1621,7 @@ type GetStateResponse struct {
 
 func (x *GetStateResponse) Reset() {
 	*x = GetStateResponse{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[16]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1507,7 +1633,7 @@ func (x *GetStateResponse) String() string {
 func (*GetStateResponse) ProtoMessage() {}
 
 func (x *GetStateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[16]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1520,7 +1646,7 @@ func (x *GetStateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStateResponse.ProtoReflect.Descriptor instead.
 func (*GetStateResponse) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{16}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GetStateResponse) GetState() []byte {
@@ -1561,7 +1687,7 @@ type CloseSessionRequest struct {
 
 func (x *CloseSessionRequest) Reset() {
 	*x = CloseSessionRequest{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[17]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1573,7 +1699,7 @@ func (x *CloseSessionRequest) String() string {
 func (*CloseSessionRequest) ProtoMessage() {}
 
 func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[17]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1586,7 +1712,7 @@ func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionRequest.ProtoReflect.Descriptor instead.
 func (*CloseSessionRequest) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{17}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CloseSessionRequest) GetSessionId() string {
@@ -1611,7 +1737,7 @@ type CloseSessionResponse struct {
 
 func (x *CloseSessionResponse) Reset() {
 	*x = CloseSessionResponse{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[18]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1623,7 +1749,7 @@ func (x *CloseSessionResponse) String() string {
 func (*CloseSessionResponse) ProtoMessage() {}
 
 func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[18]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1636,7 +1762,7 @@ func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionResponse.ProtoReflect.Descriptor instead.
 func (*CloseSessionResponse) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{18}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{20}
 }
 
 var File_dataloader_v1_dataloader_proto protoreflect.FileDescriptor
@@ -1749,7 +1875,7 @@ const file_dataloader_v1_dataloader_proto_rawDesc = "" +
 	"\x0eBatchesRequest\x12/\n" +
 	"\x06attach\x18\x01 \x01(\v2\x15.dataloader.v1.AttachH\x00R\x06attach\x122\n" +
 	"\arelease\x18\x02 \x01(\v2\x16.dataloader.v1.ReleaseH\x00R\areleaseB\x06\n" +
-	"\x04kind\"\xa6\x01\n" +
+	"\x04kind\"\xc6\x01\n" +
 	"\x05Batch\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\x04R\x04step\x12\x12\n" +
 	"\x04slot\x18\x02 \x01(\rR\x04slot\x12\x14\n" +
@@ -1758,7 +1884,25 @@ const file_dataloader_v1_dataloader_proto_rawDesc = "" +
 	"\x03end\x18\x05 \x01(\bR\x03end\x12\x1a\n" +
 	"\bsegments\x18\x06 \x01(\rR\bsegments\x12\x1d\n" +
 	"\n" +
-	"max_seqlen\x18\a \x01(\rR\tmaxSeqlen\"]\n" +
+	"max_seqlen\x18\a \x01(\rR\tmaxSeqlen\x12\x1e\n" +
+	"\n" +
+	"generation\x18\b \x01(\x04R\n" +
+	"generation\"\xf5\x01\n" +
+	"\x11SetWeightsRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1d\n" +
+	"\n" +
+	"after_step\x18\x02 \x01(\x04R\tafterStep\x12\x1d\n" +
+	"\n" +
+	"taken_step\x18\x03 \x01(\x04R\ttakenStep\x12G\n" +
+	"\aweights\x18\x04 \x03(\v2-.dataloader.v1.SetWeightsRequest.WeightsEntryR\aweights\x1a:\n" +
+	"\fWeightsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\"4\n" +
+	"\x12SetWeightsResponse\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x01 \x01(\x04R\n" +
+	"generation\"]\n" +
 	"\x10SaveStateRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x12\n" +
@@ -1785,13 +1929,15 @@ const file_dataloader_v1_dataloader_proto_rawDesc = "" +
 	"\x15TRANSPORT_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rTRANSPORT_SHM\x10\x01\x12\x14\n" +
 	"\x10TRANSPORT_INLINE\x10\x02\x12\x12\n" +
-	"\x0eTRANSPORT_CUDA\x10\x032\x98\x03\n" +
+	"\x0eTRANSPORT_CUDA\x10\x032\xeb\x03\n" +
 	"\x06Loader\x12T\n" +
 	"\vOpenSession\x12!.dataloader.v1.OpenSessionRequest\x1a\".dataloader.v1.OpenSessionResponse\x12B\n" +
 	"\aBatches\x12\x1d.dataloader.v1.BatchesRequest\x1a\x14.dataloader.v1.Batch(\x010\x01\x12N\n" +
 	"\tSaveState\x12\x1f.dataloader.v1.SaveStateRequest\x1a .dataloader.v1.SaveStateResponse\x12K\n" +
 	"\bGetState\x12\x1e.dataloader.v1.GetStateRequest\x1a\x1f.dataloader.v1.GetStateResponse\x12W\n" +
-	"\fCloseSession\x12\".dataloader.v1.CloseSessionRequest\x1a#.dataloader.v1.CloseSessionResponseBIZGgithub.com/dataloaderd/dataloaderd/api/proto/dataloader/v1;dataloaderv1b\x06proto3"
+	"\fCloseSession\x12\".dataloader.v1.CloseSessionRequest\x1a#.dataloader.v1.CloseSessionResponse\x12Q\n" +
+	"\n" +
+	"SetWeights\x12 .dataloader.v1.SetWeightsRequest\x1a!.dataloader.v1.SetWeightsResponseBIZGgithub.com/dataloaderd/dataloaderd/api/proto/dataloader/v1;dataloaderv1b\x06proto3"
 
 var (
 	file_dataloader_v1_dataloader_proto_rawDescOnce sync.Once
@@ -1806,7 +1952,7 @@ func file_dataloader_v1_dataloader_proto_rawDescGZIP() []byte {
 }
 
 var file_dataloader_v1_dataloader_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_dataloader_v1_dataloader_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_dataloader_v1_dataloader_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_dataloader_v1_dataloader_proto_goTypes = []any{
 	(Transport)(0),               // 0: dataloader.v1.Transport
 	(*Dataset)(nil),              // 1: dataloader.v1.Dataset
@@ -1822,18 +1968,21 @@ var file_dataloader_v1_dataloader_proto_goTypes = []any{
 	(*Release)(nil),              // 11: dataloader.v1.Release
 	(*BatchesRequest)(nil),       // 12: dataloader.v1.BatchesRequest
 	(*Batch)(nil),                // 13: dataloader.v1.Batch
-	(*SaveStateRequest)(nil),     // 14: dataloader.v1.SaveStateRequest
-	(*SaveStateResponse)(nil),    // 15: dataloader.v1.SaveStateResponse
-	(*GetStateRequest)(nil),      // 16: dataloader.v1.GetStateRequest
-	(*GetStateResponse)(nil),     // 17: dataloader.v1.GetStateResponse
-	(*CloseSessionRequest)(nil),  // 18: dataloader.v1.CloseSessionRequest
-	(*CloseSessionResponse)(nil), // 19: dataloader.v1.CloseSessionResponse
-	nil,                          // 20: dataloader.v1.SchedulePoint.WeightsEntry
+	(*SetWeightsRequest)(nil),    // 14: dataloader.v1.SetWeightsRequest
+	(*SetWeightsResponse)(nil),   // 15: dataloader.v1.SetWeightsResponse
+	(*SaveStateRequest)(nil),     // 16: dataloader.v1.SaveStateRequest
+	(*SaveStateResponse)(nil),    // 17: dataloader.v1.SaveStateResponse
+	(*GetStateRequest)(nil),      // 18: dataloader.v1.GetStateRequest
+	(*GetStateResponse)(nil),     // 19: dataloader.v1.GetStateResponse
+	(*CloseSessionRequest)(nil),  // 20: dataloader.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil), // 21: dataloader.v1.CloseSessionResponse
+	nil,                          // 22: dataloader.v1.SchedulePoint.WeightsEntry
+	nil,                          // 23: dataloader.v1.SetWeightsRequest.WeightsEntry
 }
 var file_dataloader_v1_dataloader_proto_depIdxs = []int32{
 	1,  // 0: dataloader.v1.JobConfig.datasets:type_name -> dataloader.v1.Dataset
 	3,  // 1: dataloader.v1.JobConfig.schedule:type_name -> dataloader.v1.SchedulePoint
-	20, // 2: dataloader.v1.SchedulePoint.weights:type_name -> dataloader.v1.SchedulePoint.WeightsEntry
+	22, // 2: dataloader.v1.SchedulePoint.weights:type_name -> dataloader.v1.SchedulePoint.WeightsEntry
 	2,  // 3: dataloader.v1.OpenSessionRequest.config:type_name -> dataloader.v1.JobConfig
 	0,  // 4: dataloader.v1.OpenSessionRequest.transport:type_name -> dataloader.v1.Transport
 	5,  // 5: dataloader.v1.OpenSessionRequest.resume_sharded:type_name -> dataloader.v1.ShardedState
@@ -1843,22 +1992,25 @@ var file_dataloader_v1_dataloader_proto_depIdxs = []int32{
 	9,  // 9: dataloader.v1.OpenSessionResponse.fields:type_name -> dataloader.v1.SlotField
 	10, // 10: dataloader.v1.BatchesRequest.attach:type_name -> dataloader.v1.Attach
 	11, // 11: dataloader.v1.BatchesRequest.release:type_name -> dataloader.v1.Release
-	5,  // 12: dataloader.v1.GetStateResponse.sharded:type_name -> dataloader.v1.ShardedState
-	4,  // 13: dataloader.v1.Loader.OpenSession:input_type -> dataloader.v1.OpenSessionRequest
-	12, // 14: dataloader.v1.Loader.Batches:input_type -> dataloader.v1.BatchesRequest
-	14, // 15: dataloader.v1.Loader.SaveState:input_type -> dataloader.v1.SaveStateRequest
-	16, // 16: dataloader.v1.Loader.GetState:input_type -> dataloader.v1.GetStateRequest
-	18, // 17: dataloader.v1.Loader.CloseSession:input_type -> dataloader.v1.CloseSessionRequest
-	8,  // 18: dataloader.v1.Loader.OpenSession:output_type -> dataloader.v1.OpenSessionResponse
-	13, // 19: dataloader.v1.Loader.Batches:output_type -> dataloader.v1.Batch
-	15, // 20: dataloader.v1.Loader.SaveState:output_type -> dataloader.v1.SaveStateResponse
-	17, // 21: dataloader.v1.Loader.GetState:output_type -> dataloader.v1.GetStateResponse
-	19, // 22: dataloader.v1.Loader.CloseSession:output_type -> dataloader.v1.CloseSessionResponse
-	18, // [18:23] is the sub-list for method output_type
-	13, // [13:18] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	23, // 12: dataloader.v1.SetWeightsRequest.weights:type_name -> dataloader.v1.SetWeightsRequest.WeightsEntry
+	5,  // 13: dataloader.v1.GetStateResponse.sharded:type_name -> dataloader.v1.ShardedState
+	4,  // 14: dataloader.v1.Loader.OpenSession:input_type -> dataloader.v1.OpenSessionRequest
+	12, // 15: dataloader.v1.Loader.Batches:input_type -> dataloader.v1.BatchesRequest
+	16, // 16: dataloader.v1.Loader.SaveState:input_type -> dataloader.v1.SaveStateRequest
+	18, // 17: dataloader.v1.Loader.GetState:input_type -> dataloader.v1.GetStateRequest
+	20, // 18: dataloader.v1.Loader.CloseSession:input_type -> dataloader.v1.CloseSessionRequest
+	14, // 19: dataloader.v1.Loader.SetWeights:input_type -> dataloader.v1.SetWeightsRequest
+	8,  // 20: dataloader.v1.Loader.OpenSession:output_type -> dataloader.v1.OpenSessionResponse
+	13, // 21: dataloader.v1.Loader.Batches:output_type -> dataloader.v1.Batch
+	17, // 22: dataloader.v1.Loader.SaveState:output_type -> dataloader.v1.SaveStateResponse
+	19, // 23: dataloader.v1.Loader.GetState:output_type -> dataloader.v1.GetStateResponse
+	21, // 24: dataloader.v1.Loader.CloseSession:output_type -> dataloader.v1.CloseSessionResponse
+	15, // 25: dataloader.v1.Loader.SetWeights:output_type -> dataloader.v1.SetWeightsResponse
+	20, // [20:26] is the sub-list for method output_type
+	14, // [14:20] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_dataloader_v1_dataloader_proto_init() }
@@ -1876,7 +2028,7 @@ func file_dataloader_v1_dataloader_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_dataloader_v1_dataloader_proto_rawDesc), len(file_dataloader_v1_dataloader_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   20,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -28,6 +28,7 @@ const (
 	Loader_SaveState_FullMethodName    = "/dataloader.v1.Loader/SaveState"
 	Loader_GetState_FullMethodName     = "/dataloader.v1.Loader/GetState"
 	Loader_CloseSession_FullMethodName = "/dataloader.v1.Loader/CloseSession"
+	Loader_SetWeights_FullMethodName   = "/dataloader.v1.Loader/SetWeights"
 )
 
 // LoaderClient is the client API for Loader service.
@@ -48,6 +49,9 @@ type LoaderClient interface {
 	// CloseSession ends a consumer's part in a session; the session and its
 	// ring go when its last consumer closes.
 	CloseSession(ctx context.Context, in *CloseSessionRequest, opts ...grpc.CallOption) (*CloseSessionResponse, error)
+	// SetWeights changes the session's mixing weights from batch
+	// after_step + 1 on; batches already made past it are made again.
+	SetWeights(ctx context.Context, in *SetWeightsRequest, opts ...grpc.CallOption) (*SetWeightsResponse, error)
 }
 
 type loaderClient struct {
@@ -111,6 +115,16 @@ func (c *loaderClient) CloseSession(ctx context.Context, in *CloseSessionRequest
 	return out, nil
 }
 
+func (c *loaderClient) SetWeights(ctx context.Context, in *SetWeightsRequest, opts ...grpc.CallOption) (*SetWeightsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetWeightsResponse)
+	err := c.cc.Invoke(ctx, Loader_SetWeights_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // LoaderServer is the server API for Loader service.
 // All implementations must embed UnimplementedLoaderServer
 // for forward compatibility.
@@ -129,6 +143,9 @@ type LoaderServer interface {
 	// CloseSession ends a consumer's part in a session; the session and its
 	// ring go when its last consumer closes.
 	CloseSession(context.Context, *CloseSessionRequest) (*CloseSessionResponse, error)
+	// SetWeights changes the session's mixing weights from batch
+	// after_step + 1 on; batches already made past it are made again.
+	SetWeights(context.Context, *SetWeightsRequest) (*SetWeightsResponse, error)
 	mustEmbedUnimplementedLoaderServer()
 }
 
@@ -153,6 +170,9 @@ func (UnimplementedLoaderServer) GetState(context.Context, *GetStateRequest) (*G
 }
 func (UnimplementedLoaderServer) CloseSession(context.Context, *CloseSessionRequest) (*CloseSessionResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CloseSession not implemented")
+}
+func (UnimplementedLoaderServer) SetWeights(context.Context, *SetWeightsRequest) (*SetWeightsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetWeights not implemented")
 }
 func (UnimplementedLoaderServer) mustEmbedUnimplementedLoaderServer() {}
 func (UnimplementedLoaderServer) testEmbeddedByValue()                {}
@@ -254,6 +274,24 @@ func _Loader_CloseSession_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Loader_SetWeights_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetWeightsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LoaderServer).SetWeights(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Loader_SetWeights_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LoaderServer).SetWeights(ctx, req.(*SetWeightsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Loader_ServiceDesc is the grpc.ServiceDesc for Loader service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -276,6 +314,10 @@ var Loader_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CloseSession",
 			Handler:    _Loader_CloseSession_Handler,
+		},
+		{
+			MethodName: "SetWeights",
+			Handler:    _Loader_SetWeights_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

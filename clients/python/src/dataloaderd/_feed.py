@@ -63,6 +63,10 @@ class Feed(Protocol):
     def release(self, held: Held) -> None:
         """Gives a slot back to the daemon."""
 
+    def drop_older(self, generation: int) -> None:
+        """Batches of an older generation (made before a change of weights
+        that remade them) are to be dropped, not yielded."""
+
     def close(self) -> None:
         """Ends the stream (the daemon then reclaims the session) and unmaps
         what the feed mapped."""
@@ -163,6 +167,9 @@ class ControlFeed:
     def release(self, held: Held) -> None:
         self.control.release(held.step, held.wait_ns)
 
+    def drop_older(self, generation: int) -> None:
+        pass  # the daemon takes the announcements of remade batches back in the block
+
     def close(self) -> None:
         stream, self._stream = self._stream, None  # see _BatchStream.close
         if stream is not None:
@@ -184,6 +191,7 @@ class StreamFeed:
         self.waiting_since: Optional[float] = None  # monotonic, while next() waits on a message
         self.timed_out = False
         self.closed = False
+        self._generation = 0
 
     def start(self) -> None:
         if self._stream is not None:
@@ -202,6 +210,8 @@ class StreamFeed:
         self.waiting_since = time.monotonic()
         try:
             msg = next(stream.responses)
+            while not msg.end and msg.generation < self._generation:
+                msg = next(stream.responses)  # made before a change of weights, and made again since
         except grpc.RpcError as err:
             if self.timed_out:
                 time_out(None)
@@ -218,6 +228,9 @@ class StreamFeed:
     def release(self, held: Held) -> None:
         assert self._stream is not None, "start() first"
         self._stream.release(held)
+
+    def drop_older(self, generation: int) -> None:
+        self._generation = max(self._generation, generation)
 
     def close(self) -> None:
         self.closed = True

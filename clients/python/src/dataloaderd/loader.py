@@ -298,6 +298,32 @@ class Loader:
         return True
 
     @translate
+    def set_weights(self, weights: Mapping[str, float], step: Optional[int] = None) -> None:
+        """Mixes the datasets by ``weights`` (every dataset of the config by
+        name; 0 leaves one out, keeping its cursors) from batch ``step`` on,
+        by default the next one. Batches the daemon already made for those
+        steps are made again. The change replaces the config's weights or
+        schedule, is logged in the state (a resume on any world size keeps
+        it; a config changed at resume overrides it) and adds no
+        communication: ranks that decide weights together (after an
+        all-reduce they already do) call this on every rank with the same
+        step. README, "Changing the mixture while the job runs"."""
+        s = self._open()
+        first = self._last_step + 1 if step is None else int(step)
+        if first <= self._last_step:
+            raise StateError(f"set_weights for step {first}, but this loader already yielded step {self._last_step}")
+        bad = [f"{k!r}: {v!r}" for k, v in weights.items()
+               if not isinstance(k, str) or isinstance(v, bool) or not isinstance(v, (int, float))]
+        if bad:
+            raise ConfigError(f"set_weights: weights must map dataset names to numbers, got {', '.join(bad)}")
+        live = self._live
+        assert live is not None
+        resp = self._stub.SetWeights(pb.SetWeightsRequest(
+            session_id=s.session_id, after_step=first - 1, taken_step=self._last_step,
+            weights={k: float(v) for k, v in weights.items()}), timeout=self._timeout)
+        live.feed.drop_older(resp.generation)
+
+    @translate
     def save(self, folder: Union[str, os.PathLike[str]]) -> str:
         """Writes this rank's state after the last batch it yielded into
         ``<folder>/dataloader/rank-<r>-of-<W>.json``; returns the file's path."""

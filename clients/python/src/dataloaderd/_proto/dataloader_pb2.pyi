@@ -619,6 +619,7 @@ class Batch(_message.Message):
     END_FIELD_NUMBER: _builtins.int
     SEGMENTS_FIELD_NUMBER: _builtins.int
     MAX_SEQLEN_FIELD_NUMBER: _builtins.int
+    GENERATION_FIELD_NUMBER: _builtins.int
     step: _builtins.int
     """Steps count from 1; step s is the s-th batch of the run."""
     slot: _builtins.int
@@ -635,6 +636,10 @@ class Batch(_message.Message):
     segments + 1 offsets) and the longest segment's length.
     """
     max_seqlen: _builtins.int
+    generation: _builtins.int
+    """Batches made again after a SetWeights have a higher generation; a
+    consumer drops the ones of a generation older than SetWeights returned.
+    """
     def __init__(
         self,
         *,
@@ -645,14 +650,88 @@ class Batch(_message.Message):
         end: _builtins.bool = ...,
         segments: _builtins.int = ...,
         max_seqlen: _builtins.int = ...,
+        generation: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "end", b"end", "lines", b"lines", "max_seqlen", b"max_seqlen", "segments", b"segments", "slot", b"slot", "step", b"step"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "end", b"end", "generation", b"generation", "lines", b"lines", "max_seqlen", b"max_seqlen", "segments", b"segments", "slot", b"slot", "step", b"step"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Batch: _TypeAlias = Batch  # noqa: Y015
+
+@_typing.final
+class SetWeightsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class WeightsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.float
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.float = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    AFTER_STEP_FIELD_NUMBER: _builtins.int
+    TAKEN_STEP_FIELD_NUMBER: _builtins.int
+    WEIGHTS_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    after_step: _builtins.int
+    """The new weights apply from batch after_step + 1 on."""
+    taken_step: _builtins.int
+    """The last step this consumer has read; after_step must not be before it."""
+    @_builtins.property
+    def weights(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]:
+        """Every dataset of the job by name."""
+
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        after_step: _builtins.int = ...,
+        taken_step: _builtins.int = ...,
+        weights: _abc.Mapping[_builtins.str, _builtins.float] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["after_step", b"after_step", "session_id", b"session_id", "taken_step", b"taken_step", "weights", b"weights"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SetWeightsRequest: _TypeAlias = SetWeightsRequest  # noqa: Y015
+
+@_typing.final
+class SetWeightsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GENERATION_FIELD_NUMBER: _builtins.int
+    generation: _builtins.int
+    """The pipeline's generation after the change (see Batch.generation)."""
+    def __init__(
+        self,
+        *,
+        generation: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["generation", b"generation"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SetWeightsResponse: _TypeAlias = SetWeightsResponse  # noqa: Y015
 
 @_typing.final
 class SaveStateRequest(_message.Message):

@@ -59,6 +59,11 @@ class LoaderStub:
                 request_serializer=dataloaderd_dot___proto_dot_dataloader__pb2.CloseSessionRequest.SerializeToString,
                 response_deserializer=dataloaderd_dot___proto_dot_dataloader__pb2.CloseSessionResponse.FromString,
                 _registered_method=True)
+        self.SetWeights = channel.unary_unary(
+                '/dataloader.v1.Loader/SetWeights',
+                request_serializer=dataloaderd_dot___proto_dot_dataloader__pb2.SetWeightsRequest.SerializeToString,
+                response_deserializer=dataloaderd_dot___proto_dot_dataloader__pb2.SetWeightsResponse.FromString,
+                _registered_method=True)
 
 
 class LoaderServicer:
@@ -103,6 +108,14 @@ class LoaderServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetWeights(self, request, context):
+        """SetWeights changes the session's mixing weights from batch
+        after_step + 1 on; batches already made past it are made again.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_LoaderServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -130,6 +143,11 @@ def add_LoaderServicer_to_server(servicer, server):
                     servicer.CloseSession,
                     request_deserializer=dataloaderd_dot___proto_dot_dataloader__pb2.CloseSessionRequest.FromString,
                     response_serializer=dataloaderd_dot___proto_dot_dataloader__pb2.CloseSessionResponse.SerializeToString,
+            ),
+            'SetWeights': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetWeights,
+                    request_deserializer=dataloaderd_dot___proto_dot_dataloader__pb2.SetWeightsRequest.FromString,
+                    response_serializer=dataloaderd_dot___proto_dot_dataloader__pb2.SetWeightsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -267,6 +285,33 @@ class Loader:
             '/dataloader.v1.Loader/CloseSession',
             dataloaderd_dot___proto_dot_dataloader__pb2.CloseSessionRequest.SerializeToString,
             dataloaderd_dot___proto_dot_dataloader__pb2.CloseSessionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetWeights(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/dataloader.v1.Loader/SetWeights',
+            dataloaderd_dot___proto_dot_dataloader__pb2.SetWeightsRequest.SerializeToString,
+            dataloaderd_dot___proto_dot_dataloader__pb2.SetWeightsResponse.FromString,
             options,
             channel_credentials,
             insecure,

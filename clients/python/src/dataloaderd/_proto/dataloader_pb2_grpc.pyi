@@ -52,6 +52,10 @@ class LoaderStub:
     """CloseSession ends a consumer's part in a session; the session and its
     ring go when its last consumer closes.
     """
+    SetWeights: _grpc.UnaryUnaryMultiCallable[_dataloader_pb2.SetWeightsRequest, _dataloader_pb2.SetWeightsResponse]
+    """SetWeights changes the session's mixing weights from batch
+    after_step + 1 on; batches already made past it are made again.
+    """
 
 @_typing.type_check_only
 class LoaderAsyncStub(LoaderStub):
@@ -73,6 +77,10 @@ class LoaderAsyncStub(LoaderStub):
     CloseSession: _aio.UnaryUnaryMultiCallable[_dataloader_pb2.CloseSessionRequest, _dataloader_pb2.CloseSessionResponse]  # type: ignore[assignment]
     """CloseSession ends a consumer's part in a session; the session and its
     ring go when its last consumer closes.
+    """
+    SetWeights: _aio.UnaryUnaryMultiCallable[_dataloader_pb2.SetWeightsRequest, _dataloader_pb2.SetWeightsResponse]  # type: ignore[assignment]
+    """SetWeights changes the session's mixing weights from batch
+    after_step + 1 on; batches already made past it are made again.
     """
 
 class LoaderServicer(metaclass=_abc_1.ABCMeta):
@@ -122,6 +130,16 @@ class LoaderServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_dataloader_pb2.CloseSessionResponse, _abc.Awaitable[_dataloader_pb2.CloseSessionResponse]]:
         """CloseSession ends a consumer's part in a session; the session and its
         ring go when its last consumer closes.
+        """
+
+    @_abc_1.abstractmethod
+    def SetWeights(
+        self,
+        request: _dataloader_pb2.SetWeightsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_dataloader_pb2.SetWeightsResponse, _abc.Awaitable[_dataloader_pb2.SetWeightsResponse]]:
+        """SetWeights changes the session's mixing weights from batch
+        after_step + 1 on; batches already made past it are made again.
         """
 
 def add_LoaderServicer_to_server(servicer: LoaderServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -1,0 +1,81 @@
+"""loader.set_weights through the real daemon: a change for the next batch,
+made while the daemon has already prefetched the following ones, is served
+from that batch on (the prefetched batches are made again), equals a resume
+with the new weights in the config, is kept by a save and a resume, and
+shows in dataloaderd inspect. On shm (control block) and inline (messages:
+the batches already on the stream are dropped)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+
+import numpy as np
+import pytest
+
+from corpus import make_corpus
+from dataloaderd import ConfigError, Loader, StateError
+from rundaemon import BIN
+
+K = 5
+
+
+@pytest.fixture
+def config(tmp_path):
+    datasets, _ = make_corpus(str(tmp_path))
+    return {"seq_len": 15, "batch_size": 3, "seed": 4, "logical_shards": 4, "eos_id": 0, "datasets": datasets,
+            "metadata": ["dataset_ids"]}
+
+
+def batches(it, n):
+    return [(np.asarray(b["tokens"]).copy(), np.asarray(b["dataset_ids"]).tolist()) for _, b in zip(range(n), it)]
+
+
+@pytest.mark.parametrize("transport", ["shm", "inline"])
+def test_set_weights_remakes_prefetched_batches(daemon, config, tmp_path, transport):
+    only_d1 = {"d0": 0, "d1": 1}
+    with Loader(config, socket=daemon.socket, dp_rank=0, dp_size=1, job="change", transport=transport) as loader:
+        it = iter(loader)
+        before = batches(it, K)
+        time.sleep(0.3)  # the daemon fills its ring: steps K+1.. are made under the old weights
+        loader.set_weights(only_d1)
+        after = batches(it, 12)
+        folder = str(tmp_path / "ckpt")
+        loader.save(folder)
+        more = batches(it, 6)
+    assert any(0 in ds for _, ds in before), "the first batches should mix both datasets"
+    assert all(ds == [1, 1, 1] for _, ds in after + more), [ds for _, ds in after]
+    # The same as a resume at step K with the new weights in the config.
+    ref_folder = str(tmp_path / "ref")
+    with Loader(config, socket=daemon.socket, dp_rank=0, dp_size=1, job="ref") as ref:
+        batches(iter(ref), K)
+        ref.save(ref_folder)
+    weighed = dict(config, datasets=[dict(d, weight=float(d["name"] == "d1")) for d in config["datasets"]])
+    with Loader(weighed, socket=daemon.socket, dp_rank=0, dp_size=1, job="ref2", resume_from=ref_folder) as ref2:
+        want = batches(iter(ref2), 12)
+    assert all(np.array_equal(a[0], b[0]) for a, b in zip(after, want)), "set_weights differs from a resume with those weights"
+    # A save after the change keeps it: the original config resumes under it.
+    with Loader(config, socket=daemon.socket, dp_rank=0, dp_size=1, job="resumed", resume_from=folder) as res:
+        got = batches(iter(res), 6)
+    assert all(np.array_equal(a[0], b[0]) for a, b in zip(more, got))
+    seen = json.loads(subprocess.run([BIN, "inspect", "--json", folder], capture_output=True, text=True,
+                                     check=True).stdout)
+    last = seen["mixture"][-1]
+    assert last["runtime"] and last["step"] == K and last["weights"] == [0, 1]
+
+
+def test_set_weights_refuses_bad_input(daemon, config):
+    with Loader(config, socket=daemon.socket, dp_rank=0, dp_size=1) as loader:
+        it = iter(loader)
+        batches(it, 3)
+        with pytest.raises(StateError, match="already yielded step 3"):
+            loader.set_weights({"d0": 1, "d1": 1}, step=2)
+        with pytest.raises(ConfigError, match='dataset "d1" has no weight'):
+            loader.set_weights({"d0": 1})
+        with pytest.raises(ConfigError, match='no dataset of the job is named "web"'):
+            loader.set_weights({"d0": 1, "d1": 1, "web": 1})
+        with pytest.raises(ConfigError, match="every weight is zero"):
+            loader.set_weights({"d0": 0, "d1": 0})
+        loader.set_weights({"d0": 1, "d1": 1}, step=10)  # a later step: taken when the rank gets there
+        batches(it, 10)
