@@ -3,6 +3,7 @@ package state
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -85,6 +86,67 @@ func (f Fingerprint) Diff(cur Fingerprint) []string {
 		}
 	}
 	return d
+}
+
+// Reconcile checks a saved fingerprint (f) against the current one, which
+// may add datasets after the saved ones but must keep every saved one as it
+// was, by name and place (a dataset's place keys its shards' order). It
+// returns each saved dataset's index now, and the names of the datasets
+// added; the error says what differs otherwise.
+func (f Fingerprint) Reconcile(cur Fingerprint) (index []int, added []string, err error) {
+	saved, now := f, cur
+	saved.Datasets, now.Datasets = nil, nil
+	d := saved.Diff(now)
+	byName := make(map[string]int, len(cur.Datasets))
+	for i, c := range cur.Datasets {
+		byName[c.Name] = i
+	}
+	index = make([]int, len(f.Datasets))
+	kept := make(map[int]bool, len(f.Datasets))
+	for i, s := range f.Datasets {
+		j, ok := byName[s.Name]
+		if !ok {
+			d = append(d, fmt.Sprintf("dataset %q is in the saved state but not in the config (to leave it out of the mix and keep its cursors, give it weight 0)", s.Name))
+			continue
+		}
+		if j != i {
+			d = append(d, fmt.Sprintf("dataset %q is dataset %d in the saved state, %d now (keep the saved datasets in their order; add new ones after them)", s.Name, i, j))
+			continue
+		}
+		d = append(d, Fingerprint{Datasets: []DatasetPrint{s}}.Diff(Fingerprint{Datasets: []DatasetPrint{cur.Datasets[j]}})...)
+		index[i], kept[j] = j, true
+	}
+	if len(d) > 0 {
+		return nil, nil, errors.New(strings.Join(d, "; "))
+	}
+	for j, c := range cur.Datasets {
+		if !kept[j] {
+			added = append(added, c.Name)
+		}
+	}
+	return index, added, nil
+}
+
+// Remap moves a saved mixture log's weights to the current datasets' order
+// (index from Reconcile; datasets added since weigh 0 in the old entries).
+func RemapMixture(m []MixChange, index []int, datasets int) []MixChange {
+	move := func(ws []float64) []float64 {
+		out := make([]float64, datasets)
+		for i, w := range ws {
+			if i < len(index) {
+				out[index[i]] = w
+			}
+		}
+		return out
+	}
+	out := CloneMixture(m)
+	for i := range out {
+		out[i].Weights = move(out[i].Weights)
+		for k := range out[i].Schedule {
+			out[i].Schedule[k].Weights = move(out[i].Schedule[k].Weights)
+		}
+	}
+	return out
 }
 
 func names(ds []DatasetPrint) string {

@@ -2,7 +2,7 @@ package state
 
 import (
 	"fmt"
-	"strings"
+	"slices"
 )
 
 // Restored is the merged state of a whole saved world: every logical shard's
@@ -19,6 +19,9 @@ type Restored struct {
 	// MixturesDiffer is set when the ranks' current weights disagree; the
 	// resumed ranks then treat the configured weights as a change.
 	MixturesDiffer bool
+	// Added names the datasets of the current config that the saved world
+	// did not have: their shards start from fresh cursors.
+	Added []string
 }
 
 // Merge checks the state files of one saved world against the current
@@ -32,9 +35,20 @@ func Merge(cur Fingerprint, names []string, blobs [][]byte) (*Restored, error) {
 		if err != nil {
 			return nil, err
 		}
-		if d := fp.Diff(cur); len(d) > 0 {
-			return nil, fmt.Errorf("%w: %s was saved from another corpus or config: %s", ErrMismatch, names[i], strings.Join(d, "; "))
+		index, added, err := fp.Reconcile(cur)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s was saved from another corpus or config: %v", ErrMismatch, names[i], err)
 		}
+		out.Added = added
+		r.Mixture = RemapMixture(r.Mixture, index, len(cur.Datasets))
+		moved := make(map[ShardID]Shard, len(r.Shards))
+		for id, sh := range r.Shards {
+			if id.Dataset < 0 || id.Dataset >= len(index) {
+				return nil, fmt.Errorf("%w: %s holds %v, outside its %d datasets", ErrMismatch, names[i], id, len(index))
+			}
+			moved[ShardID{Dataset: index[id.Dataset], Shard: id.Shard}] = sh
+		}
+		r.Shards = moved
 		if out.FromSize != 0 && r.DPSize != out.FromSize {
 			return nil, fmt.Errorf("%w: %s is of dp_size %d, other states of dp_size %d", ErrMismatch, names[i], r.DPSize, out.FromSize)
 		}
@@ -68,7 +82,12 @@ func Merge(cur Fingerprint, names []string, blobs [][]byte) (*Restored, error) {
 		return nil, fmt.Errorf("%w: %d of %d ranks' states given: every rank of the saved world is needed", ErrMismatch, len(ranks), out.FromSize)
 	}
 	for d := range cur.Datasets {
+		fresh := slices.Contains(out.Added, cur.Datasets[d].Name)
 		for s := uint32(0); s < cur.LogicalShards; s++ {
+			if fresh {
+				out.Shards[ShardID{Dataset: d, Shard: s}] = Shard{}
+				continue
+			}
 			if _, ok := out.Shards[ShardID{Dataset: d, Shard: s}]; !ok {
 				return nil, fmt.Errorf("%w: no saved state holds %v (dataset %q)", ErrMismatch, ShardID{d, s}, cur.Datasets[d].Name)
 			}

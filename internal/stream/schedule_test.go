@@ -6,6 +6,7 @@ import (
 	"math/rand"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/dataloaderd/dataloaderd/internal/state"
@@ -261,5 +262,111 @@ func TestScheduleLogged(t *testing.T) {
 	got := changed.State().Mixture
 	if len(got) != 2 || got[1].Step != 7 || !reflect.DeepEqual(got[1].Schedule, other.Schedule) {
 		t.Fatalf("mixture log after a resume under another schedule: %+v", got)
+	}
+}
+
+// TestDatasetAddedAtResume: a dataset added to the config at a resume
+// (after the saved ones) starts from fresh cursors while the others keep
+// theirs: through the save, every token of the old datasets is served once,
+// and the new one's from the resume on; a dataset dropped from the config,
+// or one moved, is refused with its name (weight 0 leaves a dataset out of
+// the mix and keeps its cursors).
+func TestDatasetAddedAtResume(t *testing.T) {
+	for seed := int64(1); seed <= 10; seed++ {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			rng := rand.New(rand.NewSource(seed))
+			ds, all := testCorpus(t, rng)
+			cfg := randomConfig(rng, ds)
+			cfg.Epochs = 1
+			cfg.Datasets = []Dataset{ds[0], ds[2], ds[1]}
+			old := cfg
+			old.Datasets = cfg.Datasets[:2] // b comes at the resume, after them
+			oc, err := OpenCorpus(old)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer oc.Close()
+			served := map[int32]int{}
+			buf := batchBuf(cfg)
+			line := cfg.LineTokens()
+			var states []state.Rank
+			w := uint32(1 + rng.Intn(2))
+			for r := uint32(0); r < w; r++ {
+				rank, _ := NewRank(oc, r, w, nil)
+				for i := rng.Intn(15); i > 0; i-- {
+					p, err := rank.NextBatch(buf)
+					if err != nil {
+						t.Fatal(err)
+					}
+					count(served, buf[:p.Lines*line])
+				}
+				states = append(states, rank.State())
+			}
+			nc, err := OpenCorpus(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer nc.Close()
+			var names []string
+			var blobs [][]byte
+			for _, st := range states {
+				b, err := state.Encode(oc.Fingerprint(), st)
+				if err != nil {
+					t.Fatal(err)
+				}
+				names = append(names, fmt.Sprintf("rank %d", st.DPRank))
+				blobs = append(blobs, b)
+			}
+			from, err := state.Merge(nc.Fingerprint(), names, blobs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(from.Added, []string{"b"}) {
+				t.Fatalf("added %v, want b", from.Added)
+			}
+			w2 := uint32(1 + rng.Intn(3))
+			for r := uint32(0); r < w2; r++ {
+				rank, err := NewRank(nc, r, w2, from)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := rank.State().Mixture; len(got) < 2 || len(got[len(got)-1].Weights) != 3 {
+					t.Fatalf("the resume with a dataset added logs no change of weights: %+v", got)
+				}
+				for {
+					p, err := rank.NextBatch(buf)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if p.Lines == 0 {
+						break
+					}
+					count(served, buf[:p.Lines*line])
+				}
+			}
+			checkServed(t, served, all, 1)
+			// Dropping a dataset at resume is refused, by name.
+			if _, err := state.Merge(oc.Fingerprint(), names[:0], nil); err == nil {
+				t.Fatal("an empty world merged")
+			}
+			newer := make([][]byte, 0, len(states))
+			for _, st := range states {
+				b, _ := state.Encode(nc.Fingerprint(), state.Rank{DPRank: st.DPRank, DPSize: st.DPSize, Step: st.Step, Shards: st.Shards})
+				newer = append(newer, b)
+			}
+			if _, err := state.Merge(oc.Fingerprint(), names, newer); err == nil || !strings.Contains(err.Error(), `dataset "b" is in the saved state but not in the config`) {
+				t.Fatalf("a dataset dropped at resume: %v", err)
+			}
+			moved := cfg
+			moved.Datasets = []Dataset{ds[2], ds[0], ds[1]}
+			mc, err := OpenCorpus(moved)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer mc.Close()
+			if _, err := state.Merge(mc.Fingerprint(), names, blobs); err == nil || !strings.Contains(err.Error(), "add new ones after them") {
+				t.Fatalf("saved datasets reordered at resume: %v", err)
+			}
+		})
 	}
 }

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from corpus import make_corpus
-from dataloaderd import ConfigError, Loader
+from dataloaderd import ConfigError, Loader, StateError
 from rundaemon import BIN
 
 B = 3
@@ -104,3 +104,33 @@ def test_bad_schedules_are_refused_by_name(daemon, config):
         with pytest.raises(ConfigError, match=match):
             with Loader(dict(config, schedule=edit), socket=daemon.socket, dp_rank=0, dp_size=1) as loader:
                 next(iter(loader))
+
+
+def test_dataset_added_at_resume(daemon, tmp_path):
+    # A dataset added after the saved ones starts from fresh cursors; the
+    # saved ones keep theirs: every token once through the save and resume.
+    from corpus import data_tokens
+    datasets, ranges = make_corpus(str(tmp_path), sizes=((40, 30), (30, 20), (20, 25)))
+    base = {"seq_len": 15, "batch_size": 2, "seed": 1, "logical_shards": 4, "eos_id": 0, "epochs": 1}
+    old = dict(base, datasets=datasets[:2])
+    new = dict(base, datasets=datasets)
+    served: Counter = Counter()
+    folder = str(tmp_path / "ckpt")
+    for r in range(2):
+        with Loader(old, socket=daemon.socket, dp_rank=r, dp_size=2, job="old") as loader:
+            for i, batch in enumerate(loader):
+                served.update(data_tokens(batch["tokens"]).tolist())
+                if i + 1 == 4:
+                    loader.save(folder)
+                    break
+    for r in range(3):
+        with Loader(new, socket=daemon.socket, dp_rank=r, dp_size=3, job="new", resume_from=folder) as loader:
+            for batch in loader:
+                served.update(data_tokens(batch["tokens"]).tolist())
+    want = {t for lo, hi in ranges for t in range(lo, hi)}
+    assert set(served) == want and all(n == 1 for n in served.values()), "lost or repeated tokens"
+    # Dropping a saved dataset is refused by name.
+    with pytest.raises(StateError, match='dataset "d1" is in the saved state but not in the config'):
+        with Loader(dict(base, datasets=datasets[:1]), socket=daemon.socket, dp_rank=0, dp_size=1, job="x",
+                    resume_from=folder) as loader:
+            next(iter(loader))
