@@ -370,3 +370,68 @@ func TestDatasetAddedAtResume(t *testing.T) {
 		})
 	}
 }
+
+// TestSetWeightsExactlyOnce: every token once per epoch through saves,
+// crashes and resumes on other world sizes while ranks change their weights
+// at run time at random steps (a dataset at 0 now and then), the last
+// change leaving every weight positive so that the epoch ends.
+func TestSetWeightsExactlyOnce(t *testing.T) {
+	for seed := int64(1); seed <= 20; seed++ {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			rng := rand.New(rand.NewSource(seed))
+			ds, all := testCorpus(t, rng)
+			cfg := randomConfig(rng, ds)
+			cfg.Epochs = 1
+			corpus, err := OpenCorpus(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer corpus.Close()
+			served := map[int32]int{}
+			buf := batchBuf(cfg)
+			line := cfg.LineTokens()
+			var from *state.Restored
+			for round := 0; round < 4; round++ {
+				final := round == 3
+				w := uint32(1 + rng.Intn(int(min(cfg.LogicalShards, 4))))
+				var states []state.Rank
+				for r := uint32(0); r < w; r++ {
+					rank, err := NewRank(corpus, r, w, from)
+					if err != nil {
+						t.Fatal(err)
+					}
+					for i := 0; final || i < 12; i++ {
+						if rng.Intn(4) == 0 || final && i == 0 {
+							ws := []float64{float64(rng.Intn(3)), float64(rng.Intn(3)), float64(1 + rng.Intn(3))}
+							if final {
+								ws[0], ws[1] = ws[0]+1, ws[1]+1
+							}
+							after := rank.Step() + uint64(rng.Intn(2))
+							if final {
+								// A rank whose datasets of positive weight ran out ends:
+								// the last change must be in effect before that.
+								after = rank.Step()
+							}
+							if err := rank.SetWeights(after, ws); err != nil {
+								t.Fatal(err)
+							}
+						}
+						p, err := rank.NextBatch(buf)
+						if err != nil {
+							t.Fatal(err)
+						}
+						if p.Lines == 0 {
+							break
+						}
+						count(served, buf[:p.Lines*line])
+					}
+					states = append(states, rank.State())
+				}
+				if !final {
+					from = saveWorld(t, corpus.Fingerprint(), states)
+				}
+			}
+			checkServed(t, served, all, 1)
+		})
+	}
+}
