@@ -393,10 +393,12 @@ func (p *Pipeline) stateAt(last, step uint64) state.Rank {
 // SetWeights changes the mixing weights from batch after+1 on, as
 // Rank.SetWeights does. Batches past `after` that were already made are
 // dropped and made again under the new weights, so none of them may have
-// reached a consumer: taken is the last step the consumer asking has read,
-// and for the others the last step they were handed or released; a stream
-// of messages may have been handed later ones, which its consumer drops by
-// their older generation (Generation). The producer is held meanwhile.
+// reached a consumer: taken is the last step the consumer asking has read;
+// the consumers of a group must each ask (with the same weights) before
+// they read step after+1, and all but the first find the change made. A
+// stream of messages may have been handed batches past `after`, which its
+// consumer drops by their older generation (Generation). The producer is
+// held meanwhile.
 func (p *Pipeline) SetWeights(ctx context.Context, after, taken uint64, weights []float64) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -405,10 +407,21 @@ func (p *Pipeline) SetWeights(ctx context.Context, after, taken uint64, weights 
 		return ErrClosed
 	case p.err != nil:
 		return p.err
-	case p.consumers > 1:
-		return fmt.Errorf("%w: a change of weights at run time for a group of %d consumers: each may have read a batch to be made again; give the change in the job's schedule or at resume", ErrStep, p.consumers)
 	case taken > after || after < p.base.Step:
 		return fmt.Errorf("%w: weights for the batches after step %d, but step %d was already read", ErrStep, after, max(taken, p.base.Step))
+	}
+	// The consumers of a group each ask for the change before they read the
+	// batch it starts at: the first makes it, the others find it made.
+	for _, mc := range p.mixture {
+		if mc.Step == after && mc.Runtime {
+			if slices.Equal(mc.Weights, weights) {
+				return nil
+			}
+			if p.consumers > 1 {
+				return fmt.Errorf("%w: the consumers of this group asked for different weights from step %d (%v, now %v); every consumer must ask for the same",
+					ErrStep, after+1, mc.Weights, weights)
+			}
+		}
 	}
 	p.pause = true
 	defer func() {

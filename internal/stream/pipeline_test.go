@@ -362,3 +362,70 @@ func TestPipelineSetWeights(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestPipelineSetWeightsGroup: the two consumers of a group each ask for the
+// same change before reading its first batch; the first remakes, the second
+// finds it made, and both read the batches of a rank changed at that step;
+// a consumer asking for other weights at the same step is refused.
+func TestPipelineSetWeightsGroup(t *testing.T) {
+	corpus, cfg := pipelineFixture(t, 0)
+	weights := []float64{0, 0, 1}[:len(cfg.Datasets)]
+	weights[len(weights)-1] = 1
+	const k = 4
+	ref, _ := NewRank(corpus, 0, 1, nil)
+	want := run(t, ref, cfg, k)
+	if err := ref.SetWeights(k, weights); err != nil {
+		t.Fatal(err)
+	}
+	want = append(want, run(t, ref, cfg, 8)...)
+	rank, _ := NewRank(corpus, 0, 1, nil)
+	ring := newMemSlots(4, cfg)
+	p := NewPipeline(rank, ring, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	defer func() {
+		p.Close()
+		<-done
+	}()
+	line := cfg.LineTokens()
+	got := [2][][]int32{}
+	take := func(c, n int) {
+		for i := 0; i < n; i++ {
+			b, err := p.Next(ctx, c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got[c] = append(got[c], append([]int32(nil), int32s(ring.Slot(b.Slot))[:b.Lines*line]...))
+			if err := p.Release(c, b.Slot, b.Step); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	take(0, k)
+	take(1, k)
+	if err := p.SetWeights(ctx, k, k, weights); err != nil {
+		t.Fatal(err)
+	}
+	gen := p.Generation()
+	take(0, 3) // consumer 0 reads on before consumer 1 asks
+	if err := p.SetWeights(ctx, k, k, weights); err != nil || p.Generation() != gen {
+		t.Fatalf("the second consumer's same change: %v, generation %d -> %d", err, gen, p.Generation())
+	}
+	other := append([]float64(nil), weights...)
+	other[0] = 1
+	if err := p.SetWeights(ctx, k, k, other); !errors.Is(err, ErrStep) {
+		t.Fatalf("other weights for the same step in a group: %v", err)
+	}
+	take(1, 3)
+	for i := 0; i < 5; i++ { // in step, as a ring of 4 slots shared by two readers needs
+		take(0, 1)
+		take(1, 1)
+	}
+	for c := range got {
+		if !reflect.DeepEqual(got[c], want) {
+			t.Fatalf("consumer %d's batches differ from a rank changed at step %d", c, k)
+		}
+	}
+}
