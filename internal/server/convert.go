@@ -3,7 +3,9 @@ package server
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"slices"
+	"time"
 
 	pb "github.com/dataloaderd/dataloaderd/api/proto/dataloader/v1"
 	"github.com/dataloaderd/dataloaderd/internal/session"
@@ -33,6 +35,7 @@ func requestFrom(req *pb.OpenSessionRequest) (session.Request, error) {
 		Job: req.GetJob(), DPRank: req.GetDpRank(), DPSize: req.GetDpSize(), Consumers: int(req.GetConsumers()),
 		Transport: t, Slots: int(req.GetSlots()), Device: int(req.GetDevice()),
 		ResumeFrom: req.GetResumeFrom(), ResumeStates: req.GetResumeStates(), Config: cfg,
+		ReconnectedAfter: time.Duration(min(req.GetReconnectedAfterNs(), uint64(math.MaxInt64))),
 	}
 	if s := req.GetResumeSharded(); s != nil {
 		sharded, err := shardedFrom(s)

@@ -28,6 +28,10 @@ type metrics struct {
 	jobShare *prometheus.GaugeVec
 	jobLines *prometheus.CounterVec
 	jobs     *jobSeries
+	// reconnects counts sessions reopened on this daemon after the one
+	// before it went away; reconnectWait is how long their clients waited.
+	reconnects    prometheus.Counter
+	reconnectWait prometheus.Histogram
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -85,8 +89,18 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		Help: "Lines served to a job, by dataset (its realized mixture; prefetched batches included).",
 	}, []string{"uid", "training_job", "dataset"})
 	m.jobs = newJobSeries(m.jobShare, m.jobLines)
+	m.reconnects = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "dataloaderd_reconnects_total",
+		Help: "Sessions reopened by their clients after the daemon before this one went away.",
+	})
+	m.reconnectWait = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "dataloaderd_reconnect_wait_seconds",
+		Help: "How long a reconnecting client was without a daemon, from losing it to reopening its session.",
+		// 10 ms to about 160 s, by factors of 4.
+		Buckets: prometheus.ExponentialBuckets(0.01, 4, 8),
+	})
 	reg.MustRegister(m.sessions, m.batches, m.tokens, m.lines, m.clientWait, m.readySlots,
-		m.stateSave, m.stateBytes, m.errors, m.ringBytes, m.devBytes, m.devCopy, m.skipped, m.jobShare, m.jobLines)
+		m.stateSave, m.stateBytes, m.errors, m.ringBytes, m.devBytes, m.devCopy, m.skipped, m.jobShare, m.jobLines, m.reconnects, m.reconnectWait)
 	return m
 }
 

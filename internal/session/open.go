@@ -26,6 +26,11 @@ func (m *Manager) Open(ctx context.Context, req Request) (Opened, error) {
 	o, err := m.open(ctx, req)
 	if err != nil {
 		m.log.Info("open session refused", zap.String("job", req.Job), zap.Uint32("dp_rank", req.DPRank), zap.Error(err))
+	} else if req.ReconnectedAfter > 0 {
+		m.metrics.reconnects.Inc()
+		m.metrics.reconnectWait.Observe(req.ReconnectedAfter.Seconds())
+		m.log.Info("session reopened after a daemon restart", zap.String("job", req.Job), zap.Uint32("dp_rank", req.DPRank),
+			zap.Duration("without_daemon", req.ReconnectedAfter), zap.Uint64("start_step", o.StartStep))
 	}
 	return o, err
 }

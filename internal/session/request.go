@@ -3,6 +3,7 @@ package session
 import (
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/dataloaderd/dataloaderd/internal/ring"
 	"github.com/dataloaderd/dataloaderd/internal/state"
@@ -59,6 +60,9 @@ type Request struct {
 	ResumeStates  [][]byte
 	ResumeSharded *state.Sharded
 	Config        stream.Config
+	// ReconnectedAfter is set by a client reopening its session on a
+	// restarted daemon: how long it was without one.
+	ReconnectedAfter time.Duration
 }
 
 // Opened tells a consumer what it joined and what to map.

@@ -6,6 +6,8 @@ value is unique, on a random world size, its ranks as processes (worker.py)
 that log every batch and save their state every few steps. While it runs,
 the soak injects faults at random: kill -9 of the daemon (it is restarted,
 and the job resumes from its last whole checkpoint, on another world size),
+kill -9 of the daemon restarted as a supervisor would while the ranks wait
+(they reopen their sessions and carry on with no relaunch),
 kill -9 of a rank (the job's other ranks are killed too, as torchrun does,
 and it resumes the same way), and noisy clients beside the job: sessions
 that never attach, loaders that take a batch and never release it, a
@@ -100,7 +102,14 @@ class Daemon:
             # Let another user reach the socket, as members of its group do.
             os.chmod(self.work, 0o711)
             os.chmod(self.socket, 0o666)
-        self.baseline = self.resources()
+        base = self.resources()
+        if base["sessions"] > 0 and getattr(self, "baseline", None):
+            # Ranks waiting for a restarted daemon reopened their sessions
+            # before this look: the idle daemon's figures are the last ones,
+            # and its shm directory holds its lock file alone.
+            base = dict(self.baseline, rss=base["rss"], sessions=0,
+                        shm_files=[f for f in base["shm_files"] if f.endswith(".lock")])
+        self.baseline = base
 
     def logs(self) -> str:
         self.log.flush()
@@ -186,6 +195,11 @@ class Job:
             with open(path, errors="replace") as f:
                 out.append(f"{os.path.basename(path)}: {f.read()[-1500:]}")
         return "\n".join(out)
+
+    def all_reading(self) -> bool:
+        """Whether every rank of the launch has logged a batch (its session
+        is open: a restarted daemon is waited for only by open sessions)."""
+        return all(os.path.exists(p) and os.path.getsize(p) > 0 for p in self.logs)
 
     def kill_one(self, rng: random.Random) -> None:
         rng.choice(self.procs).kill()
@@ -407,8 +421,19 @@ def soak(binary: str, seconds: float, seed: int, work: str) -> Dict[str, Any]:
                     break
                 if state is False:
                     raise SoakFailure(f"a rank of {job.name} failed with no fault injected: {job.outputs()}")
-                fault = rng.choice(["none", "kill9_daemon", "kill9_rank"]) if budget else "none"
+                fault = rng.choice(["none", "kill9_daemon", "kill9_rank", "restart_daemon"]) if budget else "none"
                 if fault == "none":
+                    continue
+                if fault == "restart_daemon" and not job.all_reading():
+                    continue  # a rank that has not opened its session yet fails at once, by design
+                if fault == "restart_daemon":
+                    # As a supervisor restarts it: the ranks wait, reopen
+                    # their sessions and carry on, exactly, without a relaunch.
+                    d.kill9()
+                    time.sleep(rng.uniform(0.05, 1.0))
+                    d.start()
+                    faults[fault] += 1
+                    budget -= 1
                     continue
                 if fault == "kill9_daemon":
                     d.kill9()

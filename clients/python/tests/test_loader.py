@@ -172,8 +172,9 @@ def test_killed_client_is_reclaimed(daemon, config):
 
 
 def test_daemon_stopping_mid_iteration_raises_package_error(daemon_factory, config):
+    # reconnect_timeout=0: no waiting for a restarted daemon (test_reconnect.py).
     d = daemon_factory()
-    loader = Loader(config, dp_rank=0, dp_size=1, socket=d.socket)
+    loader = Loader(config, dp_rank=0, dp_size=1, socket=d.socket, reconnect_timeout=0)
     it = iter(loader)
     next(it)
     d.stop()

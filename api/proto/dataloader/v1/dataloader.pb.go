@@ -438,8 +438,11 @@ type OpenSessionRequest struct {
 	// of exactly the shards dp_rank owns in a world of dp_size. At most one of
 	// resume_from, resume_states and resume_sharded is set.
 	ResumeSharded *ShardedState `protobuf:"bytes,11,opt,name=resume_sharded,json=resumeSharded,proto3" json:"resume_sharded,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Set by a client that reopens its session on a restarted daemon: how long
+	// it was without one, for the daemon's reconnect metrics; 0 otherwise.
+	ReconnectedAfterNs uint64 `protobuf:"varint,12,opt,name=reconnected_after_ns,json=reconnectedAfterNs,proto3" json:"reconnected_after_ns,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *OpenSessionRequest) Reset() {
@@ -547,6 +550,13 @@ func (x *OpenSessionRequest) GetResumeSharded() *ShardedState {
 		return x.ResumeSharded
 	}
 	return nil
+}
+
+func (x *OpenSessionRequest) GetReconnectedAfterNs() uint64 {
+	if x != nil {
+		return x.ReconnectedAfterNs
+	}
+	return 0
 }
 
 // A rank's state split the way torch.distributed.checkpoint keeps it: a
@@ -1802,7 +1812,7 @@ const file_dataloader_v1_dataloader_proto_rawDesc = "" +
 	"\x06linear\x18\x03 \x01(\bR\x06linear\x1a:\n" +
 	"\fWeightsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\"\x98\x03\n" +
+	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\"\xca\x03\n" +
 	"\x12OpenSessionRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x120\n" +
 	"\x06config\x18\x02 \x01(\v2\x18.dataloader.v1.JobConfigR\x06config\x12\x17\n" +
@@ -1816,7 +1826,8 @@ const file_dataloader_v1_dataloader_proto_rawDesc = "" +
 	"\x05slots\x18\t \x01(\rR\x05slots\x12\x16\n" +
 	"\x06device\x18\n" +
 	" \x01(\rR\x06device\x12B\n" +
-	"\x0eresume_sharded\x18\v \x01(\v2\x1b.dataloader.v1.ShardedStateR\rresumeSharded\"S\n" +
+	"\x0eresume_sharded\x18\v \x01(\v2\x1b.dataloader.v1.ShardedStateR\rresumeSharded\x120\n" +
+	"\x14reconnected_after_ns\x18\f \x01(\x04R\x12reconnectedAfterNs\"S\n" +
 	"\fShardedState\x12\x10\n" +
 	"\x03run\x18\x01 \x01(\fR\x03run\x121\n" +
 	"\x06shards\x18\x02 \x03(\v2\x19.dataloader.v1.ShardStateR\x06shards\"\xbc\x01\n" +

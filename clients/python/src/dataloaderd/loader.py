@@ -7,22 +7,24 @@ import glob
 import json
 import os
 import sys
+import time
 import weakref
-from typing import Any, Dict, Iterator, List, Mapping, NoReturn, Optional, Union, cast
+from typing import Any, Callable, Dict, Iterator, List, Mapping, NoReturn, Optional, Tuple, TypeVar, Union, cast
 
 import grpc
 import numpy as np
 
 from . import _control, _cuda, _state
 from ._delivery import DELIVERIES, CudaDelivery, Delivery, PinnedDelivery
-from ._feed import ControlFeed, Feed, Held, open_feed
+from ._feed import Announced, ControlFeed, Feed, Held, open_feed
 from ._job import default_job
 from ._proto import dataloader_pb2 as pb
 from ._proto import dataloader_pb2_grpc as pb_grpc
 from ._torchapi import Torch
 from .batch import DTYPES, Batch, make_batch, padding_arrays
 from .config import env_int, load_config, optional_abspath, to_proto
-from .errors import BatchTimeoutError, ConfigError, DaemonUnavailableError, DataloaderdError, StateError, translate
+from .errors import (BatchTimeoutError, ConfigError, DaemonUnavailableError, DataloaderdError, StateError,
+                     from_rpc_error, translate)
 
 
 def _optional_torch() -> Optional[Torch]:
@@ -58,10 +60,25 @@ class _Session:
     """An open session: the daemon's reply, how its batches are announced
     (feed) and how a slot becomes tokens (delivery)."""
 
-    __slots__ = ("reply", "feed", "delivery")
+    __slots__ = ("reply", "feed", "delivery", "reopened_as")
 
     def __init__(self, reply: pb.OpenSessionResponse, feed: Feed, delivery: Delivery):
         self.reply, self.feed, self.delivery = reply, feed, delivery
+        # The session that took this one's place on a restarted daemon.
+        self.reopened_as: Optional[_Session] = None
+
+
+R = TypeVar("R")
+
+# Batches between refreshes of the state a reconnect resumes from: a reopened
+# session takes at most this many batches again.
+_RECOVERY_STEPS = 32
+
+
+def _connect(path: str) -> Tuple[grpc.Channel, pb_grpc.LoaderStub]:
+    channel = grpc.insecure_channel("unix://" + path, options=[
+        ("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)])
+    return channel, pb_grpc.LoaderStub(channel)
 
 
 class Loader:
@@ -93,7 +110,7 @@ class Loader:
                  transport: str = "shm", *, job: Optional[str] = None, consumers: int = 1,
                  slots: int = 0, copy: bool = False, timeout: float = 60.0, fast: bool = True,
                  device: Optional[int] = None, batch_timeout: Optional[float] = 600.0, dtype: object = "int64",
-                 end: str = "stop"):
+                 end: str = "stop", reconnect_timeout: float = 60.0):
         data, base = load_config(config)
         self._config = to_proto(data, base)
         self.dp_rank = env_int("RANK", 0) if dp_rank is None else int(dp_rank)
@@ -106,6 +123,14 @@ class Loader:
             raise ConfigError(f"consumers must be >= 1 and slots >= 0, got {consumers} and {slots}")
         if batch_timeout is not None and not batch_timeout > 0:
             raise ConfigError(f"batch_timeout must be > 0 seconds or None, got {batch_timeout!r}")
+        if not reconnect_timeout >= 0:
+            raise ConfigError(f"reconnect_timeout must be >= 0 seconds (0: off), got {reconnect_timeout!r}")
+        self._reconnect_timeout = float(reconnect_timeout)
+        # The state a session reopened on a restarted daemon resumes from:
+        # (step, the rank's sharded state at that step), refreshed every
+        # _RECOVERY_STEPS batches; None: the session's own start.
+        self._recovery: Optional[Tuple[int, pb.ShardedState]] = None
+        self.reconnects = 0
         if end not in ("stop", "pad"):
             raise ConfigError(f"end {end!r}: want 'stop' (iteration ends after the rank's last batch) or 'pad'")
         self._end = end
@@ -130,11 +155,10 @@ class Loader:
         if not os.path.exists(path):
             raise DaemonUnavailableError(f"no daemon socket at {path}: is 'dataloaderd serve --socket {path}' running?")
         self.socket = path
-        self._channel = grpc.insecure_channel("unix://" + path, options=[
-            ("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)])
-        self._stub = pb_grpc.LoaderStub(self._channel)
+        self._channel, self._stub = _connect(path)
         _open_loaders.add(self)
         self._resume_sharded: Optional[pb.ShardedState] = None
+        self._reopened_after = 0.0  # seconds without a daemon, told to the next OpenSession
         self._live: Optional[_Session] = None
         self._last_step = 0
         # Whether _last_step is the resumed step before a session said so.
@@ -159,7 +183,9 @@ class Loader:
                 consumers=self._consumers, transport=delivery.wire,
                 resume_from=self._resume_from, resume_states=self._resume_states,
                 resume_sharded=self._resume_sharded, slots=self._slots, device=self.device,
+                reconnected_after_ns=int(self._reopened_after * 1e9),
             ), timeout=self._timeout)
+            self._reopened_after = 0.0
             feed: Optional[Feed] = None
             try:
                 feed = open_feed(self._stub, s, self._fast, self._batch_timeout)
@@ -199,20 +225,106 @@ class Loader:
     def _batches(self) -> Iterator[Batch]:
         live = self._live
         assert live is not None, "_open() first"
-        feed, delivery = live.feed, live.delivery
-        feed.start()
-        while not self._ended and self._live is live:
-            delivery.give_back()
-            got = feed.next(self._last_step + 1, delivery.give_back_finished, self._time_out)
+        live.feed.start()
+        while not self._ended:
+            while live.reopened_as is not None:  # by save() or state_dict(), on a restarted daemon
+                live = live.reopened_as
+            if self._live is not live:
+                return  # closed, or another session opened (load_state_dict)
+            try:
+                got = self._next_announced(live)
+            except DaemonUnavailableError:
+                if not self._reconnects() or self._closed or self._live is not live:
+                    raise
+                live = self._reconnect(live)
+                continue
             if got is None:
                 self._ended = True
                 if self._end == "pad":
                     yield from self._padding(live)
                 return
-            arrays = delivery.take(got)
+            arrays = live.delivery.take(got)
             tokens = arrays.pop("tokens")
             self._last_step = got.held.step
+            if self._reconnects() and self._last_step % _RECOVERY_STEPS == 0:
+                self._keep_recovery(live)
             yield make_batch(tokens, got.held.step, self._dtype, torch, metadata=arrays, max_seqlen=got.max_seqlen)
+
+    def _next_announced(self, live: _Session) -> Optional[Announced]:
+        live.delivery.give_back()
+        return live.feed.next(self._last_step + 1, live.delivery.give_back_finished, self._time_out)
+
+    def _reconnects(self) -> bool:
+        """Whether a lost daemon is waited for: reconnect_timeout is set, and
+        the session is this consumer's alone (a group would have to reopen
+        as one: not done yet)."""
+        return self._reconnect_timeout > 0 and self._consumers == 1
+
+    def _keep_recovery(self, live: _Session) -> None:
+        """Keeps the rank's state at the last yielded step, for a session
+        reopened on a restarted daemon (best effort: a daemon already gone
+        leaves the previous one)."""
+        try:
+            resp = self._stub.GetState(pb.GetStateRequest(session_id=live.reply.session_id, step=self._last_step),
+                                       timeout=self._timeout)
+        except grpc.RpcError:
+            return
+        self._recovery = (self._last_step, resp.sharded)
+
+    def _reconnect(self, live: _Session) -> _Session:
+        """The daemon went away: waits up to reconnect_timeout for it to come
+        back (a supervisor restarts it), opens the session again from the
+        kept state, takes the batches up to the last one yielded again (the
+        same ones: the stream is a function of the state) and returns the
+        new session, whose next batch is the one the old would have given."""
+        lost = time.monotonic()
+        last = self._last_step
+        self._live = None
+        try:
+            live.delivery.close()
+        finally:
+            live.feed.close()
+        if self._recovery is not None:
+            self._resume_from, self._resume_states = "", []
+            self._resume_sharded = self._recovery[1]
+        deadline = lost + self._reconnect_timeout
+        while True:
+            self._channel.close()
+            self._channel, self._stub = _connect(self.socket)
+            try:
+                self._reopened_after = time.monotonic() - lost
+                self._open()
+                break
+            except DaemonUnavailableError:
+                if time.monotonic() > deadline:
+                    raise DaemonUnavailableError(
+                        f"the daemon at {self.socket} went away and did not come back within "
+                        f"reconnect_timeout={self._reconnect_timeout:g} s; resume from the last checkpoint") from None
+                time.sleep(0.05)
+        new = cast(_Session, self._live)  # set by _open(); mypy keeps the None assigned above
+        new.feed.start()
+        while self._last_step < last:  # the batches this loader already yielded
+            got = self._next_announced(new)
+            if got is None:
+                break
+            new.delivery.take(got)
+            self._last_step = got.held.step
+        self.reconnects += 1
+        live.reopened_as = new
+        return new
+
+    def _after_reconnect(self, call: Callable[[], R]) -> R:
+        """call(), and when the daemon went away, call() again on the session
+        reopened on the restarted one (save and state_dict carry on too)."""
+        try:
+            return call()
+        except grpc.RpcError as err:
+            e = from_rpc_error(err)
+            live = self._live
+            if not isinstance(e, DaemonUnavailableError) or not self._reconnects() or live is None:
+                raise
+        self._reconnect(live)
+        return call()
 
     def _padding(self, live: _Session) -> Iterator[Batch]:
         """end="pad": after the rank's last batch, batches of pad_id flagged
@@ -322,15 +434,22 @@ class Loader:
             session_id=s.session_id, after_step=first - 1, taken_step=self._last_step,
             weights={k: float(v) for k, v in weights.items()}), timeout=self._timeout)
         live.feed.drop_older(resp.generation)
+        if self._reconnects():
+            self._keep_recovery(live)  # a reopened session must know the change
 
     @translate
     def save(self, folder: Union[str, os.PathLike[str]]) -> str:
         """Writes this rank's state after the last batch it yielded into
         ``<folder>/dataloader/rank-<r>-of-<W>.json``; returns the file's path."""
-        s = self._open()
-        resp = self._stub.SaveState(pb.SaveStateRequest(
-            session_id=s.session_id, step=self._last_step, folder=optional_abspath(folder)), timeout=self._timeout)
-        return resp.path
+        self._open()
+
+        def call() -> str:
+            s = self._session
+            assert s is not None
+            return self._stub.SaveState(pb.SaveStateRequest(
+                session_id=s.session_id, step=self._last_step, folder=optional_abspath(folder)),
+                timeout=self._timeout).path
+        return self._after_reconnect(call)
 
     @translate
     def state_dict(self) -> Dict[str, Any]:
@@ -341,10 +460,14 @@ class Loader:
         asks for it as the template of a load."""
         if self._live is None and not (self._resume_from or self._resume_states or self._resume_sharded):
             return _state.template(self._config, self.dp_rank, self.dp_size)
-        s = self._open()
-        resp = self._stub.GetState(pb.GetStateRequest(session_id=s.session_id, step=self._last_step),
-                                   timeout=self._timeout)
-        return _state.from_sharded(resp.sharded)
+        self._open()
+
+        def call() -> pb.GetStateResponse:
+            s = self._session
+            assert s is not None
+            return self._stub.GetState(pb.GetStateRequest(session_id=s.session_id, step=self._last_step),
+                                       timeout=self._timeout)
+        return _state.from_sharded(self._after_reconnect(call).sharded)
 
     def load_state_dict(self, sd: Mapping[str, Any]) -> None:
         """Resumes from a state dict: the next batch is the one after its step.

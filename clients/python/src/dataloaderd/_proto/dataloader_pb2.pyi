@@ -253,6 +253,7 @@ class OpenSessionRequest(_message.Message):
     SLOTS_FIELD_NUMBER: _builtins.int
     DEVICE_FIELD_NUMBER: _builtins.int
     RESUME_SHARDED_FIELD_NUMBER: _builtins.int
+    RECONNECTED_AFTER_NS_FIELD_NUMBER: _builtins.int
     job: _builtins.str
     dp_rank: _builtins.int
     dp_size: _builtins.int
@@ -266,6 +267,10 @@ class OpenSessionRequest(_message.Message):
     device: _builtins.int
     """CUDA transport: the GPU (device index) of the ring; the client sends its
     LOCAL_RANK by default.
+    """
+    reconnected_after_ns: _builtins.int
+    """Set by a client that reopens its session on a restarted daemon: how long
+    it was without one, for the daemon's reconnect metrics; 0 otherwise.
     """
     @_builtins.property
     def config(self) -> Global___JobConfig: ...
@@ -294,10 +299,11 @@ class OpenSessionRequest(_message.Message):
         slots: _builtins.int = ...,
         device: _builtins.int = ...,
         resume_sharded: Global___ShardedState | None = ...,
+        reconnected_after_ns: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["config", b"config", "resume_sharded", b"resume_sharded"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["config", b"config", "consumers", b"consumers", "device", b"device", "dp_rank", b"dp_rank", "dp_size", b"dp_size", "job", b"job", "resume_from", b"resume_from", "resume_sharded", b"resume_sharded", "resume_states", b"resume_states", "slots", b"slots", "transport", b"transport"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["config", b"config", "consumers", b"consumers", "device", b"device", "dp_rank", b"dp_rank", "dp_size", b"dp_size", "job", b"job", "reconnected_after_ns", b"reconnected_after_ns", "resume_from", b"resume_from", "resume_sharded", b"resume_sharded", "resume_states", b"resume_states", "slots", b"slots", "transport", b"transport"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

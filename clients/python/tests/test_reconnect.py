@@ -1,0 +1,172 @@
+"""A daemon restart is not a training restart: the daemon is killed (-9) at
+random points while a loader iterates and is started again on the same
+socket after a pause, as systemd's Restart= or a Kubernetes sidecar would;
+the loader waits for it, reopens its session from the state it keeps, and
+yields the same batches, bit for bit, as a run whose daemon never died, with
+no error raised. A daemon that does not come back within reconnect_timeout
+raises DaemonUnavailableError, as before."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import socket as so
+import subprocess
+import threading
+import time
+import urllib.request
+
+import numpy as np
+import pytest
+
+from corpus import make_corpus
+from dataloaderd import DaemonUnavailableError, Loader
+from rundaemon import BIN
+
+
+def free_port() -> int:
+    with so.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Supervised:
+    """The daemon on a fixed socket and shm directory, started again when asked."""
+
+    def __init__(self, tmp_path):
+        self.socket = str(tmp_path / "d.sock")
+        self.shm = str(tmp_path / "shm")
+        os.makedirs(self.shm, exist_ok=True)
+        self.log = open(tmp_path / "daemon.log", "ab")
+        self.proc = None
+        self.start()
+
+    def start(self):
+        self.port = free_port()
+        self.proc = subprocess.Popen([BIN, "serve", "--socket", self.socket, "--shm-dir", self.shm,
+                                      "--log-level", "warn", "--metrics-addr", f"127.0.0.1:{self.port}"],
+                                     stdout=self.log, stderr=self.log)
+        for _ in range(200):
+            if subprocess.run([BIN, "healthcheck", "--socket", self.socket, "--timeout", "1s"],
+                              capture_output=True).returncode == 0:
+                return
+            time.sleep(0.02)
+        raise RuntimeError("the daemon did not start")
+
+    def kill(self, sig=signal.SIGKILL):
+        self.proc.send_signal(sig)
+        self.proc.wait(timeout=30)
+
+    def metric(self, name):
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as r:
+            for line in r.read().decode().splitlines():
+                if line.startswith(name + " "):
+                    return float(line.split()[1])
+        return 0.0
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=30)
+        self.log.close()
+
+
+@pytest.fixture
+def supervised(tmp_path):
+    d = Supervised(tmp_path)
+    yield d
+    d.stop()
+
+
+@pytest.fixture
+def config(tmp_path):
+    datasets, _ = make_corpus(str(tmp_path))
+    return {"seq_len": 31, "batch_size": 3, "seed": 9, "logical_shards": 8, "eos_id": 0, "datasets": datasets}
+
+
+@pytest.mark.parametrize("transport,sig", [("shm", signal.SIGKILL), ("inline", signal.SIGKILL),
+                                           ("shm", signal.SIGTERM)], ids=["shm-kill", "inline-kill", "shm-term"])
+def test_batches_go_on_through_daemon_restarts(supervised, config, transport, sig):
+    # SIGKILL: a crash; SIGTERM: systemctl restart, an upgrade.
+    steps = 120
+    with Loader(config, socket=supervised.socket, dp_rank=1, dp_size=2, job="ref", transport=transport) as ref:
+        want = [np.asarray(b["tokens"]).copy() for _, b in zip(range(steps), ref)]
+    rng = random.Random(3)
+    # One kill in each of four stretches, more than a ring (8 slots) apart:
+    # the loader reads what the dead daemon had published, then needs the
+    # restarted one.
+    kills = [rng.randrange(lo, lo + 15) for lo in (5, 30, 55, 80)]
+    restart = None
+    got = []
+    with Loader(config, socket=supervised.socket, dp_rank=1, dp_size=2, job="run", transport=transport) as loader:
+        for i, batch in enumerate(loader):
+            got.append(np.asarray(batch["tokens"]).copy())
+            assert batch["step"] == i + 1
+            if len(got) == steps:
+                break
+            if i in kills:
+                if restart is not None:
+                    restart.join()
+                supervised.kill(sig)
+                restart = threading.Timer(rng.uniform(0.05, 0.5), supervised.start)
+                restart.start()
+        restarts = loader.reconnects
+        assert restart is not None
+        restart.join()
+    assert len(got) == steps
+    assert all(np.array_equal(a, b) for a, b in zip(got, want)), "batches after a daemon restart differ"
+    assert restarts == len(kills)
+    assert supervised.metric("dataloaderd_reconnects_total") == 1  # the last daemon saw the last reopen
+    assert supervised.metric("dataloaderd_reconnect_wait_seconds_count") == 1
+
+
+def test_a_daemon_that_stays_away_still_raises(supervised, config):
+    with Loader(config, socket=supervised.socket, dp_rank=0, dp_size=1, reconnect_timeout=1.0) as loader:
+        it = iter(loader)
+        next(it)
+        supervised.kill()
+        start = time.monotonic()
+        with pytest.raises(DaemonUnavailableError, match="did not come back within reconnect_timeout=1 s"):
+            for _ in range(1000):
+                next(it)
+        assert time.monotonic() - start < 10
+
+
+def test_reconnect_off_raises_at_once(supervised, config):
+    with Loader(config, socket=supervised.socket, dp_rank=0, dp_size=1, reconnect_timeout=0) as loader:
+        it = iter(loader)
+        next(it)
+        supervised.kill()
+        start = time.monotonic()
+        with pytest.raises(DaemonUnavailableError):
+            for _ in range(1000):
+                next(it)
+        assert time.monotonic() - start < 5
+
+
+def test_save_and_state_dict_carry_on_through_a_restart(supervised, config, tmp_path):
+    # save() and state_dict() called while the daemon is away wait for it,
+    # reopen the session and complete, with the state of the step yielded.
+    with Loader(config, socket=supervised.socket, dp_rank=0, dp_size=1, job="ref") as ref:
+        want = [np.asarray(b["tokens"]).copy() for _, b in zip(range(30), ref)]
+    folder = str(tmp_path / "ckpt")
+    with Loader(config, socket=supervised.socket, dp_rank=0, dp_size=1, job="run") as loader:
+        it = iter(loader)
+        got = [np.asarray(next(it)["tokens"]).copy() for _ in range(10)]
+        supervised.kill()
+        threading.Timer(0.3, supervised.start).start()
+        loader.save(folder)
+        supervised.kill()
+        threading.Timer(0.3, supervised.start).start()
+        sd = loader.state_dict()
+        got += [np.asarray(next(it)["tokens"]).copy() for _ in range(10)]
+        assert loader.reconnects == 2
+    assert all(np.array_equal(a, b) for a, b in zip(got, want[:20]))
+    time.sleep(0.5)
+    with Loader(config, socket=supervised.socket, dp_rank=0, dp_size=1, job="again", resume_from=folder) as again:
+        assert np.array_equal(np.asarray(next(iter(again))["tokens"]), want[10])
+    fresh = Loader(config, socket=supervised.socket, dp_rank=0, dp_size=1, job="dcp")
+    fresh.load_state_dict(sd)
+    with fresh:
+        assert np.array_equal(np.asarray(next(iter(fresh))["tokens"]), want[10])
