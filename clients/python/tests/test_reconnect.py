@@ -8,6 +8,7 @@ raises DaemonUnavailableError, as before."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -34,7 +35,8 @@ def free_port() -> int:
 class Supervised:
     """The daemon on a fixed socket and shm directory, started again when asked."""
 
-    def __init__(self, tmp_path):
+    def __init__(self, tmp_path, *extra):
+        self.extra = list(extra)
         self.socket = str(tmp_path / "d.sock")
         self.shm = str(tmp_path / "shm")
         os.makedirs(self.shm, exist_ok=True)
@@ -45,7 +47,7 @@ class Supervised:
     def start(self):
         self.port = free_port()
         self.proc = subprocess.Popen([BIN, "serve", "--socket", self.socket, "--shm-dir", self.shm,
-                                      "--log-level", "warn", "--metrics-addr", f"127.0.0.1:{self.port}"],
+                                      "--log-level", "warn", "--metrics-addr", f"127.0.0.1:{self.port}", *self.extra],
                                      stdout=self.log, stderr=self.log)
         for _ in range(200):
             if subprocess.run([BIN, "healthcheck", "--socket", self.socket, "--timeout", "1s"],
@@ -170,3 +172,39 @@ def test_save_and_state_dict_carry_on_through_a_restart(supervised, config, tmp_
     fresh.load_state_dict(sd)
     with fresh:
         assert np.array_equal(np.asarray(next(iter(fresh))["tokens"]), want[10])
+
+
+VOCAB = os.environ.get("DATALOADERD_TOKENIZER_VOCAB", "")
+
+
+@pytest.mark.skipif(not os.path.exists(os.path.join(VOCAB, "r50k_base.tiktoken")) and os.environ.get("CI") != "true",
+                    reason="set DATALOADERD_TOKENIZER_VOCAB (make test does) to the rank files")
+def test_text_on_the_fly_goes_on_through_restarts(tmp_path):
+    # A restarted daemon tokenizes again what the reopened session reads.
+    d = Supervised(tmp_path, "--tokenizer-dir", VOCAB)
+    try:
+        rng = random.Random(5)
+        words = ["the", "loader", "ранг", "token", "42", "é", "don't"]
+        with open(tmp_path / "a.jsonl", "w") as f:
+            for _ in range(400):
+                f.write(json.dumps({"text": " ".join(rng.choice(words) for _ in range(rng.randint(1, 200)))}) + "\n")
+        config = {"seq_len": 63, "batch_size": 2, "seed": 2, "logical_shards": 2, "eos_id": 50256,
+                  "datasets": [{"name": "a", "path": str(tmp_path / "a.jsonl"), "format": "jsonl",
+                                "tokenizer": "r50k_base"}]}
+        steps = 70
+        with Loader(config, socket=d.socket, dp_rank=0, dp_size=1, job="ref") as ref:
+            want = [np.asarray(b["tokens"]).copy() for _, b in zip(range(steps), ref)]
+        got = []
+        with Loader(config, socket=d.socket, dp_rank=0, dp_size=1, job="run") as loader:
+            for i, batch in enumerate(loader):
+                got.append(np.asarray(batch["tokens"]).copy())
+                if len(got) == steps:
+                    break
+                if i in (12, 40):
+                    d.kill()
+                    time.sleep(0.2)
+                    d.start()
+            assert loader.reconnects == 2
+        assert all(np.array_equal(a, b) for a, b in zip(got, want))
+    finally:
+        d.stop()
