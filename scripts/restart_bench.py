@@ -3,14 +3,13 @@
 the daemon is killed (-9) and started again on the same socket, and the time
 from starting the new daemon to the loader's next batch is measured (the
 daemon's start, the loader noticing, reopening its session from its kept
-state and taking again the batches since that state).
+state, the daemon moving its cursors to the loader's step).
 
     python scripts/restart_bench.py --prefix bench/.corpus/corpus [--jsonl FILE --vocab DIR] [--repeats 5]
 
 Pre-tokenized: the Megatron corpus at --prefix, 1024 logical shards, seq_len
 4096, 8 lines a batch (the benchmark's workload). Text on the fly: --jsonl
-with cl100k_base. Prints the median, min and max per workload, and the
-batches taken again."""
+with cl100k_base. Prints the median, min and max per workload."""
 
 from __future__ import annotations
 
@@ -64,11 +63,11 @@ def measure(binary, config, extra, repeats, label):
                 while loader.reconnects == before:
                     next(it)
                 times.append(time.perf_counter() - t0)
-                retaken.append(loader._last_step % 32)
+                retaken.append(loader._last_step % 32)  # about the steps past the kept state
         proc.terminate()
         proc.wait()
     print(f"{label}: restart to next batch median {statistics.median(times):.3f} s "
-          f"(min {min(times):.3f}, max {max(times):.3f}, {repeats} restarts; batches taken again "
+          f"(min {min(times):.3f}, max {max(times):.3f}, {repeats} restarts; steps past the kept state about "
           f"{sorted(retaken)})", flush=True)
     return times
 

@@ -36,6 +36,7 @@ func requestFrom(req *pb.OpenSessionRequest) (session.Request, error) {
 		Transport: t, Slots: int(req.GetSlots()), Device: int(req.GetDevice()),
 		ResumeFrom: req.GetResumeFrom(), ResumeStates: req.GetResumeStates(), Config: cfg,
 		ReconnectedAfter: time.Duration(min(req.GetReconnectedAfterNs(), uint64(math.MaxInt64))),
+		SkipToStep:       req.GetSkipToStep(),
 	}
 	if s := req.GetResumeSharded(); s != nil {
 		sharded, err := shardedFrom(s)

@@ -133,6 +133,35 @@ func (m *Manager) join(ss *session, group string, device int) (Opened, error) {
 	return ss.describe(c, device), nil
 }
 
+// MaxSkip bounds the batches a session skips at open (SkipToStep): a client
+// reopening its session skips at most the few since the state it kept.
+const MaxSkip = 1 << 16
+
+// skipTo moves a new session's rank to step to (0: where it is), without
+// copying tokens; a rank that ends before it stays at its end.
+func skipTo(rank *stream.Rank, to uint64) error {
+	if to == 0 || to <= rank.Step() {
+		if to != 0 && to < rank.Step() {
+			return fmt.Errorf("%w: skip_to_step %d is before the resumed step %d", ErrBadRequest, to, rank.Step())
+		}
+		return nil
+	}
+	if to-rank.Step() > MaxSkip {
+		return fmt.Errorf("%w: skip_to_step %d is %d steps past the resumed step %d, more than %d", ErrBadRequest,
+			to, to-rank.Step(), rank.Step(), MaxSkip)
+	}
+	for rank.Step() < to {
+		p, err := rank.SkipBatch()
+		if err != nil {
+			return err
+		}
+		if p.Lines == 0 {
+			return nil
+		}
+	}
+	return nil
+}
+
 // newSession opens (or shares) the corpus, restores the state to resume
 // from, makes the ring and starts the producer.
 func (m *Manager) newSession(key sessionKey, req Request, group string) (*session, error) {
@@ -151,6 +180,10 @@ func (m *Manager) newSession(key sessionKey, req Request, group string) (*sessio
 		if from != nil {
 			err = fmt.Errorf("%s: %w", resumeSource(req), err)
 		}
+		return nil, err
+	}
+	if err := skipTo(rank, req.SkipToStep); err != nil {
+		release()
 		return nil, err
 	}
 	id := newSessionID()

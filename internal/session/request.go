@@ -63,6 +63,9 @@ type Request struct {
 	// ReconnectedAfter is set by a client reopening its session on a
 	// restarted daemon: how long it was without one.
 	ReconnectedAfter time.Duration
+	// SkipToStep, when set, moves the new session past the batches up to
+	// that step (after the resumed one) without serving them.
+	SkipToStep uint64
 }
 
 // Opened tells a consumer what it joined and what to map.

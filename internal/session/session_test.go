@@ -6,6 +6,7 @@ import (
 	"math/rand"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -249,5 +250,44 @@ func TestShutdown(t *testing.T) {
 	}
 	if _, err := m.Open(ctxT(t), Request{Job: "k", DPSize: 1, Config: cfg}); !errors.Is(err, ErrShuttingDown) {
 		t.Fatalf("open after shutdown: %v", err)
+	}
+}
+
+// TestSkipToStep: a session opened with SkipToStep starts after that step,
+// and serves what a session that served the steps before it serves next;
+// a skip past MaxSkip is refused by name.
+func TestSkipToStep(t *testing.T) {
+	m := newManager(t, Config{})
+	cfg := jobConfig(t, t.TempDir(), 0)
+	next := func(o Opened, n int) [][]byte {
+		t.Helper()
+		feed, err := m.Attach(0, o.ID, 0, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out [][]byte
+		for i := 0; i < n; i++ {
+			b, err := feed.Next(ctxT(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, append([]byte(nil), feed.ss.ring.Slot(b.Slot)[:b.Lines*cfg.LineTokens()*4]...))
+			if err := feed.Release(b.Slot, b.Step, 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return out
+	}
+	full := next(mustOpen(t, m, Request{Job: "full", DPRank: 0, DPSize: 1, Config: cfg}), 12)
+	skipped := mustOpen(t, m, Request{Job: "skip", DPRank: 0, DPSize: 1, Config: cfg, SkipToStep: 7})
+	if skipped.StartStep != 7 {
+		t.Fatalf("start step %d, want 7", skipped.StartStep)
+	}
+	if got := next(skipped, 5); !reflect.DeepEqual(got, full[7:]) {
+		t.Fatal("a session skipped to step 7 serves other batches than steps 8-12")
+	}
+	if _, err := m.Open(ctxT(t), Request{Job: "far", DPRank: 0, DPSize: 1, Config: cfg, SkipToStep: MaxSkip + 1}); !errors.Is(err, ErrBadRequest) ||
+		!strings.Contains(err.Error(), "skip_to_step") {
+		t.Fatalf("a skip past MaxSkip: %v", err)
 	}
 }

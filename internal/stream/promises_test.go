@@ -259,3 +259,37 @@ func TestDeterminism(t *testing.T) {
 		})
 	}
 }
+
+// TestSkipBatch: a rank that skips k batches (cursors moved, nothing
+// copied) then serves what a rank that produced them serves, and holds the
+// same state; so does one resumed from it.
+func TestSkipBatch(t *testing.T) {
+	for seed := int64(1); seed <= 10; seed++ {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			rng := rand.New(rand.NewSource(seed))
+			ds, _ := testCorpus(t, rng)
+			cfg := randomConfig(rng, ds)
+			cfg.Epochs = 0
+			corpus, err := OpenCorpus(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer corpus.Close()
+			k := 1 + rng.Intn(40)
+			a, _ := NewRank(corpus, 0, 2, nil)
+			run(t, a, cfg, k)
+			b, _ := NewRank(corpus, 0, 2, nil)
+			for i := 0; i < k; i++ {
+				if p, err := b.SkipBatch(); err != nil || p.Lines != int(cfg.BatchSize) {
+					t.Fatalf("skip %d: %d lines, %v", i, p.Lines, err)
+				}
+			}
+			if !reflect.DeepEqual(a.State(), b.State()) {
+				t.Fatalf("state after %d skipped batches differs from %d produced", k, k)
+			}
+			if got, want := run(t, b, cfg, 10), run(t, a, cfg, 10); !reflect.DeepEqual(got, want) {
+				t.Fatalf("batches after %d skipped differ", k)
+			}
+		})
+	}
+}

@@ -374,11 +374,13 @@ func (r *Rank) shardLine(s *shardRun, dst []int32) (bool, error) {
 		r.pieces = r.pieces[:0]
 		pc = &r.pieces
 	}
-	filled, err := s.fillLine(fr, &s.win, j, dst, pc)
-	if err != nil {
-		return false, err
+	if dst != nil {
+		filled, err := s.fillLine(fr, &s.win, j, dst, pc)
+		if err != nil {
+			return false, err
+		}
+		r.filled, r.from = filled, s
 	}
-	r.filled, r.from = filled, s
 	s.st.Lines++
 	s.st.Taken++
 	if s.st.Taken == s.win.lines {
@@ -430,8 +432,15 @@ func (r *Rank) nextBatch(dst []int32, mw *metaWriter) (Produced, error) {
 		r.addShare(r.step + 1)
 	}
 	p := Produced{DatasetLines: make([]int, len(r.datasets))}
-	for (p.Lines+1)*line <= len(dst) {
-		lt := dst[p.Lines*line : (p.Lines+1)*line]
+	lines := len(dst) / line
+	if dst == nil {
+		lines = int(r.corpus.cfg.BatchSize) // SkipBatch: the cursors move, nothing is copied
+	}
+	for p.Lines < lines {
+		var lt []int32
+		if dst != nil {
+			lt = dst[p.Lines*line : (p.Lines+1)*line]
+		}
 		d, err := r.nextLine(lt)
 		if err != nil {
 			return Produced{}, err
@@ -439,7 +448,7 @@ func (r *Rank) nextBatch(dst []int32, mw *metaWriter) (Produced, error) {
 		if d == nil {
 			break
 		}
-		if mw != nil {
+		if mw != nil && dst != nil {
 			if err := mw.addLine(p.Lines, lt, int(r.filled), r.pieces, r.from.shard, d.index); err != nil {
 				return Produced{}, err
 			}
@@ -465,6 +474,12 @@ func (r *Rank) nextBatch(dst []int32, mw *metaWriter) (Produced, error) {
 	}
 	return p, nil
 }
+
+// SkipBatch moves the rank past its next batch as NextBatch would, without
+// reading or copying a token: the windows of the shards it reaches are laid
+// out from document lengths alone. A reopened session reaches the step its
+// client had read this way.
+func (r *Rank) SkipBatch() (Produced, error) { return r.nextBatch(nil, nil) }
 
 // NextBatchBytes writes the next batch into a slot laid out as Layout
 // says: little-endian int32 tokens, then the config's metadata.

@@ -441,8 +441,13 @@ type OpenSessionRequest struct {
 	// Set by a client that reopens its session on a restarted daemon: how long
 	// it was without one, for the daemon's reconnect metrics; 0 otherwise.
 	ReconnectedAfterNs uint64 `protobuf:"varint,12,opt,name=reconnected_after_ns,json=reconnectedAfterNs,proto3" json:"reconnected_after_ns,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// Moves the new session past the batches up to this step (after the one
+	// resumed from) without serving them: cursors move, no token is copied.
+	// A client reopening its session on a restarted daemon reaches the step
+	// it had read. 0: none.
+	SkipToStep    uint64 `protobuf:"varint,13,opt,name=skip_to_step,json=skipToStep,proto3" json:"skip_to_step,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *OpenSessionRequest) Reset() {
@@ -555,6 +560,13 @@ func (x *OpenSessionRequest) GetResumeSharded() *ShardedState {
 func (x *OpenSessionRequest) GetReconnectedAfterNs() uint64 {
 	if x != nil {
 		return x.ReconnectedAfterNs
+	}
+	return 0
+}
+
+func (x *OpenSessionRequest) GetSkipToStep() uint64 {
+	if x != nil {
+		return x.SkipToStep
 	}
 	return 0
 }
@@ -1812,7 +1824,7 @@ const file_dataloader_v1_dataloader_proto_rawDesc = "" +
 	"\x06linear\x18\x03 \x01(\bR\x06linear\x1a:\n" +
 	"\fWeightsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\"\xca\x03\n" +
+	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\"\xec\x03\n" +
 	"\x12OpenSessionRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x120\n" +
 	"\x06config\x18\x02 \x01(\v2\x18.dataloader.v1.JobConfigR\x06config\x12\x17\n" +
@@ -1827,7 +1839,9 @@ const file_dataloader_v1_dataloader_proto_rawDesc = "" +
 	"\x06device\x18\n" +
 	" \x01(\rR\x06device\x12B\n" +
 	"\x0eresume_sharded\x18\v \x01(\v2\x1b.dataloader.v1.ShardedStateR\rresumeSharded\x120\n" +
-	"\x14reconnected_after_ns\x18\f \x01(\x04R\x12reconnectedAfterNs\"S\n" +
+	"\x14reconnected_after_ns\x18\f \x01(\x04R\x12reconnectedAfterNs\x12 \n" +
+	"\fskip_to_step\x18\r \x01(\x04R\n" +
+	"skipToStep\"S\n" +
 	"\fShardedState\x12\x10\n" +
 	"\x03run\x18\x01 \x01(\fR\x03run\x121\n" +
 	"\x06shards\x18\x02 \x03(\v2\x19.dataloader.v1.ShardStateR\x06shards\"\xbc\x01\n" +

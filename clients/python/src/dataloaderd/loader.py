@@ -159,6 +159,7 @@ class Loader:
         _open_loaders.add(self)
         self._resume_sharded: Optional[pb.ShardedState] = None
         self._reopened_after = 0.0  # seconds without a daemon, told to the next OpenSession
+        self._skip_to = 0  # the step the next OpenSession moves past (reopening a session)
         self._live: Optional[_Session] = None
         self._last_step = 0
         # Whether _last_step is the resumed step before a session said so.
@@ -183,9 +184,9 @@ class Loader:
                 consumers=self._consumers, transport=delivery.wire,
                 resume_from=self._resume_from, resume_states=self._resume_states,
                 resume_sharded=self._resume_sharded, slots=self._slots, device=self.device,
-                reconnected_after_ns=int(self._reopened_after * 1e9),
+                reconnected_after_ns=int(self._reopened_after * 1e9), skip_to_step=self._skip_to,
             ), timeout=self._timeout)
-            self._reopened_after = 0.0
+            self._reopened_after, self._skip_to = 0.0, 0
             feed: Optional[Feed] = None
             try:
                 feed = open_feed(self._stub, s, self._fast, self._batch_timeout)
@@ -293,6 +294,7 @@ class Loader:
             self._channel, self._stub = _connect(self.socket)
             try:
                 self._reopened_after = time.monotonic() - lost
+                self._skip_to = last if self._recovery is None or last > self._recovery[0] else 0
                 self._open()
                 break
             except DaemonUnavailableError:
@@ -300,10 +302,10 @@ class Loader:
                     raise DaemonUnavailableError(
                         f"the daemon at {self.socket} went away and did not come back within "
                         f"reconnect_timeout={self._reconnect_timeout:g} s; resume from the last checkpoint") from None
-                time.sleep(0.05)
+                time.sleep(0.01)
         new = cast(_Session, self._live)  # set by _open(); mypy keeps the None assigned above
         new.feed.start()
-        while self._last_step < last:  # the batches this loader already yielded
+        while self._last_step < last:  # a daemon that did not skip to it: take them again
             got = self._next_announced(new)
             if got is None:
                 break

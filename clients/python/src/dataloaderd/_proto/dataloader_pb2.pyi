@@ -254,6 +254,7 @@ class OpenSessionRequest(_message.Message):
     DEVICE_FIELD_NUMBER: _builtins.int
     RESUME_SHARDED_FIELD_NUMBER: _builtins.int
     RECONNECTED_AFTER_NS_FIELD_NUMBER: _builtins.int
+    SKIP_TO_STEP_FIELD_NUMBER: _builtins.int
     job: _builtins.str
     dp_rank: _builtins.int
     dp_size: _builtins.int
@@ -271,6 +272,12 @@ class OpenSessionRequest(_message.Message):
     reconnected_after_ns: _builtins.int
     """Set by a client that reopens its session on a restarted daemon: how long
     it was without one, for the daemon's reconnect metrics; 0 otherwise.
+    """
+    skip_to_step: _builtins.int
+    """Moves the new session past the batches up to this step (after the one
+    resumed from) without serving them: cursors move, no token is copied.
+    A client reopening its session on a restarted daemon reaches the step
+    it had read. 0: none.
     """
     @_builtins.property
     def config(self) -> Global___JobConfig: ...
@@ -300,10 +307,11 @@ class OpenSessionRequest(_message.Message):
         device: _builtins.int = ...,
         resume_sharded: Global___ShardedState | None = ...,
         reconnected_after_ns: _builtins.int = ...,
+        skip_to_step: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["config", b"config", "resume_sharded", b"resume_sharded"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["config", b"config", "consumers", b"consumers", "device", b"device", "dp_rank", b"dp_rank", "dp_size", b"dp_size", "job", b"job", "reconnected_after_ns", b"reconnected_after_ns", "resume_from", b"resume_from", "resume_sharded", b"resume_sharded", "resume_states", b"resume_states", "slots", b"slots", "transport", b"transport"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["config", b"config", "consumers", b"consumers", "device", b"device", "dp_rank", b"dp_rank", "dp_size", b"dp_size", "job", b"job", "reconnected_after_ns", b"reconnected_after_ns", "resume_from", b"resume_from", "resume_sharded", b"resume_sharded", "resume_states", b"resume_states", "skip_to_step", b"skip_to_step", "slots", b"slots", "transport", b"transport"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
