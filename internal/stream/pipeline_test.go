@@ -265,6 +265,18 @@ func TestPipelineHooksAndReleaseThrough(t *testing.T) {
 	}
 }
 
+// changedAt returns a rank's first k batches, then n more after its
+// weights changed to weights at step k.
+func changedAt(t *testing.T, corpus *Corpus, cfg Config, k uint64, n int, weights []float64) [][]int32 {
+	t.Helper()
+	ref, _ := NewRank(corpus, 0, 1, nil)
+	want := run(t, ref, cfg, int(k))
+	if err := ref.SetWeights(k, weights); err != nil {
+		t.Fatal(err)
+	}
+	return append(want, run(t, ref, cfg, n)...)
+}
+
 // TestPipelineSetWeights: a change of weights at run time for the batch
 // after step k, while the producer has already made later batches, drops
 // them and makes them again: the consumer reads what a rank changed at step
@@ -278,12 +290,7 @@ func TestPipelineSetWeights(t *testing.T) {
 	weights := make([]float64, len(cfg.Datasets))
 	weights[len(weights)-1] = 1 // the last dataset alone
 	const k = 6
-	ref, _ := NewRank(corpus, 0, 1, nil)
-	want := run(t, ref, cfg, k)
-	if err := ref.SetWeights(k, weights); err != nil {
-		t.Fatal(err)
-	}
-	want = append(want, run(t, ref, cfg, 14)...)
+	want := changedAt(t, corpus, cfg, k, 14, weights)
 
 	rank, _ := NewRank(corpus, 0, 1, nil)
 	ring := newMemSlots(4, cfg)
@@ -372,12 +379,7 @@ func TestPipelineSetWeightsGroup(t *testing.T) {
 	weights := []float64{0, 0, 1}[:len(cfg.Datasets)]
 	weights[len(weights)-1] = 1
 	const k = 4
-	ref, _ := NewRank(corpus, 0, 1, nil)
-	want := run(t, ref, cfg, k)
-	if err := ref.SetWeights(k, weights); err != nil {
-		t.Fatal(err)
-	}
-	want = append(want, run(t, ref, cfg, 8)...)
+	want := changedAt(t, corpus, cfg, k, 8, weights)
 	rank, _ := NewRank(corpus, 0, 1, nil)
 	ring := newMemSlots(4, cfg)
 	p := NewPipeline(rank, ring, 2)

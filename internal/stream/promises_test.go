@@ -197,19 +197,7 @@ func checkServed(t *testing.T, served map[int32]int, all map[int32]bool, want in
 // run returns the next n batches of a rank (fewer at the end).
 func run(t *testing.T, rank *Rank, cfg Config, n int) [][]int32 {
 	t.Helper()
-	var out [][]int32
-	for i := 0; i < n; i++ {
-		buf := batchBuf(cfg)
-		p, err := rank.NextBatch(buf)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if p.Lines == 0 {
-			break
-		}
-		out = append(out, buf[:p.Lines*cfg.LineTokens()])
-	}
-	return out
+	return runLines(t, rank, cfg, n, nil)
 }
 
 // TestDeterminism: the same config and world size give bit-identical
