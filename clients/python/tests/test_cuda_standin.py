@@ -14,6 +14,7 @@ import glob
 import os
 import shutil
 import subprocess
+import threading
 import time
 
 import numpy as np
@@ -269,3 +270,36 @@ def test_metadata_on_device_transports_equals_shm(daemon_factory, standin, clien
         for k in keys:
             assert w[k].dtype == g[k].dtype and np.array_equal(w[k], g[k]), f"{k} differs on {transport}"
     assert client_standin.fakecuda_python_live() == 0
+
+
+@pytest.mark.parametrize("transport", ["cuda", "shm-pinned"])
+def test_device_transports_go_on_through_a_daemon_restart(standin, client_standin, config, tmp_path, transport):
+    # The daemon (with the stand-in driver) is killed and started again on
+    # its socket: the loader maps the new session's ring anew (a device ring
+    # by CUDA IPC, or the shm ring registered with the driver) and goes on
+    # with the batches a run never interrupted gives.
+    from test_reconnect import Supervised
+    d = Supervised(tmp_path, "--cuda-library", standin)
+    try:
+        with Loader(config, dp_rank=0, dp_size=1, socket=d.socket, job="ref") as ref:
+            want = take(ref, 40)
+        with Loader(config, dp_rank=0, dp_size=1, socket=d.socket, job="dev", transport=transport, device=1,
+                    slots=3) as dev:
+            got = []
+            for batch in dev:
+                got.append((batch["step"], np.array(batch["tokens"])))
+                if len(got) == 40:
+                    break
+                if len(got) in (9, 27):
+                    d.kill()
+                    threading.Timer(0.2, d.start).start()
+            assert dev.reconnects == 2
+            del batch  # a view of the last ring: it keeps that mapping, as a tensor would
+        assert [s for s, _ in got] == list(range(1, 41))
+        for (_, w), (_, g) in zip(want, got):
+            assert np.array_equal(w, g), f"a batch on {transport} after a daemon restart differs"
+        gc.collect()
+        assert client_standin.fakecuda_python_live() == 0, "driver objects of the lost sessions are still held"
+    finally:
+        time.sleep(0.3)
+        d.stop()
