@@ -37,6 +37,7 @@ func requestFrom(req *pb.OpenSessionRequest) (session.Request, error) {
 		ResumeFrom: req.GetResumeFrom(), ResumeStates: req.GetResumeStates(), Config: cfg,
 		ReconnectedAfter: time.Duration(min(req.GetReconnectedAfterNs(), uint64(math.MaxInt64))),
 		SkipToStep:       req.GetSkipToStep(),
+		ReconnectStep:    req.GetReconnectStep(),
 	}
 	if s := req.GetResumeSharded(); s != nil {
 		sharded, err := shardedFrom(s)

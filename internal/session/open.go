@@ -56,6 +56,10 @@ func (m *Manager) open(ctx context.Context, req Request) (Opened, error) {
 		}
 		if ss := m.sessions[key]; ss != nil {
 			m.mu.Unlock()
+			if req.reconnecting() && ss.pipeline.StartStep() > req.ReconnectStep {
+				return Opened{}, fmt.Errorf("%w: job %q dp_rank %d was reopened at step %d, after this consumer's last step %d: its group's consumers were more than a kept state apart",
+					ErrConfigDiffers, req.Job, req.DPRank, ss.pipeline.StartStep(), req.ReconnectStep)
+			}
 			return m.join(ss, group, req.Device)
 		}
 		made := m.opening[key]

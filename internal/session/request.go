@@ -66,6 +66,9 @@ type Request struct {
 	// SkipToStep, when set, moves the new session past the batches up to
 	// that step (after the resumed one) without serving them.
 	SkipToStep uint64
+	// ReconnectStep is, for a consumer of a group reopening its session on
+	// a restarted daemon, the last step it read (see groupKey).
+	ReconnectStep uint64
 }
 
 // Opened tells a consumer what it joined and what to map.
@@ -113,6 +116,10 @@ type Batch struct {
 	Generation uint64
 }
 
+// reconnecting reports whether the request is a group consumer's coming
+// back to a restarted daemon.
+func (r *Request) reconnecting() bool { return r.ReconnectedAfter > 0 && r.Consumers > 1 }
+
 // resolve fills the request's defaults and checks what it can without
 // opening anything.
 func (r *Request) resolve(defaultSlots int) error {
@@ -159,6 +166,16 @@ func (r *Request) groupKey() (string, error) {
 	var sharded string
 	if r.ResumeSharded != nil {
 		sharded = r.ResumeSharded.Key()
+	}
+	if r.reconnecting() {
+		// The consumers of a group coming back from a lost daemon each kept
+		// their own state: the first to come back opens the session from
+		// its own, and the others join it (join checks the step).
+		r2 := *r
+		r2.ResumeFrom, r2.ResumeStates, r2.ResumeSharded, r2.SkipToStep = "", nil, nil, 0
+		r2.ReconnectedAfter, r2.ReconnectStep = 0, 0
+		key, err := r2.groupKey()
+		return "reconnect:" + key, err
 	}
 	b, err := json.Marshal(struct {
 		Config        stream.Config

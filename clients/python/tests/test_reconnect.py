@@ -208,3 +208,50 @@ def test_text_on_the_fly_goes_on_through_restarts(tmp_path):
         assert all(np.array_equal(a, b) for a, b in zip(got, want))
     finally:
         d.stop()
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["control-block", "messages"])
+def test_a_group_goes_on_through_daemon_restarts(supervised, config, fast):
+    # Two consumers of one session (a tensor-parallel pair), each in its own
+    # thread as in their own processes, one or two steps apart when the
+    # daemon dies: the first back reopens the session from the state it kept
+    # before its latest, the other joins it, and each reads on to its own
+    # step: both get the uninterrupted run's batches.
+    steps = 110
+    with Loader(config, socket=supervised.socket, dp_rank=0, dp_size=1, job="ref") as ref:
+        want = [np.asarray(b["tokens"]).copy() for _, b in zip(range(steps), ref)]
+    got = {0: [], 1: []}
+    errors = []
+    killed = threading.Event()
+
+    def consumer(c):
+        try:
+            with Loader(config, socket=supervised.socket, dp_rank=0, dp_size=1, job="tp", consumers=2,
+                        fast=fast) as loader:
+                for batch in loader:
+                    got[c].append(np.asarray(batch["tokens"]).copy())
+                    n = len(got[c])
+                    if c == 0 and n in (45, 90):
+                        supervised.kill()
+                        threading.Timer(0.3, supervised.start).start()
+                        killed.set()
+                    if c == 1 and n in (44, 89):
+                        time.sleep(0.05)  # one step behind when the daemon dies
+                    if n == steps:
+                        break
+                got[c].append(loader.reconnects)
+        except Exception as e:  # reported below, with the other thread's
+            errors.append(f"consumer {c}: {e!r}")
+
+    threads = [threading.Thread(target=consumer, args=(c,)) for c in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors, errors
+    assert killed.is_set()
+    for c in (0, 1):
+        reconnects = got[c].pop()
+        assert reconnects == 2, (c, reconnects)
+        assert len(got[c]) == steps
+        assert all(np.array_equal(a, b) for a, b in zip(got[c], want)), f"consumer {c}'s batches differ"

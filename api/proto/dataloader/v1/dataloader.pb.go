@@ -445,7 +445,12 @@ type OpenSessionRequest struct {
 	// resumed from) without serving them: cursors move, no token is copied.
 	// A client reopening its session on a restarted daemon reaches the step
 	// it had read. 0: none.
-	SkipToStep    uint64 `protobuf:"varint,13,opt,name=skip_to_step,json=skipToStep,proto3" json:"skip_to_step,omitempty"`
+	SkipToStep uint64 `protobuf:"varint,13,opt,name=skip_to_step,json=skipToStep,proto3" json:"skip_to_step,omitempty"`
+	// A consumer of a group reopening its session on a restarted daemon: the
+	// last step it read. The group's session is opened by the first of its
+	// consumers to come back, from that one's state; the others join it
+	// whatever state they bring, if it starts at or before this step.
+	ReconnectStep uint64 `protobuf:"varint,14,opt,name=reconnect_step,json=reconnectStep,proto3" json:"reconnect_step,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -567,6 +572,13 @@ func (x *OpenSessionRequest) GetReconnectedAfterNs() uint64 {
 func (x *OpenSessionRequest) GetSkipToStep() uint64 {
 	if x != nil {
 		return x.SkipToStep
+	}
+	return 0
+}
+
+func (x *OpenSessionRequest) GetReconnectStep() uint64 {
+	if x != nil {
+		return x.ReconnectStep
 	}
 	return 0
 }
@@ -1824,7 +1836,7 @@ const file_dataloader_v1_dataloader_proto_rawDesc = "" +
 	"\x06linear\x18\x03 \x01(\bR\x06linear\x1a:\n" +
 	"\fWeightsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\"\xec\x03\n" +
+	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\"\x93\x04\n" +
 	"\x12OpenSessionRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x120\n" +
 	"\x06config\x18\x02 \x01(\v2\x18.dataloader.v1.JobConfigR\x06config\x12\x17\n" +
@@ -1841,7 +1853,8 @@ const file_dataloader_v1_dataloader_proto_rawDesc = "" +
 	"\x0eresume_sharded\x18\v \x01(\v2\x1b.dataloader.v1.ShardedStateR\rresumeSharded\x120\n" +
 	"\x14reconnected_after_ns\x18\f \x01(\x04R\x12reconnectedAfterNs\x12 \n" +
 	"\fskip_to_step\x18\r \x01(\x04R\n" +
-	"skipToStep\"S\n" +
+	"skipToStep\x12%\n" +
+	"\x0ereconnect_step\x18\x0e \x01(\x04R\rreconnectStep\"S\n" +
 	"\fShardedState\x12\x10\n" +
 	"\x03run\x18\x01 \x01(\fR\x03run\x121\n" +
 	"\x06shards\x18\x02 \x03(\v2\x19.dataloader.v1.ShardStateR\x06shards\"\xbc\x01\n" +

@@ -70,6 +70,9 @@ class _Session:
 
 R = TypeVar("R")
 
+# set_weights calls a loader remembers, to make them again on a reopened session.
+_MAX_CHANGES = 64
+
 # Batches between refreshes of the state a reconnect resumes from: a reopened
 # session takes at most this many batches again.
 _RECOVERY_STEPS = 32
@@ -130,6 +133,8 @@ class Loader:
         # (step, the rank's sharded state at that step), refreshed every
         # _RECOVERY_STEPS batches; None: the session's own start.
         self._recovery: Optional[Tuple[int, pb.ShardedState]] = None
+        self._recovery_prev: Optional[Tuple[int, pb.ShardedState]] = None  # the one before (groups)
+        self._changes: List[Tuple[int, Dict[str, float]]] = []  # set_weights calls: (after step, weights)
         self.reconnects = 0
         if end not in ("stop", "pad"):
             raise ConfigError(f"end {end!r}: want 'stop' (iteration ends after the rank's last batch) or 'pad'")
@@ -160,6 +165,7 @@ class Loader:
         self._resume_sharded: Optional[pb.ShardedState] = None
         self._reopened_after = 0.0  # seconds without a daemon, told to the next OpenSession
         self._skip_to = 0  # the step the next OpenSession moves past (reopening a session)
+        self._reconnect_step = 0  # a group consumer's last step, told to the next OpenSession
         self._live: Optional[_Session] = None
         self._last_step = 0
         # Whether _last_step is the resumed step before a session said so.
@@ -185,8 +191,9 @@ class Loader:
                 resume_from=self._resume_from, resume_states=self._resume_states,
                 resume_sharded=self._resume_sharded, slots=self._slots, device=self.device,
                 reconnected_after_ns=int(self._reopened_after * 1e9), skip_to_step=self._skip_to,
+                reconnect_step=self._reconnect_step,
             ), timeout=self._timeout)
-            self._reopened_after, self._skip_to = 0.0, 0
+            self._reopened_after, self._skip_to, self._reconnect_step = 0.0, 0, 0
             feed: Optional[Feed] = None
             try:
                 feed = open_feed(self._stub, s, self._fast, self._batch_timeout)
@@ -256,10 +263,8 @@ class Loader:
         return live.feed.next(self._last_step + 1, live.delivery.give_back_finished, self._time_out)
 
     def _reconnects(self) -> bool:
-        """Whether a lost daemon is waited for: reconnect_timeout is set, and
-        the session is this consumer's alone (a group would have to reopen
-        as one: not done yet)."""
-        return self._reconnect_timeout > 0 and self._consumers == 1
+        """Whether a lost daemon is waited for."""
+        return self._reconnect_timeout > 0
 
     def _keep_recovery(self, live: _Session) -> None:
         """Keeps the rank's state at the last yielded step, for a session
@@ -270,7 +275,7 @@ class Loader:
                                        timeout=self._timeout)
         except grpc.RpcError:
             return
-        self._recovery = (self._last_step, resp.sharded)
+        self._recovery_prev, self._recovery = self._recovery, (self._last_step, resp.sharded)
 
     def _reconnect(self, live: _Session) -> _Session:
         """The daemon went away: waits up to reconnect_timeout for it to come
@@ -285,16 +290,21 @@ class Loader:
             live.delivery.close()
         finally:
             live.feed.close()
-        if self._recovery is not None:
+        # A group's consumers may be a step or two apart: the first back opens
+        # the session from the state it kept before its latest, which every
+        # consumer has read past, and each then reads up to its own step.
+        kept = self._recovery if self._consumers == 1 else self._recovery_prev
+        if kept is not None:
             self._resume_from, self._resume_states = "", []
-            self._resume_sharded = self._recovery[1]
+            self._resume_sharded = kept[1]
         deadline = lost + self._reconnect_timeout
         while True:
             self._channel.close()
             self._channel, self._stub = _connect(self.socket)
             try:
                 self._reopened_after = time.monotonic() - lost
-                self._skip_to = last if self._recovery is None or last > self._recovery[0] else 0
+                self._skip_to = last if self._consumers == 1 else 0
+                self._reconnect_step = last if self._consumers > 1 else 0
                 self._open()
                 break
             except DaemonUnavailableError:
@@ -304,6 +314,11 @@ class Loader:
                         f"reconnect_timeout={self._reconnect_timeout:g} s; resume from the last checkpoint") from None
                 time.sleep(0.01)
         new = cast(_Session, self._live)  # set by _open(); mypy keeps the None assigned above
+        for after, weights in self._changes:  # made since the state reopened from: made again
+            if after >= self._last_step:
+                self._stub.SetWeights(pb.SetWeightsRequest(
+                    session_id=new.reply.session_id, after_step=after, taken_step=self._last_step,
+                    weights={k: float(v) for k, v in weights.items()}), timeout=self._timeout)
         new.feed.start()
         while self._last_step < last:  # a daemon that did not skip to it: take them again
             got = self._next_announced(new)
@@ -436,6 +451,7 @@ class Loader:
             session_id=s.session_id, after_step=first - 1, taken_step=self._last_step,
             weights={k: float(v) for k, v in weights.items()}), timeout=self._timeout)
         live.feed.drop_older(resp.generation)
+        self._changes = [c for c in self._changes if c[0] < first - 1][-(_MAX_CHANGES - 1):] + [(first - 1, dict(weights))]
         if self._reconnects():
             self._keep_recovery(live)  # a reopened session must know the change
 

@@ -255,6 +255,7 @@ class OpenSessionRequest(_message.Message):
     RESUME_SHARDED_FIELD_NUMBER: _builtins.int
     RECONNECTED_AFTER_NS_FIELD_NUMBER: _builtins.int
     SKIP_TO_STEP_FIELD_NUMBER: _builtins.int
+    RECONNECT_STEP_FIELD_NUMBER: _builtins.int
     job: _builtins.str
     dp_rank: _builtins.int
     dp_size: _builtins.int
@@ -278,6 +279,12 @@ class OpenSessionRequest(_message.Message):
     resumed from) without serving them: cursors move, no token is copied.
     A client reopening its session on a restarted daemon reaches the step
     it had read. 0: none.
+    """
+    reconnect_step: _builtins.int
+    """A consumer of a group reopening its session on a restarted daemon: the
+    last step it read. The group's session is opened by the first of its
+    consumers to come back, from that one's state; the others join it
+    whatever state they bring, if it starts at or before this step.
     """
     @_builtins.property
     def config(self) -> Global___JobConfig: ...
@@ -308,10 +315,11 @@ class OpenSessionRequest(_message.Message):
         resume_sharded: Global___ShardedState | None = ...,
         reconnected_after_ns: _builtins.int = ...,
         skip_to_step: _builtins.int = ...,
+        reconnect_step: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["config", b"config", "resume_sharded", b"resume_sharded"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["config", b"config", "consumers", b"consumers", "device", b"device", "dp_rank", b"dp_rank", "dp_size", b"dp_size", "job", b"job", "reconnected_after_ns", b"reconnected_after_ns", "resume_from", b"resume_from", "resume_sharded", b"resume_sharded", "resume_states", b"resume_states", "skip_to_step", b"skip_to_step", "slots", b"slots", "transport", b"transport"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["config", b"config", "consumers", b"consumers", "device", b"device", "dp_rank", b"dp_rank", "dp_size", b"dp_size", "job", b"job", "reconnect_step", b"reconnect_step", "reconnected_after_ns", b"reconnected_after_ns", "resume_from", b"resume_from", "resume_sharded", b"resume_sharded", "resume_states", b"resume_states", "skip_to_step", b"skip_to_step", "slots", b"slots", "transport", b"transport"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
