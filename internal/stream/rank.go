@@ -32,8 +32,9 @@ type Rank struct {
 	schedule  []state.SchedulePoint
 	share     []float64
 	shareStep uint64
-	// pending is a change of weights made at run time for a later batch.
-	pending *state.MixChange
+	// pending are changes of weights made at run time for later batches,
+	// in step order.
+	pending []state.MixChange
 	// touched collects the shards a batch changed, for the state delta.
 	touched map[*shardRun]struct{}
 	// meta writes the batch metadata the config asks for (nil: none) into
@@ -210,7 +211,9 @@ func (r *Rank) appendMixture(mc state.MixChange) {
 
 // SetWeights changes the mixing weights from batch after+1 on (after >= the
 // rank's step): they replace the configured weights or schedule, the change
-// is logged (as made at run time), and the mixing counts restart there.
+// is logged (as made at run time), and the mixing counts restart there. It
+// also replaces the changes asked for earlier that would take effect from
+// that batch on: the newest call wins for the steps after its own.
 func (r *Rank) SetWeights(after uint64, weights []float64) error {
 	switch {
 	case after < r.step:
@@ -228,19 +231,25 @@ func (r *Rank) SetWeights(after uint64, weights []float64) error {
 	if !positive {
 		return fmt.Errorf("%w: every weight is zero; at least one must be positive", ErrInvalidConfig)
 	}
-	r.pending = &state.MixChange{Step: after, Weights: slices.Clone(weights), Runtime: true}
+	keep := r.pending[:0]
+	for _, mc := range r.pending {
+		if mc.Step < after {
+			keep = append(keep, mc)
+		}
+	}
+	r.pending = append(keep, state.MixChange{Step: after, Weights: slices.Clone(weights), Runtime: true})
 	if after == r.step {
 		r.applyPending()
 	}
 	return nil
 }
 
-// applyPending puts the pending change in effect: logged, the schedule (if
+// applyPending puts the first pending change in effect: logged, the schedule (if
 // any) replaced, and every owned shard's count restarted (each shard goes
 // into the next delta, so the saved state has every base).
 func (r *Rank) applyPending() {
-	mc := *r.pending
-	r.pending = nil
+	mc := r.pending[0]
+	r.pending = r.pending[1:]
 	r.appendMixture(mc)
 	r.schedule, r.share = nil, nil
 	r.weights = slices.Clone(mc.Weights)
@@ -425,7 +434,7 @@ func (r *Rank) NextBatch(dst []int32) (Produced, error) { return r.nextBatch(dst
 // nextBatch fills dst, and with mw the batch's metadata.
 func (r *Rank) nextBatch(dst []int32, mw *metaWriter) (Produced, error) {
 	line := r.corpus.cfg.LineTokens()
-	if r.pending != nil && r.pending.Step == r.step {
+	for len(r.pending) > 0 && r.pending[0].Step == r.step {
 		r.applyPending()
 	}
 	if r.share != nil && r.shareStep == r.step {

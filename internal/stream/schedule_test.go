@@ -437,3 +437,60 @@ func TestSetWeightsExactlyOnce(t *testing.T) {
 		})
 	}
 }
+
+// TestSetWeightsQueued: changes asked for two later steps both take effect,
+// each at its step; a newer change for an earlier step replaces the ones
+// after it.
+func TestSetWeightsQueued(t *testing.T) {
+	rng := rand.New(rand.NewSource(6))
+	ds, _ := testCorpus(t, rng)
+	cfg := randomConfig(rng, ds)
+	cfg.Epochs = 0
+	corpus, err := OpenCorpus(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer corpus.Close()
+	only := func(d int) []float64 {
+		w := make([]float64, len(ds))
+		w[d] = 1
+		return w
+	}
+	rank, _ := NewRank(corpus, 0, 1, nil)
+	if err := rank.SetWeights(3, only(0)); err != nil {
+		t.Fatal(err)
+	}
+	if err := rank.SetWeights(6, only(1)); err != nil {
+		t.Fatal(err)
+	}
+	buf := batchBuf(cfg)
+	for s := 1; s <= 9; s++ {
+		p, err := rank.NextBatch(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case s > 6 && p.DatasetLines[1] != p.Lines, s > 3 && s <= 6 && p.DatasetLines[0] != p.Lines:
+			t.Fatalf("step %d: lines by dataset %v", s, p.DatasetLines)
+		}
+	}
+	if got := rank.State().Mixture; len(got) != 3 || got[1].Step != 3 || got[2].Step != 6 {
+		t.Fatalf("mixture log %+v, want changes at 3 and 6", got)
+	}
+	// A change for step 12 queued, then one for step 11: 11's wins after 11.
+	if err := rank.SetWeights(12, only(0)); err != nil {
+		t.Fatal(err)
+	}
+	if err := rank.SetWeights(11, only(2)); err != nil {
+		t.Fatal(err)
+	}
+	for s := 10; s <= 15; s++ {
+		p, err := rank.NextBatch(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s > 11 && p.DatasetLines[2] != p.Lines {
+			t.Fatalf("step %d: lines by dataset %v, want dataset 2's alone", s, p.DatasetLines)
+		}
+	}
+}
