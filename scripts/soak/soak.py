@@ -111,6 +111,20 @@ class Daemon:
                         shm_files=[f for f in base["shm_files"] if f.endswith(".lock")])
         self.baseline = base
 
+    def goroutines(self) -> str:
+        """The daemon's goroutine stacks (debug=1 summary from /debug/pprof
+        when served; else SIGQUIT's dump into its log, which ends it)."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGQUIT)
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        with open(self.log.name, errors="replace") as f:
+            text = f.read()
+        i = text.find("goroutine ")
+        return text[i:i + 6000] if i >= 0 else "(no dump)"
+
     def logs(self) -> str:
         self.log.flush()
         with open(self.log.name, errors="replace") as f:
@@ -385,7 +399,8 @@ def settle(d: Daemon, timeout: float) -> Dict[str, Any]:
         if back:
             return now
         if time.monotonic() > deadline:
-            raise SoakFailure(f"daemon not back to its baseline after {timeout:.0f} s: now {now}, at start {base}")
+            raise SoakFailure(f"daemon not back to its baseline after {timeout:.0f} s: now {now}, at start {base}; "
+                              f"its goroutines: {d.goroutines()}")
         time.sleep(0.5)
 
 
