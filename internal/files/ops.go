@@ -163,10 +163,11 @@ const staleTemp = 10 * time.Minute
 // WriteFileAtomic replaces path's contents with data so that a reader sees
 // either the old file or the new one whole, even across a crash: it writes
 // the data to a file of no name in the same directory (O_TMPFILE), syncs it,
-// links it in under a temporary name, renames that over path and syncs the
+// links it in as path when path does not exist (no temp name at all), else
+// under a temporary name renamed over path at once, and syncs the
 // directory. A writer killed before the link leaves nothing behind; one
-// killed between the link and the rename (microseconds) leaves a temp file
-// that a later write into the directory sweeps. Where the filesystem has no
+// killed between the link and the rename of a replacing write (two system
+// calls) leaves a temp file that a later write into the directory sweeps. Where the filesystem has no
 // O_TMPFILE (or /proc is not mounted) the data goes to a named temp file
 // from the start. The directory must exist.
 func (r *Roots) WriteFileAtomic(what, path string, data []byte) (err error) {
@@ -185,16 +186,18 @@ func (r *Roots) WriteFileAtomic(what, path string, data []byte) (err error) {
 	_, _ = rand.Read(suffix[:])
 	tmpName := "." + filepath.Base(path) + ".tmp" + hex.EncodeToString(suffix[:])
 	tmp, target := p.child(tmpName), p.child(filepath.Base(path))
-	err = writeUnnamed(d, tmpName, data)
+	placed, err := writeUnnamed(d, filepath.Base(path), tmpName, data)
 	if errors.Is(err, errNoTmpfile) {
 		err = writeNamed(tmp, data)
 	}
 	if err != nil {
 		return p.fail("write", err)
 	}
-	if err := tmp.rename(target); err != nil {
-		_ = tmp.remove()
-		return err
+	if !placed {
+		if err := tmp.rename(target); err != nil {
+			_ = tmp.remove()
+			return err
+		}
 	}
 	if err := d.Sync(); err != nil {
 		return err
@@ -218,35 +221,51 @@ var openUnnamed = func(dirfd int) (int, error) {
 }
 
 // writeUnnamed writes data to a file of no name in directory d, syncs it
-// and links it in as name.
-func writeUnnamed(d *os.File, name string, data []byte) error {
+// and links it in: straight under name when no file has it (a first save
+// into a folder: no temp name ever exists), else under tmp and renamed over
+// name at once, both by the directory's descriptor. placed reports that.
+func writeUnnamed(d *os.File, name, tmp string, data []byte) (placed bool, err error) {
 	fd, err := openUnnamed(int(d.Fd()))
 	switch {
 	case errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EISDIR) || errors.Is(err, unix.EINVAL) ||
 		errors.Is(err, unix.ENOENT):
-		return errNoTmpfile
+		return false, errNoTmpfile
 	case err != nil:
-		return &fs.PathError{Op: "open", Path: filepath.Join(d.Name(), name), Err: err}
+		return false, &fs.PathError{Op: "open", Path: filepath.Join(d.Name(), tmp), Err: err}
 	}
-	f := os.NewFile(uintptr(fd), filepath.Join(d.Name(), name))
+	f := os.NewFile(uintptr(fd), filepath.Join(d.Name(), tmp))
 	defer f.Close()
 	if _, err := f.Write(data); err != nil {
-		return err
+		return false, err
 	}
 	if err := f.Sync(); err != nil {
-		return err
+		return false, err
 	}
 	if beforeLink != nil {
 		beforeLink()
 	}
-	err = unix.Linkat(unix.AT_FDCWD, fmt.Sprintf("/proc/self/fd/%d", fd), int(d.Fd()), name, unix.AT_SYMLINK_FOLLOW)
+	self := fmt.Sprintf("/proc/self/fd/%d", fd)
+	dirfd := int(d.Fd())
+	err = unix.Linkat(unix.AT_FDCWD, self, dirfd, name, unix.AT_SYMLINK_FOLLOW)
+	if err == nil {
+		return true, nil
+	}
+	if errors.Is(err, unix.EEXIST) {
+		// Replacing a file: linked under the temp name, renamed over it.
+		if err = unix.Linkat(unix.AT_FDCWD, self, dirfd, tmp, unix.AT_SYMLINK_FOLLOW); err == nil {
+			if err = unix.Renameat(dirfd, tmp, dirfd, name); err != nil {
+				_ = unix.Unlinkat(dirfd, tmp, 0)
+				return false, &fs.PathError{Op: "rename", Path: filepath.Join(d.Name(), name), Err: err}
+			}
+			return true, nil
+		}
+	}
 	switch {
 	case errors.Is(err, unix.ENOENT) || errors.Is(err, unix.EXDEV) || errors.Is(err, unix.EPERM):
-		return errNoTmpfile // no /proc, or a link refused: write it by name
-	case err != nil:
-		return &fs.PathError{Op: "link", Path: filepath.Join(d.Name(), name), Err: err}
+		return false, errNoTmpfile // no /proc, or a link refused: write it by name
+	default:
+		return false, &fs.PathError{Op: "link", Path: filepath.Join(d.Name(), name), Err: err}
 	}
-	return nil
 }
 
 // writeNamed writes data to the new file tmp and syncs it; on failure tmp

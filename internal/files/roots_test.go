@@ -254,19 +254,30 @@ func TestSaveNamesNothingUntilWritten(t *testing.T) {
 		return out
 	}
 	linked := 0
+	path := filepath.Join(dir, "rank-0-of-1.json")
 	beforeLink = func() {
 		linked++
-		if got := names(); len(got) != 0 {
-			t.Errorf("before the link the folder holds %v: a kill here would leave them", got)
+		for _, n := range names() {
+			if n != filepath.Base(path) {
+				t.Errorf("before the link the folder holds %s: a kill here would leave it", n)
+			}
 		}
 	}
 	defer func() { beforeLink = nil }()
-	path := filepath.Join(dir, "rank-0-of-1.json")
-	if err := r.WriteFileAtomic("save folder", path, []byte(`{"a":1}`)); err != nil {
-		t.Fatal(err)
+	// A first write links the file in under its name; a second replaces it.
+	for i, body := range []string{`{"a":1}`, `{"a":11}`} {
+		if err := r.WriteFileAtomic("save folder", path, []byte(body)); err != nil {
+			t.Fatal(err)
+		}
+		if b, err := os.ReadFile(path); err != nil || string(b) != body {
+			t.Fatalf("write %d: %q, %v", i, b, err)
+		}
+		if got := names(); len(got) != 1 {
+			t.Fatalf("write %d left %v", i, got)
+		}
 	}
-	if linked != 1 {
-		t.Fatalf("the unnamed write ran %d times (O_TMPFILE not used on this filesystem?)", linked)
+	if linked != 2 {
+		t.Fatalf("the unnamed write ran %d times of 2 (O_TMPFILE not used on this filesystem?)", linked)
 	}
 	saved := openUnnamed
 	openUnnamed = func(int) (int, error) { return -1, unix.EOPNOTSUPP }
