@@ -59,12 +59,12 @@ func (f *Feed) Next(ctx context.Context) (Batch, error) {
 		// The slot is held until the consumer releases it: no copy is
 		// needed. With metadata the whole slot goes (its arrays lie where
 		// the layout says), else the lines' tokens alone.
+		slot := f.ss.ring.Slot(b.Slot)
 		cfg := f.ss.corpus.Config()
-		n := b.Lines * cfg.LineTokens() * tokenBytes
-		if len(cfg.Metadata) > 0 {
-			n = cfg.Layout().Bytes
+		if len(cfg.Metadata) == 0 {
+			slot = slot[:b.Lines*cfg.LineTokens()*tokenBytes]
 		}
-		out.Data = f.ss.ring.Slot(b.Slot)[:n]
+		out.Data = slot
 	}
 	return out, nil
 }

@@ -144,15 +144,14 @@ const MaxSkip = 1 << 16
 // skipTo moves a new session's rank to step to (0: where it is), without
 // copying tokens; a rank that ends before it stays at its end.
 func skipTo(rank *stream.Rank, to uint64) error {
-	if to == 0 || to <= rank.Step() {
-		if to != 0 && to < rank.Step() {
-			return fmt.Errorf("%w: skip_to_step %d is before the resumed step %d", ErrBadRequest, to, rank.Step())
-		}
+	switch from := rank.Step(); {
+	case to == 0 || to == from:
 		return nil
-	}
-	if to-rank.Step() > MaxSkip {
+	case to < from:
+		return fmt.Errorf("%w: skip_to_step %d is before the resumed step %d", ErrBadRequest, to, from)
+	case to-from > MaxSkip:
 		return fmt.Errorf("%w: skip_to_step %d is %d steps past the resumed step %d, more than %d", ErrBadRequest,
-			to, to-rank.Step(), rank.Step(), MaxSkip)
+			to, to-from, from, MaxSkip)
 	}
 	for rank.Step() < to {
 		p, err := rank.SkipBatch()

@@ -170,16 +170,25 @@ func (c Config) validateSchedule() error {
 		case len(p.Weights) != len(c.Datasets):
 			return invalid("schedule[%d]: %d weights for %d datasets", i, len(p.Weights), len(c.Datasets))
 		}
-		positive := false
-		for d, w := range p.Weights {
-			if math.IsNaN(w) || math.IsInf(w, 0) || w < 0 {
-				return invalid("schedule[%d]: weight of dataset %q must be a finite number >= 0, got %v", i, c.Datasets[d].Name, w)
-			}
-			positive = positive || w > 0
+		if err := checkWeights(p.Weights, c.Datasets); err != nil {
+			return invalid("schedule[%d] (step %d): %v", i, p.Step, err)
 		}
-		if !positive {
-			return invalid("schedule[%d] (step %d): every weight is zero; at least one must be positive", i, p.Step)
+	}
+	return nil
+}
+
+// checkWeights checks mixing weights given in dataset order: each a finite
+// number >= 0, one at least positive.
+func checkWeights(ws []float64, ds []Dataset) error {
+	positive := false
+	for d, w := range ws {
+		if math.IsNaN(w) || math.IsInf(w, 0) || w < 0 {
+			return fmt.Errorf("weight of dataset %q must be a finite number >= 0, got %v", ds[d].Name, w)
 		}
+		positive = positive || w > 0
+	}
+	if !positive {
+		return errors.New("every weight is zero; at least one must be positive")
 	}
 	return nil
 }

@@ -153,6 +153,7 @@ type segment struct {
 
 // metaWriter writes the metadata of one batch into a slot.
 type metaWriter struct {
+	lay        Layout
 	line, seq  int
 	eos        int32
 	cont, mask bool
@@ -174,7 +175,7 @@ func newMetaWriter(c Config) *metaWriter {
 	if len(c.Metadata) == 0 {
 		return nil
 	}
-	m := &metaWriter{line: c.LineTokens(), seq: int(c.SeqLen), eos: int32(c.EOS),
+	m := &metaWriter{lay: c.Layout(), line: c.LineTokens(), seq: int(c.SeqLen), eos: int32(c.EOS),
 		cont: c.Positions == PositionsContinue, mask: c.MaskDocumentBoundaries,
 		iota: make([]int32, c.LineTokens()), ones: make([]uint8, c.SeqLen)}
 	for k := range m.iota {
@@ -186,8 +187,15 @@ func newMetaWriter(c Config) *metaWriter {
 	return m
 }
 
-// start points the writer at a slot laid out by lay.
-func (m *metaWriter) start(slot []byte, lay Layout) {
+// tokens is the tokens field of a slot.
+func (m *metaWriter) tokens(slot []byte) []int32 {
+	f := m.lay.Fields[0]
+	return int32s(slot[:f.Shape[0]*f.Shape[1]*4])
+}
+
+// start points the writer at a slot laid out by its layout.
+func (m *metaWriter) start(slot []byte) {
+	lay := m.lay
 	view := func(name string) []int32 {
 		f, ok := lay.field(name)
 		if !ok {

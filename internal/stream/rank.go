@@ -3,7 +3,6 @@ package stream
 import (
 	"container/heap"
 	"fmt"
-	"math"
 	"math/bits"
 	"slices"
 	"unsafe"
@@ -38,9 +37,8 @@ type Rank struct {
 	// touched collects the shards a batch changed, for the state delta.
 	touched map[*shardRun]struct{}
 	// meta writes the batch metadata the config asks for (nil: none) into
-	// slots laid out by layout, from the pieces and length of each line.
+	// slots laid out by its layout, from the pieces and length of each line.
 	meta   *metaWriter
-	layout Layout
 	pieces []piece
 	filled uint64
 	from   *shardRun
@@ -77,7 +75,7 @@ func NewRank(c *Corpus, dpRank, dpSize uint32, from *state.Restored) (*Rank, err
 			epochs: uint64(cfg.Epochs), line: uint64(cfg.LineTokens()), window: cfg.Window(), seed: cfg.Seed,
 		},
 		touched: map[*shardRun]struct{}{},
-		meta:    newMetaWriter(cfg), layout: cfg.Layout(),
+		meta:    newMetaWriter(cfg),
 	}
 	weights := make([]float64, len(cfg.Datasets))
 	for i, d := range cfg.Datasets {
@@ -221,15 +219,8 @@ func (r *Rank) SetWeights(after uint64, weights []float64) error {
 	case len(weights) != len(r.weights):
 		return fmt.Errorf("%w: %d weights for %d datasets", ErrInvalidConfig, len(weights), len(r.weights))
 	}
-	positive := false
-	for _, w := range weights {
-		if math.IsNaN(w) || math.IsInf(w, 0) || w < 0 {
-			return fmt.Errorf("%w: weight %v: want finite numbers >= 0", ErrInvalidConfig, w)
-		}
-		positive = positive || w > 0
-	}
-	if !positive {
-		return fmt.Errorf("%w: every weight is zero; at least one must be positive", ErrInvalidConfig)
+	if err := checkWeights(weights, r.corpus.cfg.Datasets); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 	}
 	keep := r.pending[:0]
 	for _, mc := range r.pending {
@@ -496,9 +487,8 @@ func (r *Rank) NextBatchBytes(slot []byte) (Produced, error) {
 	if r.meta == nil {
 		return r.NextBatch(int32s(slot))
 	}
-	tokens := r.layout.Fields[0]
-	r.meta.start(slot, r.layout)
-	return r.nextBatch(int32s(slot[:tokens.Shape[0]*tokens.Shape[1]*4]), r.meta)
+	r.meta.start(slot)
+	return r.nextBatch(r.meta.tokens(slot), r.meta)
 }
 
 // int32s views a byte slot as tokens; slots are page-aligned.

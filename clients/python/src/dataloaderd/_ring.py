@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import mmap
 import os
-from typing import Any, Optional, Tuple
+from typing import Any, Optional, Tuple, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -36,12 +36,13 @@ class ShmRing:
 
     def batch(self, slot: int, lines: int) -> npt.NDArray[np.int32]:
         """The tokens of a slot as an int32 array [lines, line_tokens], a view of the ring."""
-        return np.frombuffer(self.mapping(), dtype="<i4", count=lines * self.line_tokens,
-                             offset=self.data_offset + slot * self.stride).reshape(lines, self.line_tokens)
+        return cast(npt.NDArray[np.int32], self.array(slot, 0, "<i4", (lines, self.line_tokens)))
 
     def array(self, slot: int, offset: int, typestr: str, shape: Tuple[int, ...], private: bool = False) -> Any:
         """An array of a slot (offset bytes into it): a read-only view of the
-        ring, or with private a copy-on-write one (see private_batch)."""
+        ring, or with private a writable, copy-on-write one: reads see the
+        ring, a write copies the pages it touches into this process only;
+        forget(slot) drops those copies before the slot is given back."""
         count = 1
         for d in shape:
             count *= d
@@ -59,15 +60,8 @@ class ShmRing:
                 os.close(fd)
         return self._private
 
-    def private_batch(self, slot: int, lines: int) -> npt.NDArray[np.int32]:
-        """The tokens of a slot as a writable, copy-on-write view: reads see
-        the ring, a write copies the pages it touches into this process
-        only. forget(slot) drops those copies before the slot is given back."""
-        return np.frombuffer(self._private_mapping(), dtype="<i4", count=lines * self.line_tokens,
-                             offset=self.data_offset + slot * self.stride).reshape(lines, self.line_tokens)
-
     def forget(self, slot: int) -> None:
-        """Drops the pages of a slot written through private_batch, so its
+        """Drops the pages of a slot written through a private array, so its
         next batch is read from the ring again."""
         if self._private is not None:
             self._private.madvise(mmap.MADV_DONTNEED, self.data_offset + slot * self.stride, self.stride)

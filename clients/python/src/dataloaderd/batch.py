@@ -127,8 +127,7 @@ def make_batch(tokens: Union[Tensor, npt.NDArray[np.int32]], step: int, dtype: s
         # Fresh int64 arrays, or int32 views of writable (copy-on-write)
         # memory: torch warns of neither. Read-only ones left (int32 views of
         # an inline message) are copied: torch has no read-only tensors.
-        ids, labels, shifted = (torch_mod.from_numpy(a if a.flags.writeable else a.copy())
-                                for a in (ids, labels, shifted))
+        ids, labels, shifted = (_torch_of(a, torch_mod) for a in (ids, labels, shifted))
         if tokens.flags.writeable and not tokens.flags.owndata:
             tokens = tokens.view()  # the copy-on-write view: tokens itself stays read-only,
             tokens.flags.writeable = False  # as on every other path but copy=True

@@ -280,9 +280,10 @@ class Loader:
     def _reconnect(self, live: _Session) -> _Session:
         """The daemon went away: waits up to reconnect_timeout for it to come
         back (a supervisor restarts it), opens the session again from the
-        kept state, takes the batches up to the last one yielded again (the
-        same ones: the stream is a function of the state) and returns the
-        new session, whose next batch is the one the old would have given."""
+        kept state, moved on to the last step yielded (by the daemon, or for
+        a group's consumer by reading up to it: the same batches, the stream
+        being a function of the state) and returns the new session, whose
+        next batch is the one the old would have given."""
         lost = time.monotonic()
         last = self._last_step
         self._live = None
