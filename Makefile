@@ -25,6 +25,10 @@ TYPES_PYYAML_VERSION := 6.0.12.20261113
 MYPY_PROTOBUF_VERSION := 5.1.0
 # Pinned validator of the Kubernetes manifests (tests/test_deploy.py).
 KUBERNETES_VALIDATE_VERSION := 1.37.0
+# Pinned S3-compatible server the object-storage tests run against
+# (internal/objstore/s3test): versitygw, Apache-2.0, built from the Go module
+# proxy into $(TOOLS).
+VERSITYGW_VERSION := v1.8.0
 
 # The environment of the tests with real PyTorch and Hugging Face transformers
 # (make test-torch; several GB, since the package index's torch is the CUDA
@@ -65,7 +69,11 @@ $(TOOLS)/.stamp: Makefile
 	GOBIN=$(TOOLS) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 	touch $@
 
-setup: $(VENV)/.stamp $(TOOLS)/.stamp
+# A file target: built once, then reused until make clean.
+$(TOOLS)/versitygw:
+	GOBIN=$(TOOLS) $(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION)
+
+setup: $(VENV)/.stamp $(TOOLS)/.stamp $(TOOLS)/versitygw
 
 # DATALOADERD_VERSION is what `dataloaderd version` prints: the git describe
 # of this checkout. Outside a git checkout it is empty and the binary reports
@@ -92,8 +100,8 @@ lint-python: $(VENV)/.stamp
 lint-go: vet staticcheck
 lint: lint-go lint-python
 
-test-go:
-	$(GO) test -race -count=1 ./...
+test-go: $(TOOLS)/versitygw
+	DATALOADERD_S3_SERVER=$(TOOLS)/versitygw $(GO) test -race -count=1 ./...
 
 test-python: build $(VENV)/.stamp $(VENV)/.tokenize-stamp $(TOKENIZE_VOCAB)/.stamp
 	DATALOADERD_BIN=$(BIN)/dataloaderd DATALOADERD_TOKENIZER_VOCAB=$(TOKENIZE_VOCAB) \

@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/dataloaderd/dataloaderd/internal/cuda"
+	"github.com/dataloaderd/dataloaderd/internal/objstore"
 	"github.com/dataloaderd/dataloaderd/internal/ring"
 	"github.com/dataloaderd/dataloaderd/internal/server"
 	"github.com/dataloaderd/dataloaderd/internal/session"
@@ -52,6 +53,14 @@ type daemonConfig struct {
 	TokenizerDirs      []string `json:"tokenizer_dirs"`
 	// BatchScheduling runs the daemon's threads as SCHED_BATCH.
 	BatchScheduling bool `json:"batch_scheduling"`
+	// Object storage (s3:// datasets): the node cache and the client.
+	ObjectCacheMB     int    `json:"object_cache_mb"`
+	ObjectCacheDir    string `json:"object_cache_dir"`
+	ObjectCacheDiskMB int    `json:"object_cache_disk_mb"`
+	ObjectBlockKB     int    `json:"object_block_kb"`
+	ObjectConcurrency int    `json:"object_concurrency"`
+	ObjectRetryFor    string `json:"object_retry_for"`
+	ObjectPathStyle   string `json:"object_path_style"`
 	// CUDALibrary is the driver library the cuda transport loads on first use.
 	CUDALibrary string `json:"cuda_library"`
 	// ExitWithParent is the PID of the daemon's parent, with which it stops
@@ -67,14 +76,24 @@ func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 func parseServe(args []string, stderr io.Writer) (daemonConfig, error) {
 	cfg := daemonConfig{Socket: defaultSocket(), ShmDir: "/dev/shm", Slots: session.DefaultSlots,
 		AttachWithin: session.DefaultAttachWithin.String(), LogLevel: "info", StopTimeout: "10s", IdleLimit: "6h", MaxSessionsPerUser: 1024,
-		TokenizeWorkers: runtime.NumCPU(), TokenCacheMB: 1024, BatchScheduling: true, CUDALibrary: cuda.DefaultLibrary}
+		TokenizeWorkers: runtime.NumCPU(), TokenCacheMB: 1024, BatchScheduling: true, CUDALibrary: cuda.DefaultLibrary,
+		ObjectCacheMB: objstore.DefaultMemoryBytes >> 20, ObjectCacheDiskMB: objstore.DefaultDiskBytes >> 20,
+		ObjectBlockKB: objstore.DefaultBlockSize >> 10, ObjectConcurrency: objstore.DefaultConcurrency,
+		ObjectRetryFor: objstore.DefaultRetryFor.String(), ObjectPathStyle: "auto"}
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	configFile := fs.String("config", "", "JSON file of daemon settings, read before the flags")
 	socket := fs.String("socket", "", "unix socket to serve on (unix:///path or a path; default "+cfg.Socket+")")
 	metricsAddr := fs.String("metrics-addr", "", "HOST:PORT to serve Prometheus /metrics on (default: off)")
 	var allow multiFlag
-	fs.Var(&allow, "allow-root", "directory clients may name data, resume and save paths under (repeatable; default: any path)")
+	fs.Var(&allow, "allow-root", "directory, or s3://bucket/prefix, clients may name data, resume and save paths under (repeatable; default: any path)")
+	objCacheMB := fs.Int("object-cache-mb", 0, fmt.Sprintf("MiB of memory caching s3:// objects for every session (default %d)", objstore.DefaultMemoryBytes>>20))
+	objCacheDir := fs.String("object-cache-dir", "", "directory to cache s3:// objects in instead of memory, within --object-cache-disk-mb (default: memory)")
+	objCacheDiskMB := fs.Int("object-cache-disk-mb", 0, fmt.Sprintf("MiB of --object-cache-dir the cache may fill (default %d)", objstore.DefaultDiskBytes>>20))
+	objBlockKB := fs.Int("object-block-kb", 0, fmt.Sprintf("KiB fetched per ranged GET and cached as one block (default %d)", objstore.DefaultBlockSize>>10))
+	objConc := fs.Int("object-concurrency", 0, fmt.Sprintf("ranged GETs run ahead of demand at once (default %d)", objstore.DefaultConcurrency))
+	objRetry := fs.Duration("object-retry-for", 0, "how long a request to object storage is retried (throttling, 5xx, timeouts) before the sessions reading it fail (default "+objstore.DefaultRetryFor.String()+")")
+	objPath := fs.String("object-path-style", "", "address buckets by path: auto (when a custom endpoint is set), true or false (default auto)")
 	shmDir := fs.String("shm-dir", "", "directory of the shared-memory rings (default /dev/shm)")
 	slots := fs.Int("slots", 0, fmt.Sprintf("ring slots per session when the client asks for none (default %d)", session.DefaultSlots))
 	attach := fs.Duration("attach-within", 0, "reclaim a session whose consumer has not opened its batch stream after this long (default 1m)")
@@ -130,6 +149,20 @@ func parseServe(args []string, stderr io.Writer) (daemonConfig, error) {
 			cfg.BatchScheduling = *batchSched
 		case "cuda-library":
 			cfg.CUDALibrary = *cudaLib
+		case "object-cache-mb":
+			cfg.ObjectCacheMB = *objCacheMB
+		case "object-cache-dir":
+			cfg.ObjectCacheDir = *objCacheDir
+		case "object-cache-disk-mb":
+			cfg.ObjectCacheDiskMB = *objCacheDiskMB
+		case "object-block-kb":
+			cfg.ObjectBlockKB = *objBlockKB
+		case "object-concurrency":
+			cfg.ObjectConcurrency = *objConc
+		case "object-retry-for":
+			cfg.ObjectRetryFor = objRetry.String()
+		case "object-path-style":
+			cfg.ObjectPathStyle = *objPath
 		case "exit-with-parent":
 			cfg.ExitWithParent = *exitWithParent
 		}
@@ -216,7 +249,22 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	log.Info("ring budget", zap.Int64("mib", budget>>20), zap.String("from", budgetFrom))
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	objects, err := objstore.New(objstore.Options{
+		BlockSize: int64(cfg.ObjectBlockKB) << 10, MemoryBytes: int64(cfg.ObjectCacheMB) << 20,
+		Dir: cfg.ObjectCacheDir, DiskBytes: int64(cfg.ObjectCacheDiskMB) << 20,
+		Concurrency: cfg.ObjectConcurrency, RetryFor: dur.objectRetryFor, PathStyle: cfg.ObjectPathStyle,
+		Metrics: objstore.NewMetrics(reg), Logger: log.Named("objects"),
+	})
+	if err != nil {
+		// A node that reads no object storage runs on; s3:// datasets are
+		// refused, and this says why.
+		log.Warn("object storage off: s3:// datasets will be refused", zap.Error(err))
+		objects = nil
+	} else {
+		defer objects.Close()
+	}
 	sessions, err := session.New(session.Config{
+		Objects:    objects,
 		RingBudget: budget, MaxSessionsPerUser: cfg.MaxSessionsPerUser,
 		Logger: log.Named("session"), Registry: reg, AllowRoots: cfg.AllowRoots,
 		ShmDir: cfg.ShmDir, ShmInstance: shmInstance, Slots: cfg.Slots, AttachWithin: dur.attachWithin, IdleLimit: dur.idleLimit, Resources: res,
@@ -243,7 +291,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 
 // durations are the daemon's settings that are durations, parsed.
 type durations struct {
-	attachWithin, stopTimeout, idleLimit time.Duration
+	attachWithin, stopTimeout, idleLimit, objectRetryFor time.Duration
 }
 
 // check validates the settings flags cannot type, and returns the durations.
@@ -261,6 +309,22 @@ func (cfg daemonConfig) check() (durations, error) {
 	d.idleLimit, err = time.ParseDuration(cfg.IdleLimit)
 	if err != nil || d.idleLimit < 0 {
 		return d, fmt.Errorf("idle_limit %q: want a duration such as 6h, or 0 for none", cfg.IdleLimit)
+	}
+	d.objectRetryFor, err = time.ParseDuration(cfg.ObjectRetryFor)
+	if err != nil || d.objectRetryFor <= 0 {
+		return d, fmt.Errorf("object_retry_for %q: want a positive duration such as 2m", cfg.ObjectRetryFor)
+	}
+	switch {
+	case cfg.ObjectCacheMB < 16:
+		return d, fmt.Errorf("object_cache_mb must be at least 16, got %d", cfg.ObjectCacheMB)
+	case cfg.ObjectCacheDiskMB < 16:
+		return d, fmt.Errorf("object_cache_disk_mb must be at least 16, got %d", cfg.ObjectCacheDiskMB)
+	case cfg.ObjectBlockKB < 64 || cfg.ObjectBlockKB > 256<<10 || cfg.ObjectBlockKB%64 != 0:
+		return d, fmt.Errorf("object_block_kb must be a multiple of 64 in [64, %d], got %d", 256<<10, cfg.ObjectBlockKB)
+	case cfg.ObjectConcurrency < 1 || cfg.ObjectConcurrency > 1024:
+		return d, fmt.Errorf("object_concurrency must be in [1, 1024], got %d", cfg.ObjectConcurrency)
+	case cfg.ObjectPathStyle != "auto" && cfg.ObjectPathStyle != "true" && cfg.ObjectPathStyle != "false":
+		return d, fmt.Errorf("object_path_style %q: want auto, true or false", cfg.ObjectPathStyle)
 	}
 	switch {
 	case cfg.Slots < 2 || cfg.Slots > session.MaxSlots:

@@ -1,13 +1,17 @@
 package files
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
+	pathpkg "path"
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/dataloaderd/dataloaderd/internal/objstore"
 )
 
 // globMeta are the characters that make a path a glob.
@@ -29,8 +33,26 @@ func (d Dataset) fileWhat() string { return fmt.Sprintf("dataset %q file", d.Nam
 // Open opens one of the dataset's files for reading.
 func (d Dataset) Open(path string) (*os.File, error) { return d.Roots.Open(d.fileWhat(), path) }
 
-// Stat describes one of the dataset's files, following symlinks.
-func (d Dataset) Stat(path string) (fs.FileInfo, error) { return d.Roots.Stat(d.fileWhat(), path) }
+// Stat describes one of the dataset's files, following symlinks, or one
+// of its objects (a HEAD request).
+func (d Dataset) Stat(path string) (fs.FileInfo, error) {
+	if !objstore.IsURL(path) {
+		return d.Roots.Stat(d.fileWhat(), path)
+	}
+	loc, err := d.Roots.object(d.fileWhat(), path)
+	if err != nil {
+		return nil, err
+	}
+	store, err := d.Roots.store()
+	if err != nil {
+		return nil, err
+	}
+	info, err := store.Head(context.Background(), loc)
+	if err != nil {
+		return nil, err
+	}
+	return objectInfo{name: pathpkg.Base(loc.Key), size: info.Size}, nil
+}
 
 // Map memory-maps one of the dataset's files (see Roots.Map).
 func (d Dataset) Map(path string) ([]byte, error) { return d.Roots.Map(d.fileWhat(), path) }
@@ -43,6 +65,9 @@ func (d Dataset) Map(path string) ([]byte, error) { return d.Roots.Map(d.fileWha
 // .idx or .bin taken off when PREFIX.idx or PREFIX.bin exists. It fails
 // when there are none ("path ...: no ... files found").
 func (d Dataset) Resolve(f Format, path string) ([]string, error) {
+	if objstore.IsURL(path) {
+		return d.resolveObjects(f, path)
+	}
 	if err := d.Roots.Check(d.pathWhat(), path); err != nil {
 		return nil, err
 	}
@@ -165,4 +190,84 @@ func trimPairExt(path string) (string, bool) {
 func isOutside(err error) bool {
 	var oe *OutsideError
 	return errors.As(err, &oe)
+}
+
+// resolveObjects is Resolve for an s3:// path: a glob over keys ("*" does
+// not cross "/"), an object, a Megatron prefix (PREFIX.idx or PREFIX.bin
+// exists), or a prefix listed one level deep as a directory would be. It
+// costs a HEAD or two and one listing.
+func (d Dataset) resolveObjects(f Format, path string) ([]string, error) {
+	loc, err := d.Roots.object(d.pathWhat(), path)
+	if err != nil {
+		return nil, err
+	}
+	store, err := d.Roots.store()
+	if err != nil {
+		return nil, err
+	}
+	ctx := context.Background()
+	var paths []string
+	add := func(key string) error {
+		p := objstore.Location{Bucket: loc.Bucket, Key: key}.String()
+		if _, err := d.Roots.object(d.fileWhat(), p); err != nil {
+			return err
+		}
+		paths = append(paths, p)
+		return nil
+	}
+	exists := func(key string) bool {
+		_, err := store.Head(ctx, objstore.Location{Bucket: loc.Bucket, Key: key})
+		return err == nil
+	}
+	switch i := strings.IndexAny(loc.Key, globMeta); {
+	case i >= 0:
+		dir := loc.Key[:strings.LastIndex(loc.Key[:i], "/")+1]
+		infos, err := store.List(ctx, loc.Bucket, dir, true)
+		if err != nil {
+			return nil, err
+		}
+		for _, o := range infos {
+			ok, err := pathpkg.Match(loc.Key, o.Key)
+			if err != nil {
+				return nil, fmt.Errorf("path %q: %w", path, err)
+			}
+			if ok && !strings.HasSuffix(o.Key, "/") {
+				if err := add(o.Key); err != nil {
+					return nil, err
+				}
+			}
+		}
+	case f.Paired && loc.Key != "" && !strings.HasSuffix(loc.Key, "/"):
+		prefix, _ := trimPairExt(loc.Key)
+		if exists(prefix+".idx") || exists(prefix+".bin") {
+			return []string{objstore.Location{Bucket: loc.Bucket, Key: prefix}.String()}, nil
+		}
+	case loc.Key != "" && !strings.HasSuffix(loc.Key, "/") && exists(loc.Key):
+		paths = []string{path}
+	}
+	if paths == nil && !strings.ContainsAny(loc.Key, globMeta) {
+		dir := loc.Key
+		if dir != "" && !strings.HasSuffix(dir, "/") {
+			dir += "/"
+		}
+		infos, err := store.List(ctx, loc.Bucket, dir, false)
+		if err != nil {
+			return nil, err
+		}
+		for _, o := range infos {
+			if hasExt(o.Key, f.Exts) {
+				if err := add(o.Key); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	if f.Paired {
+		paths = prefixes(paths)
+	}
+	if len(paths) == 0 {
+		return nil, fmt.Errorf("path %q: no %s objects found", path, f.Files)
+	}
+	sort.Strings(paths)
+	return paths, nil
 }

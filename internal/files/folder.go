@@ -1,8 +1,11 @@
 package files
 
 import (
+	"fmt"
 	"io/fs"
 	"path/filepath"
+
+	"github.com/dataloaderd/dataloaderd/internal/objstore"
 )
 
 // Folder is a directory a job names, such as a checkpoint folder to resume
@@ -17,6 +20,9 @@ type Folder struct {
 // Folder checks that path lies under a root (see Check) and returns it as a
 // Folder; what names it in errors ("resume_from", "save folder").
 func (r *Roots) Folder(what, path string) (*Folder, error) {
+	if objstore.IsURL(path) {
+		return nil, fmt.Errorf("%s %q: state is saved and resumed in a local (or mounted) folder, not object storage", what, path)
+	}
 	if err := r.Check(what, path); err != nil {
 		return nil, err
 	}

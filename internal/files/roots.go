@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/dataloaderd/dataloaderd/internal/objstore"
 )
 
 // ErrOutsideRoots marks a path that lies outside every allowed root.
@@ -46,12 +48,25 @@ func (e *OutsideError) Unwrap() error { return ErrOutsideRoots }
 // one of no directories, confines nothing and opens paths as they are.
 type Roots struct {
 	dirs []string // absolute, symlinks resolved when they existed
+	// buckets are the allowed object-storage prefixes (s3://bucket/prefix).
+	buckets []objstore.Location
+	// objects reads s3:// paths; nil: object storage is off.
+	objects *objstore.Store
 }
 
-// NewRoots makes the roots of dirs; none means no confinement.
+// NewRoots makes the roots of dirs; none means no confinement. An s3://
+// entry allows the objects under that bucket prefix.
 func NewRoots(dirs []string) (*Roots, error) {
 	r := &Roots{}
 	for _, d := range dirs {
+		if objstore.IsURL(d) {
+			loc, err := objstore.Parse(d)
+			if err != nil {
+				return nil, fmt.Errorf("allow-root: %w", err)
+			}
+			r.buckets = append(r.buckets, loc)
+			continue
+		}
 		abs, err := filepath.Abs(d)
 		if err != nil {
 			return nil, fmt.Errorf("allow-root %q: %w", d, err)
@@ -64,7 +79,53 @@ func NewRoots(dirs []string) (*Roots, error) {
 	return r, nil
 }
 
-func (r *Roots) confined() bool { return r != nil && len(r.dirs) > 0 }
+func (r *Roots) confined() bool { return r != nil && len(r.dirs)+len(r.buckets) > 0 }
+
+// WithObjects makes s3:// paths readable through store (the node's cache).
+func (r *Roots) WithObjects(store *objstore.Store) *Roots {
+	r.objects = store
+	return r
+}
+
+// all lists the roots, directories and bucket prefixes, for errors.
+func (r *Roots) all() []string {
+	out := append([]string(nil), r.dirs...)
+	for _, b := range r.buckets {
+		out = append(out, b.String())
+	}
+	return out
+}
+
+// object parses an s3:// path and refuses it outside every allowed bucket
+// prefix (for a glob, the prefix before its first metacharacter is
+// checked, and every match again).
+func (r *Roots) object(what, path string) (objstore.Location, error) {
+	loc, err := objstore.Parse(path)
+	if err != nil {
+		return loc, err
+	}
+	if !r.confined() {
+		return loc, nil
+	}
+	check := loc
+	if i := strings.IndexAny(loc.Key, globMeta); i >= 0 {
+		check.Key = loc.Key[:strings.LastIndex(loc.Key[:i], "/")+1]
+	}
+	for _, b := range r.buckets {
+		if check.Within(b) {
+			return loc, nil
+		}
+	}
+	return loc, &OutsideError{What: what, Path: path, Roots: r.all()}
+}
+
+// store is the object store, or why s3:// paths cannot be read.
+func (r *Roots) store() (*objstore.Store, error) {
+	if r == nil || r.objects == nil {
+		return nil, fmt.Errorf("%w: object storage is not enabled on this daemon", objstore.ErrObject)
+	}
+	return r.objects, nil
+}
 
 // Check refuses a path outside every root, with an *OutsideError whose
 // What is what. Symlinks in the existing part of the path are resolved
@@ -72,6 +133,10 @@ func (r *Roots) confined() bool { return r != nil && len(r.dirs) > 0 }
 // checked. Check opens nothing: it gives an early, clear error, and every
 // open checks again.
 func (r *Roots) Check(what, path string) error {
+	if objstore.IsURL(path) {
+		_, err := r.object(what, path)
+		return err
+	}
 	if !r.confined() {
 		return nil
 	}
@@ -87,7 +152,7 @@ func (r *Roots) Check(what, path string) error {
 func (r *Roots) find(what, path string) (root, rel string, err error) {
 	abs, err := filepath.Abs(path)
 	if err != nil {
-		return "", "", &OutsideError{What: what, Path: path, Roots: r.dirs}
+		return "", "", &OutsideError{What: what, Path: path, Roots: r.all()}
 	}
 	real := resolveExisting(abs)
 	for _, root := range r.dirs {
@@ -96,7 +161,7 @@ func (r *Roots) find(what, path string) (root, rel string, err error) {
 			return root, rel, nil
 		}
 	}
-	e := &OutsideError{What: what, Path: path, Roots: r.dirs}
+	e := &OutsideError{What: what, Path: path, Roots: r.all()}
 	if real != abs {
 		e.Resolved = real
 	}
@@ -144,7 +209,7 @@ func (r *Roots) locate(what, path string) (place, error) {
 	if err != nil {
 		return place{}, err
 	}
-	return place{root: root, name: rel, what: what, path: path, roots: r.dirs}, nil
+	return place{root: root, name: rel, what: what, path: path, roots: r.all()}, nil
 }
 
 func (p place) close() {

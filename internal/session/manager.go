@@ -22,6 +22,7 @@ import (
 
 	"github.com/dataloaderd/dataloaderd/internal/cuda"
 	"github.com/dataloaderd/dataloaderd/internal/files"
+	"github.com/dataloaderd/dataloaderd/internal/objstore"
 	"github.com/dataloaderd/dataloaderd/internal/ring"
 	"github.com/dataloaderd/dataloaderd/internal/stream"
 )
@@ -40,6 +41,8 @@ type Config struct {
 	Registry prometheus.Registerer
 	// AllowRoots confines dataset, resume and save paths; empty: no confinement.
 	AllowRoots []string
+	// Objects reads s3:// datasets through the node's cache; nil: off.
+	Objects *objstore.Store
 	// ShmDir holds the shared-memory rings and control files.
 	ShmDir string
 	// ShmInstance names the files this daemon makes in ShmDir
@@ -128,6 +131,7 @@ func New(cfg Config) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
+	r.WithObjects(cfg.Objects)
 	// Every file a job names is opened through the roots (package files).
 	cfg.Resources.Roots = r
 	m := &Manager{

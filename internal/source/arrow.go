@@ -37,7 +37,8 @@ var arrowBatchHook func(path string, batch int)
 // of each batch; every other offset is read when its row is.
 type arrowFile struct {
 	dataset, path, column string
-	mapping               []byte
+	blob                  *files.Blob
+	mapping               []byte // blob.Data
 	dtype                 dtype
 	perBatch              bool   // batch layout
 	offsetWidth           uint64 // 4 for list, 8 for large_list
@@ -57,14 +58,23 @@ type arrowBatch struct {
 // openArrowFile maps one Arrow IPC file and describes its record batches.
 func openArrowFile(fs files.Dataset, path, column string) (_ *arrowFile, err error) {
 	f := &arrowFile{dataset: fs.Name, path: path, column: column}
-	if f.mapping, err = mapFile(fs, path); err != nil {
+	if f.blob, err = loadFile(fs, path); err != nil {
 		return nil, err
 	}
+	f.mapping = f.blob.Data
 	defer func() {
 		if err != nil {
 			f.close()
 		}
 	}()
+	// Record batch metadata lies throughout an IPC file: an object is
+	// fetched whole while it is described (then its blocks may be evicted,
+	// and its reads fetch what they read).
+	size := uint64(f.blob.Size())
+	if err := f.blob.Hold(0, size); err != nil {
+		return nil, holdError(f.dataset, err)
+	}
+	defer f.blob.Release(0, size)
 	// arrow-go panics on some malformed metadata; that is bad input here.
 	defer func() {
 		if r := recover(); r != nil {
@@ -272,6 +282,10 @@ func (f *arrowFile) position(buf []byte) (uint64, bool) {
 // listOffset reads offsets[i] of list-layout batch b, i <= the batch's rows.
 func (f *arrowFile) listOffset(b int, i uint64) (uint64, error) {
 	at := f.batches[b].offsetsAt + i*f.offsetWidth
+	if err := f.blob.Hold(at, f.offsetWidth); err != nil {
+		return 0, holdError(f.dataset, err)
+	}
+	defer f.blob.Release(at, f.offsetWidth)
 	var v int64
 	if f.offsetWidth == 4 {
 		v = int64(int32(binary.LittleEndian.Uint32(f.mapping[at:])))
@@ -357,8 +371,12 @@ func (f *arrowFile) read(u, off uint64, dst []int32) error {
 		return rangeError(f.path, u, off, len(dst), n)
 	}
 	size := f.dtype.size()
-	from := f.batches[b].valuesAt + (start+off)*size
-	src := f.mapping[from : from+uint64(len(dst))*size]
+	from, nbytes := f.batches[b].valuesAt+(start+off)*size, uint64(len(dst))*size
+	if err := f.blob.Hold(from, nbytes); err != nil {
+		return holdError(f.dataset, err)
+	}
+	defer f.blob.Release(from, nbytes)
+	src := f.mapping[from : from+nbytes]
 	if bad := decodeTokens(f.dtype, src, dst); bad >= 0 {
 		where := fmt.Sprintf("row %d (record batch %d, row %d)", u, b, r)
 		if f.perBatch {
@@ -375,8 +393,8 @@ func (f *arrowFile) files() []File {
 }
 
 func (f *arrowFile) close() error {
-	err := files.Unmap(f.mapping)
-	f.mapping = nil
+	err := closeBlob(f.blob)
+	f.mapping, f.blob = nil, nil
 	return err
 }
 

@@ -24,7 +24,8 @@ var sequenceReadHook func(sequence uint64)
 type megatronFile struct {
 	dataset          string
 	idxPath, binPath string
-	idx, bin         []byte
+	idx, bin         []byte // the blobs' Data
+	idxBlob, binBlob *files.Blob
 	dtype            dtype
 	sequences        uint64 // N
 	lengthsAt        uint64 // byte offset of sequence_lengths in idx
@@ -50,12 +51,21 @@ func openMegatronFile(fs files.Dataset, prefix string) (_ *megatronFile, err err
 			return nil, invalidFile(dataset, path, "missing: a megatron dataset needs both PREFIX.idx and PREFIX.bin")
 		}
 	}
-	if m.idx, err = mapFile(fs, m.idxPath); err != nil {
+	if m.idxBlob, err = loadFile(fs, m.idxPath); err != nil {
 		return nil, err
 	}
-	if m.bin, err = mapFile(fs, m.binPath); err != nil {
+	// The index is read whole (an object's is fetched once, at open, and
+	// held until close); the tokens as their sequences are read.
+	if err := m.idxBlob.Hold(0, uint64(m.idxBlob.Size())); err != nil {
+		closeBlob(m.idxBlob)
+		m.idxBlob = nil
+		return nil, holdError(dataset, err)
+	}
+	m.idx = m.idxBlob.Data
+	if m.binBlob, err = loadFile(fs, m.binPath); err != nil {
 		return nil, err
 	}
+	m.bin = m.binBlob.Data
 	if err := m.parseHeader(); err != nil {
 		return nil, err
 	}
@@ -208,7 +218,12 @@ func (m *megatronFile) read(u, off uint64, dst []int32) error {
 		return rangeError(m.binPath, u, off, len(dst), tokens)
 	}
 	size := m.dtype.size()
-	src := m.bin[start+off*size : start+(off+uint64(len(dst)))*size]
+	from, n := start+off*size, uint64(len(dst))*size
+	if err := m.binBlob.Hold(from, n); err != nil {
+		return holdError(m.dataset, err)
+	}
+	defer m.binBlob.Release(from, n)
+	src := m.bin[from : from+n]
 	if bad := decodeTokens(m.dtype, src, dst); bad >= 0 {
 		return invalidFile(m.dataset, m.binPath, "sequence %d, token %d: %v value %s is not a token id in [0, 2^31)",
 			u, off+uint64(bad), m.dtype, formatToken(m.dtype, src, bad))
@@ -221,7 +236,10 @@ func (m *megatronFile) files() []File {
 }
 
 func (m *megatronFile) close() error {
-	err := errors.Join(files.Unmap(m.idx), files.Unmap(m.bin))
-	m.idx, m.bin = nil, nil
+	if m.idxBlob != nil {
+		m.idxBlob.Release(0, uint64(m.idxBlob.Size()))
+	}
+	err := errors.Join(closeBlob(m.idxBlob), closeBlob(m.binBlob))
+	m.idx, m.bin, m.idxBlob, m.binBlob = nil, nil, nil, nil
 	return err
 }

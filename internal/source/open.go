@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/dataloaderd/dataloaderd/internal/files"
+	"github.com/dataloaderd/dataloaderd/internal/objstore"
 )
 
 // DefaultBlockTokens is the nominal unit size of flat token files when
@@ -64,14 +65,33 @@ func Open(spec Spec) (Source, error) {
 // allowed roots is not bad input but a refusal: its error is returned as it
 // is, wrapping files.ErrOutsideRoots. DatasetError(dataset, nil) is nil.
 func DatasetError(dataset string, err error) error {
-	if err == nil || errors.Is(err, files.ErrOutsideRoots) {
+	switch {
+	case err == nil || errors.Is(err, files.ErrOutsideRoots):
 		return err
+	case errors.Is(err, objstore.ErrObject) && !errors.Is(err, objstore.ErrNotFound):
+		// Object storage failed, after its retries: not bad input.
+		return holdError(dataset, err)
 	}
 	return fmt.Errorf("%w: dataset %q: %w", ErrInvalid, dataset, err)
 }
 
-// mapFile maps one of a dataset's files through the file layer.
-func mapFile(fs files.Dataset, path string) ([]byte, error) {
-	data, err := fs.Map(path)
-	return data, DatasetError(fs.Name, err)
+// loadFile maps one of a dataset's files, or opens one of its objects,
+// through the file layer.
+func loadFile(fs files.Dataset, path string) (*files.Blob, error) {
+	b, err := fs.Load(path)
+	return b, DatasetError(fs.Name, err)
+}
+
+// closeBlob closes b, when there is one.
+func closeBlob(b *files.Blob) error {
+	if b == nil {
+		return nil
+	}
+	return b.Close()
+}
+
+// holdError is the error of a read whose object bytes could not be
+// fetched: it names the dataset (the object error names the object).
+func holdError(dataset string, err error) error {
+	return fmt.Errorf("source: dataset %q: %w", dataset, err)
 }

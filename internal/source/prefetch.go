@@ -63,8 +63,16 @@ func (m *megatronFile) prefetchToken(u, off uint64) {
 	if u >= m.sequences {
 		return
 	}
-	_, pointer := m.entry(u)
-	if pointer >= 0 {
-		prefetchAt(m.bin, uint64(pointer)+off*m.dtype.size())
+	length, pointer := m.entry(u)
+	if pointer < 0 {
+		return
 	}
+	if m.binBlob.Remote() {
+		// The sequence's bytes, fetched ahead into the node's cache.
+		if length > 0 {
+			m.binBlob.Prefetch(uint64(pointer), uint64(length)*m.dtype.size())
+		}
+		return
+	}
+	prefetchAt(m.bin, uint64(pointer)+off*m.dtype.size())
 }

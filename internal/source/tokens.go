@@ -49,7 +49,8 @@ func parseTokenLayout(spec Spec) (tokenLayout, error) {
 type tokenFile struct {
 	dataset    string
 	path       string
-	mapping    []byte
+	blob       *files.Blob
+	mapping    []byte // blob.Data
 	data       []byte // the tokens, after any header
 	dtype      dtype
 	eos        []byte // the EOS token as it is stored
@@ -62,9 +63,10 @@ type tokenFile struct {
 // openTokenFile maps one flat token file and checks its header or size.
 func openTokenFile(fs files.Dataset, path string, layout tokenLayout) (_ *tokenFile, err error) {
 	f := &tokenFile{dataset: fs.Name, path: path, dtype: layout.dtype, blocks: layout.blocks}
-	if f.mapping, err = mapFile(fs, path); err != nil {
+	if f.blob, err = loadFile(fs, path); err != nil {
 		return nil, err
 	}
+	f.mapping = f.blob.Data
 	defer func() {
 		if err != nil {
 			f.close()
@@ -72,6 +74,11 @@ func openTokenFile(fs files.Dataset, path string, layout tokenLayout) (_ *tokenF
 	}()
 	f.data = f.mapping
 	size := uint64(len(f.mapping))
+	head := min(size, llmcHeaderBytes)
+	if err := f.blob.Hold(0, head); err != nil {
+		return nil, holdError(f.dataset, err)
+	}
+	defer f.blob.Release(0, head)
 	if size >= 4 && binary.LittleEndian.Uint32(f.mapping) == llmcMagic {
 		if size < llmcHeaderBytes {
 			return nil, f.error("llm.c header truncated: file has %d bytes, the header alone needs %d", size, llmcHeaderBytes)
@@ -140,16 +147,49 @@ func (f *tokenFile) snap(x uint64) uint64 {
 	if span := f.lastLongScan.Load(); span != nil && span.from <= x && x <= span.end {
 		return span.end
 	}
-	size := f.dtype.size()
-	end := f.tokenCount
-	if at := indexAligned(f.data[(x-1)*size:], f.eos); at >= 0 {
-		end = x + uint64(at)/size
+	end := f.findEOS(x - 1)
+	if end < f.tokenCount {
+		end++ // just after it
 	}
 	if end-x > f.blocks {
 		f.lastLongScan.Store(&eosFreeSpan{from: x, end: end})
 	}
 	return end
 }
+
+// findEOS returns the position of the first EOS at or after token p, or
+// tokenCount. An object's tokens are scanned a cache block at a time.
+func (f *tokenFile) findEOS(p uint64) uint64 {
+	size := f.dtype.size()
+	if !f.blob.Remote() {
+		if at := indexAligned(f.data[p*size:], f.eos); at >= 0 {
+			return p + uint64(at)/size
+		}
+		return f.tokenCount
+	}
+	chunk := max(f.blockTokens(), 1)
+	for p < f.tokenCount {
+		n := min(chunk, f.tokenCount-p)
+		from := f.dataAt() + p*size
+		if err := f.blob.Hold(from, n*size); err != nil {
+			// Unreadable now: the read of these tokens reports it.
+			return min(p+n, f.tokenCount)
+		}
+		at := indexAligned(f.data[p*size:(p+n)*size], f.eos)
+		f.blob.Release(from, n*size)
+		if at >= 0 {
+			return p + uint64(at)/size
+		}
+		p += n
+	}
+	return f.tokenCount
+}
+
+// dataAt is the byte position of token 0 in the file.
+func (f *tokenFile) dataAt() uint64 { return uint64(len(f.mapping) - len(f.data)) }
+
+// blockTokens is how many tokens one cache block holds.
+func (f *tokenFile) blockTokens() uint64 { return uint64(f.blob.BlockSize()) / f.dtype.size() }
 
 // eosFreeSpan records that snap(from) == end: tokens [from-1, end-1) hold no
 // EOS, so snap(x) == end for every x in [from, end] as well.
@@ -210,6 +250,11 @@ func (f *tokenFile) read(b, off uint64, dst []int32) error {
 		}
 	}
 	size := f.dtype.size()
+	at, n := f.dataAt()+from*size, uint64(len(dst))*size
+	if err := f.blob.Hold(at, n); err != nil {
+		return holdError(f.dataset, err)
+	}
+	defer f.blob.Release(at, n)
 	src := f.data[from*size : (from+uint64(len(dst)))*size]
 	if bad := decodeTokens(f.dtype, src, dst); bad >= 0 {
 		return f.error("unit %d, token %d (file token %d): %v value %s is not a token id in [0, 2^31)",
@@ -223,7 +268,7 @@ func (f *tokenFile) files() []File {
 }
 
 func (f *tokenFile) close() error {
-	err := files.Unmap(f.mapping)
-	f.mapping, f.data = nil, nil
+	err := closeBlob(f.blob)
+	f.mapping, f.data, f.blob = nil, nil, nil
 	return err
 }

@@ -28,7 +28,10 @@ func FuzzJSONLBlocks(f *testing.F) {
 		file := ds.(*dataset).parts[0].(*jsonlFile)
 		var end uint64
 		for b := range file.units() {
-			start, stop := file.unitRange(b)
+			start, stop, err := file.unitRange(b)
+			if err != nil {
+				t.Fatal(err)
+			}
 			if start != end || stop < start {
 				t.Fatalf("unit %d is [%d, %d), previous unit ended at %d", b, start, stop, end)
 			}

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 
 	"github.com/klauspost/compress/zstd"
 
@@ -30,7 +29,8 @@ var (
 // only up to the next newline after each nominal end.
 type jsonlFile struct {
 	dataset, path, field string
-	data                 []byte
+	blob                 *files.Blob
+	data                 []byte // blob.Data
 	blocks               uint64
 }
 
@@ -39,44 +39,48 @@ type jsonlFile struct {
 // constant amount of reading per file.
 func openJSONLFile(fs files.Dataset, path, field string, blocks uint64, pool *decoderPool) (part, error) {
 	dataset := fs.Name
-	f, err := fs.Open(path)
+	blob, err := fs.Load(path)
 	if err != nil {
 		return nil, source.DatasetError(dataset, err)
 	}
-	defer f.Close()
+	keep := false
+	defer func() {
+		if !keep {
+			blob.Close()
+		}
+	}()
 	head := make([]byte, zstd.HeaderMaxSize)
-	n, _ := io.ReadFull(f, head)
+	n, _ := blob.ReadAt(head, 0)
 	head = head[:n]
-	info, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("%w: dataset %q: %w", source.ErrInvalid, dataset, err)
-	}
-	z := &zjsonlFile{fs: fs, dataset: dataset, path: path, field: field, size: info.Size(), block: blocks, pool: pool}
+	z := &zjsonlFile{fs: fs, dataset: dataset, path: path, field: field, size: blob.Size(), block: blocks, pool: pool}
 	switch {
 	case bytes.HasPrefix(head, gzipMagic):
 		var tail [4]byte
 		if z.size >= 18 { // a gzip member's header and trailer
-			if _, err := f.ReadAt(tail[:], z.size-4); err != nil {
-				return nil, fmt.Errorf("%w: dataset %q: %w", source.ErrInvalid, dataset, err)
+			if _, err := blob.ReadAt(tail[:], z.size-4); err != nil {
+				return nil, source.DatasetError(dataset, err)
 			}
 			isize := binary.LittleEndian.Uint32(tail[:])
 			z.hint = gzipHint(isize, uint64(z.size))
 			z.ambiguous = z.hint > 0 && gzipAmbiguous(isize, uint64(z.size))
 		}
 		z.setUnits()
+		if blob.Remote() {
+			z.blob, keep = blob, true
+		}
 		return z, nil
 	case bytes.HasPrefix(head, zstdMagic):
 		z.zstd = true
 		z.hint = zstdHint(head, uint64(z.size))
 		z.window = zstdWindow(head)
 		z.setUnits()
+		if blob.Remote() {
+			z.blob, keep = blob, true
+		}
 		return z, nil
 	}
-	data, err := fs.Map(path)
-	if err != nil {
-		return nil, source.DatasetError(dataset, err)
-	}
-	return &jsonlFile{dataset: dataset, path: path, field: field, data: data, blocks: blocks}, nil
+	keep = true
+	return &jsonlFile{dataset: dataset, path: path, field: field, blob: blob, data: blob.Data, blocks: blocks}, nil
 }
 
 func (f *jsonlFile) size() uint64 { return uint64(len(f.data)) }
@@ -89,27 +93,56 @@ func (f *jsonlFile) bytes() uint64 { return f.size() }
 
 func (f *jsonlFile) offset(b uint64) uint64 { return min(b*f.blocks, f.size()) }
 
-// snap moves x forward to the next line start: the smallest p >= x with
-// byte p-1 a newline, or the file's end. 0 and the end stay put.
-func snapLine(data []byte, x uint64) uint64 {
-	size := uint64(len(data))
+// snapLine moves x forward to the next line start: the smallest p >= x
+// with byte p-1 a newline, or the file's end. 0 and the end stay put. An
+// object is scanned a cache block at a time.
+func (f *jsonlFile) snapLine(x uint64) (uint64, error) {
+	size := f.size()
 	if x == 0 || x >= size {
-		return min(x, size)
+		return min(x, size), nil
 	}
-	i := bytes.IndexByte(data[x-1:], '\n')
-	if i < 0 {
-		return size
+	if !f.blob.Remote() {
+		i := bytes.IndexByte(f.data[x-1:], '\n')
+		if i < 0 {
+			return size, nil
+		}
+		return x + uint64(i), nil
 	}
-	return x + uint64(i)
+	chunk := uint64(f.blob.BlockSize())
+	for p := x - 1; p < size; {
+		n := min(chunk-p%chunk, size-p)
+		if err := f.blob.Hold(p, n); err != nil {
+			return 0, source.DatasetError(f.dataset, err)
+		}
+		i := bytes.IndexByte(f.data[p:p+n], '\n')
+		f.blob.Release(p, n)
+		if i >= 0 {
+			return p + uint64(i) + 1, nil
+		}
+		p += n
+	}
+	return size, nil
 }
 
 // unitRange is unit b's bytes [start, end).
-func (f *jsonlFile) unitRange(b uint64) (uint64, uint64) {
-	return snapLine(f.data, b*f.blocks), snapLine(f.data, min((b+1)*f.blocks, f.size()))
+func (f *jsonlFile) unitRange(b uint64) (uint64, uint64, error) {
+	start, err := f.snapLine(b * f.blocks)
+	if err != nil {
+		return 0, 0, err
+	}
+	end, err := f.snapLine(min((b+1)*f.blocks, f.size()))
+	return start, end, err
 }
 
 func (f *jsonlFile) docs(b uint64, visit func([]byte) error, bad func(*BadRecordError) error) error {
-	start, end := f.unitRange(b)
+	start, end, err := f.unitRange(b)
+	if err != nil {
+		return err
+	}
+	if err := f.blob.Hold(start, end-start); err != nil {
+		return source.DatasetError(f.dataset, err)
+	}
+	defer f.blob.Release(start, end-start)
 	for pos := start; pos < end; {
 		line := f.data[pos:end]
 		next := end
@@ -135,7 +168,7 @@ func (f *jsonlFile) docs(b uint64, visit func([]byte) error, bad func(*BadRecord
 func (f *jsonlFile) file() source.File { return source.File{Path: f.path, Size: int64(len(f.data))} }
 
 func (f *jsonlFile) close() error {
-	err := files.Unmap(f.data)
+	err := f.blob.Close()
 	f.data = nil
 	return err
 }

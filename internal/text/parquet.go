@@ -3,6 +3,7 @@ package text
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"unicode/utf8"
 
 	"github.com/apache/arrow-go/v18/parquet"
@@ -25,7 +26,7 @@ const parquetBatch = 256
 // Opening reads the footer only.
 type parquetFile struct {
 	dataset, path, field string
-	data                 []byte
+	blob                 *files.Blob
 	reader               *file.Reader
 	column               int
 	maxDef               int16
@@ -36,7 +37,7 @@ type parquetFile struct {
 // column.
 func openParquetFile(fs files.Dataset, path, field string) (_ part, err error) {
 	p := &parquetFile{dataset: fs.Name, path: path, field: field}
-	if p.data, err = fs.Map(path); err != nil {
+	if p.blob, err = fs.Load(path); err != nil {
 		return nil, source.DatasetError(fs.Name, err)
 	}
 	defer func() {
@@ -47,7 +48,11 @@ func openParquetFile(fs files.Dataset, path, field string) (_ part, err error) {
 			p.close()
 		}
 	}()
-	if p.reader, err = file.NewParquetReader(newReaderAt(p.data)); err != nil {
+	var r parquet.ReaderAtSeeker = io.NewSectionReader(p.blob, 0, p.blob.Size())
+	if !p.blob.Remote() {
+		r = newReaderAt(p.blob.Data)
+	}
+	if p.reader, err = file.NewParquetReader(r); err != nil {
 		return nil, p.error("not a readable Parquet file: %v", err)
 	}
 	meta := p.reader.MetaData()
@@ -146,10 +151,13 @@ func (p *parquetFile) docs(g uint64, visit func([]byte) error, bad func(*BadReco
 	return nil
 }
 
-func (p *parquetFile) file() source.File { return source.File{Path: p.path, Size: int64(len(p.data))} }
+func (p *parquetFile) file() source.File { return source.File{Path: p.path, Size: p.blob.Size()} }
 
 func (p *parquetFile) close() error {
-	err := files.Unmap(p.data)
-	p.data = nil
+	if p.blob == nil {
+		return nil
+	}
+	err := p.blob.Close()
+	p.blob = nil
 	return err
 }

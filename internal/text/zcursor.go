@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"errors"
 	"io"
-	"os"
 
 	"github.com/klauspost/compress/gzip" // the standard library's API, faster (docs/benchmarks.md, "Library choices measured")
 	"github.com/klauspost/compress/zstd"
@@ -27,7 +26,7 @@ type zcursor struct {
 	used         uint64
 	stash        *zstash
 
-	file   *os.File
+	file   io.Closer // the file or object the decoder reads
 	zr     *zstd.Decoder
 	gr     *gzip.Reader
 	br     *bufio.Reader
@@ -39,11 +38,20 @@ type zcursor struct {
 
 func (c *zcursor) open() error {
 	f := c.f
-	file, err := f.fs.Open(f.path)
-	if err != nil {
-		return source.DatasetError(f.dataset, err)
+	var file io.Reader
+	if f.blob != nil {
+		blob, err := f.blob.Dup(f.fs)
+		if err != nil {
+			return source.DatasetError(f.dataset, err)
+		}
+		c.file, file = blob, io.NewSectionReader(blob, 0, f.size)
+	} else {
+		osf, err := f.fs.Open(f.path)
+		if err != nil {
+			return source.DatasetError(f.dataset, err)
+		}
+		c.file, file = osf, osf
 	}
-	c.file = file
 	var r io.Reader
 	if f.zstd {
 		dec, err := zstd.NewReader(file, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true))

@@ -28,6 +28,7 @@ import (
 // the compressed size, spread evenly over the units.
 type zjsonlFile struct {
 	fs                   files.Dataset // reopens the file for each decoder
+	blob                 *files.Blob   // an object's, shared by its decoders; nil for a local file
 	dataset, path, field string
 	size                 int64 // compressed
 	zstd                 bool
@@ -72,6 +73,9 @@ func (f *zjsonlFile) file() source.File { return source.File{Path: f.path, Size:
 
 func (f *zjsonlFile) close() error {
 	f.pool.closeFile(f)
+	if f.blob != nil {
+		return f.blob.Close()
+	}
 	return nil
 }
 

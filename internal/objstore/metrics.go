@@ -1,0 +1,42 @@
+package objstore
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Metrics are the object store's Prometheus series; docs/metrics.md lists
+// them. A nil registerer makes them unregistered (tests read Stats).
+type Metrics struct {
+	requests  *prometheus.CounterVec
+	fetched   prometheus.Counter
+	lookups   *prometheus.CounterVec
+	cached    prometheus.Gauge
+	evictions prometheus.Counter
+}
+
+// NewMetrics makes the series and registers them on reg, when not nil.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dataloaderd_object_requests_total",
+			Help: "Requests to object storage, by op (list, head, get) and outcome (ok, error, or retry_throttled, retry_server, retry_transport for an attempt made again).",
+		}, []string{"op", "outcome"}),
+		fetched: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dataloaderd_object_fetched_bytes_total", Help: "Bytes read from object storage (every attempt's, retries included).",
+		}),
+		lookups: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dataloaderd_object_cache_lookups_total",
+			Help: "Cache blocks a read needed, by result: hit (cached, read before), ahead (fetched ahead of demand, first read), miss (fetched when read).",
+		}, []string{"result"}),
+		cached: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "dataloaderd_object_cache_bytes", Help: "Bytes of objects held in the node cache (memory or --cache-dir).",
+		}),
+		evictions: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dataloaderd_object_cache_evictions_total", Help: "Cache blocks dropped to stay within the cache budget.",
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.requests, m.fetched, m.lookups, m.cached, m.evictions)
+	}
+	return m
+}
+
+func (m *Metrics) request(op, outcome string) { m.requests.WithLabelValues(op, outcome).Inc() }
