@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -59,6 +60,7 @@ type Info struct {
 // that backs off on throttling, 5xx and transport errors until RetryFor.
 type client struct {
 	s3       *s3.Client
+	idle     *idleConns
 	retryFor time.Duration
 	attempt  time.Duration
 	metrics  *Metrics
@@ -71,10 +73,12 @@ type client struct {
 // or endpoint_url in the config file. pathStyle "auto" addresses buckets by
 // path when a custom endpoint is set (what S3-compatible stores serve).
 func newClient(ctx context.Context, o Options, m *Metrics) (*client, error) {
+	idle := &idleConns{}
 	cfg, err := config.LoadDefaultConfig(ctx,
 		config.WithRetryer(func() aws.Retryer { return aws.NopRetryer{} }),
 		config.WithHTTPClient(awshttp.NewBuildableClient().WithTransportOptions(func(t *http.Transport) {
 			t.MaxIdleConnsPerHost = max(o.Concurrency*2, 16)
+			idle.add(t)
 		})),
 	)
 	if err != nil {
@@ -102,7 +106,29 @@ func newClient(ctx context.Context, o Options, m *Metrics) (*client, error) {
 	if pathErr != nil {
 		return nil, pathErr
 	}
-	return &client{s3: c, retryFor: o.RetryFor, attempt: o.AttemptTimeout, metrics: m}, nil
+	return &client{s3: c, idle: idle, retryFor: o.RetryFor, attempt: o.AttemptTimeout, metrics: m}, nil
+}
+
+// idleConns are the transports the SDK built, whose idle connections the
+// store closes when it closes (a server shutting down gracefully waits
+// for them).
+type idleConns struct {
+	mu         sync.Mutex
+	transports []*http.Transport
+}
+
+func (c *idleConns) add(t *http.Transport) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.transports = append(c.transports, t)
+}
+
+func (c *idleConns) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, t := range c.transports {
+		t.CloseIdleConnections()
+	}
 }
 
 // do runs one request op with retries; the error names url and op.

@@ -101,14 +101,27 @@ type Store struct {
 
 	mu      sync.Mutex
 	objects map[string]*Object // by URL; each the latest ETag seen
-	lru     list.List          // present blocks no read holds, oldest first
-	used    int64              // bytes of present and in-flight blocks
+	// listed is what the latest listings (and HEADs) said of each object,
+	// so that opening a dataset just listed makes no HEAD request per object.
+	listed map[string]listing
+	lru    list.List // present blocks no read holds, oldest first
+	used   int64     // bytes of present and in-flight blocks
 
 	queue  chan blockRef
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 }
+
+// listing is an object's description from a listing, and when it was made.
+type listing struct {
+	info Info
+	at   time.Time
+}
+
+// listedFor is how long a listing stands in for a HEAD request: long enough
+// for the opening of the dataset that listed it.
+const listedFor = time.Minute
 
 // blockRef names block i of an object for the fetchers ahead of demand.
 type blockRef struct {
@@ -128,7 +141,7 @@ func New(opts Options) (*Store, error) {
 		cancel()
 		return nil, err
 	}
-	s := &Store{opts: opts, client: c, objects: map[string]*Object{},
+	s := &Store{opts: opts, client: c, objects: map[string]*Object{}, listed: map[string]listing{},
 		queue: make(chan blockRef, DefaultPrefetchQueue), ctx: ctx, cancel: cancel}
 	s.budget = opts.MemoryBytes
 	if opts.Dir != "" {
@@ -145,6 +158,7 @@ func New(opts Options) (*Store, error) {
 func (s *Store) Close() error {
 	s.cancel()
 	s.wg.Wait()
+	s.client.idle.close()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var errs []error
@@ -163,20 +177,49 @@ func (s *Store) BlockSize() int64 { return s.opts.BlockSize }
 // List lists the objects under prefix (sorted by key). Flat lists every key
 // under it; otherwise one level, as a directory.
 func (s *Store) List(ctx context.Context, bucket, prefix string, flat bool) ([]Info, error) {
-	return s.client.list(ctx, bucket, prefix, flat)
+	infos, err := s.client.list(ctx, bucket, prefix, flat)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for url, l := range s.listed {
+		if now.Sub(l.at) > listedFor {
+			delete(s.listed, url)
+		}
+	}
+	for _, info := range infos {
+		s.listed[Location{Bucket: bucket, Key: info.Key}.String()] = listing{info: info, at: now}
+	}
+	return infos, nil
 }
 
-// Head describes one object.
+// Head describes one object: from a listing or HEAD of the last minute, or
+// a HEAD request.
 func (s *Store) Head(ctx context.Context, loc Location) (Info, error) {
-	return s.client.head(ctx, loc)
+	s.mu.Lock()
+	l, ok := s.listed[loc.String()]
+	s.mu.Unlock()
+	if ok && time.Since(l.at) <= listedFor {
+		return l.info, nil
+	}
+	info, err := s.client.head(ctx, loc)
+	if err == nil {
+		s.mu.Lock()
+		s.listed[loc.String()] = listing{info: info, at: time.Now()}
+		s.mu.Unlock()
+	}
+	return info, err
 }
 
 // Open returns the object at loc for reading, shared with every other
-// session that reads it: one request (HEAD) to learn its size and ETag.
+// session that reads it: its size and ETag come from a listing of the last
+// minute or a HEAD request.
 // An object replaced since it was last opened (another ETag) is a new
 // Object; sessions still reading the old one keep it until they close it.
 func (s *Store) Open(ctx context.Context, loc Location) (*Object, error) {
-	info, err := s.client.head(ctx, loc)
+	info, err := s.Head(ctx, loc)
 	if err != nil {
 		return nil, err
 	}
