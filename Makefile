@@ -48,7 +48,7 @@ RING_LAYOUT := internal/ring/layout.go clients/python/src/dataloaderd/_ring_layo
 # The tokenizer conformance targets and their variables (used by test-python).
 include mk/tokenize.mk
 
-.PHONY: all setup build test fuzz-short soak soak-short image image-check slurm-check test-go test-python test-torch vet lint lint-go lint-python staticcheck bench bench-quick bench-go bench-spread demo generate generate-check clean
+.PHONY: all setup build test fuzz-short soak soak-short image image-check slurm-check test-go test-python test-torch vet lint lint-go lint-python staticcheck bench bench-quick bench-go bench-objects bench-spread demo generate generate-check clean
 
 all: build
 
@@ -103,8 +103,8 @@ lint: lint-go lint-python
 test-go: $(TOOLS)/versitygw
 	DATALOADERD_S3_SERVER=$(TOOLS)/versitygw $(GO) test -race -count=1 ./...
 
-test-python: build $(VENV)/.stamp $(VENV)/.tokenize-stamp $(TOKENIZE_VOCAB)/.stamp
-	DATALOADERD_BIN=$(BIN)/dataloaderd DATALOADERD_TOKENIZER_VOCAB=$(TOKENIZE_VOCAB) \
+test-python: build $(VENV)/.stamp $(VENV)/.tokenize-stamp $(TOKENIZE_VOCAB)/.stamp $(TOOLS)/versitygw
+	DATALOADERD_BIN=$(BIN)/dataloaderd DATALOADERD_TOKENIZER_VOCAB=$(TOKENIZE_VOCAB) DATALOADERD_S3_SERVER=$(TOOLS)/versitygw \
 		$(PY) -m pytest -q clients/python/tests
 
 $(TORCH_VENV)/.stamp: clients/python/pyproject.toml Makefile
@@ -178,6 +178,7 @@ $(BENCH_VENV)/.stamp: bench/requirements.txt
 # e.g. make bench BENCH_ARGS="--repeats 5".
 bench: build $(VENV)/.stamp $(BENCH_VENV)/.stamp
 	$(PY) scripts/bench.py --daemon $(BIN)/dataloaderd --peers-python $(BENCH_VENV)/bin/python $(BENCH_ARGS)
+	$(MAKE) bench-objects
 
 # bench-quick: the smoke run (tiny corpus, one repeat; peers only if bench/.venv exists).
 bench-quick: build $(VENV)/.stamp
@@ -187,6 +188,13 @@ bench-quick: build $(VENV)/.stamp
 # table of their spread (bench/results/spread.md and docs/benchmarks.md).
 bench-spread:
 	$(PYTHON) scripts/bench_spread.py --doc docs/benchmarks.md
+
+# bench-objects: s3:// datasets read from a real S3-compatible server
+# (versitygw), with and without 20 ms of latency and with a cache of half the
+# corpus, next to the same corpus on local disk: requests and bytes per node
+# for 1, 2 and 8 ranks, tokens/s, time to the first batch (docs/benchmarks.md).
+bench-objects: $(TOOLS)/versitygw
+	DATALOADERD_S3_SERVER=$(TOOLS)/versitygw $(GO) test -run '^$$' -bench BenchmarkObjectsNode -benchtime 1x -timeout 60m ./internal/stream
 
 # bench-go: the Go microbenchmarks on their small built-in corpora.
 bench-go:

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -191,5 +192,41 @@ func TestBeyondLoopback(t *testing.T) {
 			t.Errorf("%s (bound %s): beyondLoopback = %v, want %v", addr, lis.Addr(), got, want)
 		}
 		lis.Close()
+	}
+}
+
+// TestObjectFlagsChecked: the object storage settings are checked at start,
+// each bad one named.
+func TestObjectFlagsChecked(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--object-block-kb", "6"}, "object_block_kb"},
+		{[]string{"--object-cache-mb", "1"}, "object_cache_mb"},
+		{[]string{"--object-cache-dir", file}, "object_cache_dir"},
+		{[]string{"--object-cache-dir", filepath.Join(file, "no")}, "object_cache_dir"},
+		{[]string{"--object-concurrency", "0"}, "object_concurrency"},
+		{[]string{"--object-retry-for", "0s"}, "object_retry_for"},
+		{[]string{"--object-path-style", "maybe"}, "object_path_style"},
+	} {
+		cfg, err := parseServe(tc.args, io.Discard)
+		if err != nil {
+			t.Fatalf("%v: %v", tc.args, err)
+		}
+		if _, err := cfg.check(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: got %v, want an error naming %s", tc.args, err, tc.want)
+		}
+	}
+	cfg, err := parseServe([]string{"--object-cache-dir", t.TempDir(), "--object-block-kb", "16"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cfg.check(); err != nil {
+		t.Fatalf("good object settings refused: %v", err)
 	}
 }

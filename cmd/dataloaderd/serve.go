@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"golang.org/x/sync/errgroup"
+	"golang.org/x/sys/unix"
 
 	"github.com/dataloaderd/dataloaderd/internal/cuda"
 	"github.com/dataloaderd/dataloaderd/internal/objstore"
@@ -90,7 +91,7 @@ func parseServe(args []string, stderr io.Writer) (daemonConfig, error) {
 	objCacheMB := fs.Int("object-cache-mb", 0, fmt.Sprintf("MiB of memory caching s3:// objects for every session (default %d)", objstore.DefaultMemoryBytes>>20))
 	objCacheDir := fs.String("object-cache-dir", "", "directory to cache s3:// objects in instead of memory, within --object-cache-disk-mb (default: memory)")
 	objCacheDiskMB := fs.Int("object-cache-disk-mb", 0, fmt.Sprintf("MiB of --object-cache-dir the cache may fill (default %d)", objstore.DefaultDiskBytes>>20))
-	objBlockKB := fs.Int("object-block-kb", 0, fmt.Sprintf("KiB fetched per ranged GET and cached as one block (default %d)", objstore.DefaultBlockSize>>10))
+	objBlockKB := fs.Int("object-block-kb", 0, fmt.Sprintf("KiB of an s3:// object fetched and cached as one block, the least a read fetches (default %d)", objstore.DefaultBlockSize>>10))
 	objConc := fs.Int("object-concurrency", 0, fmt.Sprintf("ranged GETs run ahead of demand at once (default %d)", objstore.DefaultConcurrency))
 	objRetry := fs.Duration("object-retry-for", 0, "how long a request to object storage is retried (throttling, 5xx, timeouts) before the sessions reading it fail (default "+objstore.DefaultRetryFor.String()+")")
 	objPath := fs.String("object-path-style", "", "address buckets by path: auto (when a custom endpoint is set), true or false (default auto)")
@@ -249,11 +250,13 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	log.Info("ring budget", zap.Int64("mib", budget>>20), zap.String("from", budgetFrom))
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	objMetrics := objstore.NewMetrics(reg)
+	objMetrics.Touch()
 	objects, err := objstore.New(objstore.Options{
 		BlockSize: int64(cfg.ObjectBlockKB) << 10, MemoryBytes: int64(cfg.ObjectCacheMB) << 20,
 		Dir: cfg.ObjectCacheDir, DiskBytes: int64(cfg.ObjectCacheDiskMB) << 20,
 		Concurrency: cfg.ObjectConcurrency, RetryFor: dur.objectRetryFor, PathStyle: cfg.ObjectPathStyle,
-		Metrics: objstore.NewMetrics(reg), Logger: log.Named("objects"),
+		Metrics: objMetrics, Logger: log.Named("objects"),
 	})
 	if err != nil {
 		// A node that reads no object storage runs on; s3:// datasets are
@@ -314,13 +317,21 @@ func (cfg daemonConfig) check() (durations, error) {
 	if err != nil || d.objectRetryFor <= 0 {
 		return d, fmt.Errorf("object_retry_for %q: want a positive duration such as 2m", cfg.ObjectRetryFor)
 	}
+	if cfg.ObjectCacheDir != "" {
+		if info, err := os.Stat(cfg.ObjectCacheDir); err != nil || !info.IsDir() {
+			return d, fmt.Errorf("object_cache_dir %q: not a directory", cfg.ObjectCacheDir)
+		}
+		if err := unix.Access(cfg.ObjectCacheDir, unix.W_OK|unix.X_OK); err != nil {
+			return d, fmt.Errorf("object_cache_dir %q: not writable: %w", cfg.ObjectCacheDir, err)
+		}
+	}
 	switch {
 	case cfg.ObjectCacheMB < 16:
 		return d, fmt.Errorf("object_cache_mb must be at least 16, got %d", cfg.ObjectCacheMB)
 	case cfg.ObjectCacheDiskMB < 16:
 		return d, fmt.Errorf("object_cache_disk_mb must be at least 16, got %d", cfg.ObjectCacheDiskMB)
-	case cfg.ObjectBlockKB < 64 || cfg.ObjectBlockKB > 256<<10 || cfg.ObjectBlockKB%64 != 0:
-		return d, fmt.Errorf("object_block_kb must be a multiple of 64 in [64, %d], got %d", 256<<10, cfg.ObjectBlockKB)
+	case cfg.ObjectBlockKB < 4 || cfg.ObjectBlockKB > 256<<10 || cfg.ObjectBlockKB%4 != 0:
+		return d, fmt.Errorf("object_block_kb must be a multiple of 4 in [4, %d], got %d", 256<<10, cfg.ObjectBlockKB)
 	case cfg.ObjectConcurrency < 1 || cfg.ObjectConcurrency > 1024:
 		return d, fmt.Errorf("object_concurrency must be in [1, 1024], got %d", cfg.ObjectConcurrency)
 	case cfg.ObjectPathStyle != "auto" && cfg.ObjectPathStyle != "true" && cfg.ObjectPathStyle != "false":

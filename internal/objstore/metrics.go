@@ -40,3 +40,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 }
 
 func (m *Metrics) request(op, outcome string) { m.requests.WithLabelValues(op, outcome).Inc() }
+
+// Touch makes one series of each labeled metric, so that all of them are
+// exported (at zero) before the first request.
+func (m *Metrics) Touch() {
+	for _, op := range []string{"list", "head", "get"} {
+		m.requests.WithLabelValues(op, "ok")
+	}
+	for _, r := range []string{"hit", "ahead", "miss"} {
+		m.lookups.WithLabelValues(r)
+	}
+}

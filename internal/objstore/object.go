@@ -20,19 +20,28 @@ type blockState uint8
 
 const (
 	absent   blockState = iota
-	fetching            // a fetch is under way; done closes when it ends
+	fetching            // a run's GET is under way
 	present             // readable in the mapping
 )
 
-// block is one BlockSize piece of an object.
+// block is one BlockSize piece of an object: 16 bytes of bookkeeping per
+// block (a 100 GB object of 64 KiB blocks: 25 MB).
 type block struct {
-	state blockState
-	holds int32         // reads holding it present
-	done  chan struct{} // while fetching
-	err   error         // why the last fetch failed
 	elem  *list.Element // in the store's LRU while present and not held
-	ahead bool          // queued or fetched ahead of demand, not yet read
+	holds int32         // reads holding it present
+	state blockState
+	ahead bool // queued or fetched ahead of demand, not yet read
 }
+
+// run is one ranged GET of consecutive blocks.
+type run struct {
+	done chan struct{}
+	err  error // set before done closes
+}
+
+// maxRunBytes bounds one GET: a read or prefetch of many absent blocks in
+// a row fetches them in GETs of up to this many bytes.
+const maxRunBytes = 16 << 20
 
 // Object is one object of a dataset, shared by every session reading it.
 // Data maps the whole object; a range of it is readable between Hold and
@@ -50,8 +59,9 @@ type Object struct {
 
 	// Guarded by store.mu.
 	blocks   []block
-	refs     int  // Open without Close
-	replaced bool // a newer ETag was opened; drop when refs reach 0
+	runs     map[int]*run // the GET bringing each block being fetched
+	refs     int          // Open without Close
+	replaced bool         // a newer ETag was opened; drop when refs reach 0
 	freed    bool
 }
 
@@ -85,10 +95,10 @@ func (o *Object) span(off, n int64) (first, last int, err error) {
 	return int(off / bs), int((off + n - 1) / bs), nil
 }
 
-// Hold fetches the blocks of bytes [off, off+n) that are not in the cache,
-// waiting for those being fetched, and keeps them all until Release(off, n).
-// It fails, holding nothing, when a block cannot be fetched (after the
-// retries) or the context ends.
+// Hold fetches the blocks of bytes [off, off+n) that are not in the cache
+// (consecutive ones in one GET), waits for those being fetched, and keeps
+// them all until Release(off, n). It fails, holding nothing, when a block
+// cannot be fetched (after the retries) or the context ends.
 func (o *Object) Hold(ctx context.Context, off, n int64) error {
 	if n == 0 {
 		return nil
@@ -100,19 +110,22 @@ func (o *Object) Hold(ctx context.Context, off, n int64) error {
 	s := o.store
 	m := s.opts.Metrics
 	i := first
+	fail := func(err error) error {
+		s.mu.Unlock()
+		o.releaseBlocks(first, i-1)
+		return err
+	}
 	s.mu.Lock()
 	for i <= last {
 		if o.freed {
-			s.mu.Unlock()
-			o.releaseBlocks(first, i-1)
-			return fmt.Errorf("%w: %s: read after the dataset was closed", ErrObject, o.url)
+			return fail(fmt.Errorf("%w: %s: read after the dataset was closed", ErrObject, o.url))
 		}
 		b := &o.blocks[i]
 		switch b.state {
 		case present:
 			o.holdLocked(i)
 			if b.ahead {
-				b.ahead = false
+				o.setAheadLocked(i, false)
 				m.lookups.WithLabelValues("ahead").Inc()
 			} else {
 				m.lookups.WithLabelValues("hit").Inc()
@@ -120,43 +133,66 @@ func (o *Object) Hold(ctx context.Context, off, n int64) error {
 			i++
 			continue
 		case fetching:
-			done := b.done
+			r := o.runs[i]
 			s.mu.Unlock()
 			select {
-			case <-done:
+			case <-r.done:
 			case <-ctx.Done():
-				o.releaseBlocks(first, i-1)
-				return ctx.Err()
+				s.mu.Lock()
+				return fail(ctx.Err())
 			}
 			s.mu.Lock()
-			if b.state == absent && b.err != nil {
-				err := b.err
-				s.mu.Unlock()
-				o.releaseBlocks(first, i-1)
-				return err
+			if r.err != nil && b.state == absent {
+				return fail(r.err)
 			}
 			continue
 		}
-		// Absent: fetch it here, for this read.
-		m.lookups.WithLabelValues("miss").Inc()
-		o.startLocked(i, false)
+		// Absent: fetch it and the absent blocks after it, for this read.
+		j := o.absentRunLocked(i, last)
+		r := o.startLocked(i, j, false)
+		m.lookups.WithLabelValues("miss").Add(float64(j - i + 1))
 		s.mu.Unlock()
-		err := o.fetch(ctx, i)
+		err := o.fetch(ctx, i, j)
 		s.mu.Lock()
-		o.finishLocked(i, err)
+		o.finishLocked(i, j, r, err)
 		if err != nil {
-			s.mu.Unlock()
-			o.releaseBlocks(first, i-1)
-			return err
+			return fail(err)
 		}
 		if o.freed {
 			continue // reported at the top
 		}
-		o.holdLocked(i)
-		i++
+		for ; i <= j; i++ {
+			o.holdLocked(i)
+		}
 	}
 	s.mu.Unlock()
 	return nil
+}
+
+// setAheadLocked marks block k as fetched ahead and not yet read, or not,
+// keeping the store's count of such bytes.
+func (o *Object) setAheadLocked(k int, v bool) {
+	b := &o.blocks[k]
+	if b.ahead == v {
+		return
+	}
+	b.ahead = v
+	if v {
+		o.store.aheadBytes += o.blockLen(k)
+	} else {
+		o.store.aheadBytes -= o.blockLen(k)
+	}
+}
+
+// absentRunLocked returns the last block of the run of absent blocks that
+// starts at i, within last and maxRunBytes.
+func (o *Object) absentRunLocked(i, last int) int {
+	most := max(1, int(maxRunBytes/o.store.opts.BlockSize))
+	j := i
+	for j < last && j-i+1 < most && o.blocks[j+1].state == absent {
+		j++
+	}
+	return j
 }
 
 // Release lets the blocks of a Hold(off, n) be evicted again.
@@ -185,47 +221,60 @@ func (o *Object) releaseBlocks(first, last int) {
 
 func (o *Object) holdLocked(i int) {
 	b := &o.blocks[i]
-	if b.elem != nil {
-		o.store.lru.Remove(b.elem)
-		b.elem = nil
-	}
+	o.store.unlinkLocked(b)
 	b.holds++
 }
 
-// startLocked marks block i as being fetched and makes room for it. Ahead
-// of demand it gives up (false) when the budget has no room.
-func (o *Object) startLocked(i int, ahead bool) bool {
-	if !o.store.reserveLocked(o.blockLen(i), ahead) {
-		return false
-	}
-	b := &o.blocks[i]
-	b.state, b.done, b.err, b.ahead = fetching, make(chan struct{}), nil, ahead
-	return true
+// runBytes is the length of blocks [i, j].
+func (o *Object) runBytes(i, j int) int64 {
+	bs := o.store.opts.BlockSize
+	return min(int64(j+1)*bs, o.size) - int64(i)*bs
 }
 
-// finishLocked records the end of block i's fetch: present (a fetch ahead
-// of demand puts it in the LRU; a read's fetch holds it next), or absent
-// with the error.
-func (o *Object) finishLocked(i int, err error) {
-	s := o.store
-	b := &o.blocks[i]
-	if err == nil && !o.freed {
-		err = o.protect(i, unix.PROT_READ)
+// startLocked marks absent blocks [i, j] as being fetched by one run, after
+// making room for them. Ahead of demand it gives up (nil) when the budget
+// has no room.
+func (o *Object) startLocked(i, j int, ahead bool) *run {
+	if !o.store.reserveLocked(o.runBytes(i, j), ahead) {
+		return nil
 	}
-	if err != nil || o.freed {
-		b.state, b.err = absent, err
-		if !o.freed {
-			s.used -= o.blockLen(i)
-			s.opts.Metrics.cached.Set(float64(s.used))
+	r := &run{done: make(chan struct{})}
+	for k := i; k <= j; k++ {
+		b := &o.blocks[k]
+		b.state = fetching
+		o.runs[k] = r
+		o.setAheadLocked(k, ahead)
+	}
+	return r
+}
+
+// finishLocked records the end of run r over blocks [i, j]: present (a run
+// ahead of demand puts them in the LRU; a read's run holds them next), or
+// absent with the error.
+func (o *Object) finishLocked(i, j int, r *run, err error) {
+	s := o.store
+	if err == nil && !o.freed {
+		err = o.protect(i, j, unix.PROT_READ)
+	}
+	r.err = err
+	for k := i; k <= j; k++ {
+		b := &o.blocks[k]
+		delete(o.runs, k)
+		if err != nil || o.freed {
+			b.state = absent
+			o.setAheadLocked(k, false)
+			continue
 		}
-	} else {
 		b.state = present
 		if b.ahead && b.holds == 0 {
-			b.elem = s.lru.PushBack(blockRef{o, i})
+			b.elem = s.aheadLRU.PushBack(blockRef{o, k})
 		}
 	}
-	close(b.done)
-	b.done = nil
+	if err != nil && !o.freed {
+		s.used -= o.runBytes(i, j)
+		s.opts.Metrics.cached.Set(float64(s.used))
+	}
+	close(r.done)
 }
 
 // evictLocked drops present, unheld block i from the cache: the mapping
@@ -233,15 +282,13 @@ func (o *Object) finishLocked(i int, err error) {
 func (o *Object) evictLocked(i int) {
 	s := o.store
 	b := &o.blocks[i]
-	if b.elem != nil {
-		s.lru.Remove(b.elem)
-		b.elem = nil
-	}
-	b.state, b.ahead = absent, false
+	s.unlinkLocked(b)
+	b.state = absent
+	o.setAheadLocked(i, false)
 	s.used -= o.blockLen(i)
 	s.opts.Metrics.evictions.Inc()
 	bs := s.opts.BlockSize
-	if err := o.protect(i, unix.PROT_NONE); err == nil {
+	if err := o.protect(i, i, unix.PROT_NONE); err == nil {
 		// A hole reads as zeros, never seen: the pages are inaccessible.
 		_ = unix.Fallocate(int(o.file.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, int64(i)*bs, o.blockLen(i))
 	}
@@ -260,24 +307,22 @@ func (o *Object) presentLocked() int {
 	return n
 }
 
-// protect sets the access of block i's pages (the kernel rounds the last
-// block's length up to its page, which the mapping covers).
-func (o *Object) protect(i int, prot int) error {
-	bs := o.store.opts.BlockSize
-	start := int64(i) * bs
-	return unix.Mprotect(o.data[start:start+o.blockLen(i)], prot)
+// protect sets the access of the pages of blocks [i, j] (the kernel rounds
+// the last block's length up to its page, which the mapping covers).
+func (o *Object) protect(i, j int, prot int) error {
+	start := int64(i) * o.store.opts.BlockSize
+	return unix.Mprotect(o.data[start:start+o.runBytes(i, j)], prot)
 }
 
-// fetch reads block i from the store into the backing file.
-func (o *Object) fetch(ctx context.Context, i int) error {
-	bs := o.store.opts.BlockSize
+// fetch reads blocks [i, j] from the store into the backing file.
+func (o *Object) fetch(ctx context.Context, i, j int) error {
 	buf := make([]byte, 256<<10)
-	return o.store.client.get(ctx, o.loc, o.etag, int64(i)*bs, o.blockLen(i), o.file, buf)
+	return o.store.client.get(ctx, o.loc, o.etag, int64(i)*o.store.opts.BlockSize, o.runBytes(i, j), o.file, buf)
 }
 
-// Prefetch queues the blocks of bytes [off, off+n) that are absent for the
-// fetchers ahead of demand. It never blocks: with the queue full, the
-// rest are left for the reads to fetch.
+// Prefetch queues the absent blocks of bytes [off, off+n), in runs of
+// consecutive ones, for the fetchers ahead of demand. It never blocks: with
+// the queue full, the rest are left for the reads to fetch.
 func (o *Object) Prefetch(off, n int64) {
 	if n <= 0 {
 		return
@@ -289,43 +334,63 @@ func (o *Object) Prefetch(off, n int64) {
 	s := o.store
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if o.freed {
+		return
+	}
 	for i := first; i <= last; i++ {
-		b := &o.blocks[i]
-		if b.state != absent || b.ahead || o.freed {
+		if b := &o.blocks[i]; b.state != absent || b.ahead {
 			continue
 		}
+		j := i
+		most := max(1, int(maxRunBytes/s.opts.BlockSize))
+		for j < last && j-i+1 < most && o.blocks[j+1].state == absent && !o.blocks[j+1].ahead {
+			j++
+		}
+		if s.aheadBytes+o.runBytes(i, j) > s.budget/2 {
+			return // what is fetched ahead and unread fills half the cache
+		}
 		select {
-		case s.queue <- blockRef{o, i}:
-			b.ahead = true
+		case s.queue <- runRef{o, i, j}:
+			for k := i; k <= j; k++ {
+				o.setAheadLocked(k, true)
+			}
 		default:
 			return
 		}
+		i = j
 	}
 }
 
-// fetchQueued fetches block i if it is still absent.
-func (o *Object) fetchQueued(i int) {
+// fetchQueued fetches the blocks of [first, last] still absent, a run of
+// consecutive ones at a time.
+func (o *Object) fetchQueued(first, last int) {
 	s := o.store
 	s.mu.Lock()
-	b := &o.blocks[i]
-	if b.state != absent || o.freed {
-		b.ahead = b.state == present && b.ahead
+	defer s.mu.Unlock()
+	for i := first; i <= last; i++ {
+		b := &o.blocks[i]
+		if b.state != absent || o.freed {
+			continue
+		}
+		j := i
+		for j < last && o.blocks[j+1].state == absent {
+			j++
+		}
+		r := o.startLocked(i, j, true)
+		if r == nil { // no room: the reads will fetch them
+			for k := i; k <= last; k++ {
+				if o.blocks[k].state == absent {
+					o.setAheadLocked(k, false)
+				}
+			}
+			return
+		}
 		s.mu.Unlock()
-		return
+		err := o.fetch(s.ctx, i, j)
+		s.mu.Lock()
+		o.finishLocked(i, j, r, err)
+		i = j
 	}
-	if !o.startLocked(i, true) {
-		b.ahead = false
-		s.mu.Unlock()
-		return
-	}
-	s.mu.Unlock()
-	err := o.fetch(s.ctx, i)
-	s.mu.Lock()
-	o.finishLocked(i, err)
-	if err != nil {
-		b.ahead = false
-	}
-	s.mu.Unlock()
 }
 
 // ReadAt copies bytes of the object into p, through the cache.

@@ -17,10 +17,10 @@ import (
 
 // Defaults of Options.
 const (
-	DefaultBlockSize      = 4 << 20
+	DefaultBlockSize      = 64 << 10
 	DefaultMemoryBytes    = 2 << 30
 	DefaultDiskBytes      = 64 << 30
-	DefaultConcurrency    = 16
+	DefaultConcurrency    = 32
 	DefaultRetryFor       = 2 * time.Minute
 	DefaultAttemptTimeout = 60 * time.Second
 	// DefaultPrefetchQueue bounds the blocks waiting to be fetched ahead.
@@ -104,10 +104,16 @@ type Store struct {
 	// listed is what the latest listings (and HEADs) said of each object,
 	// so that opening a dataset just listed makes no HEAD request per object.
 	listed map[string]listing
-	lru    list.List // present blocks no read holds, oldest first
-	used   int64     // bytes of present and in-flight blocks
+	lru    list.List // present blocks read and no longer held, oldest first
+	// aheadLRU holds the present blocks fetched ahead and not yet read.
+	aheadLRU list.List
+	used     int64 // bytes of present and in-flight blocks
+	// aheadBytes are those queued or fetched ahead of demand and not yet
+	// read: at most half the budget, so that what is fetched ahead does
+	// not evict what is read.
+	aheadBytes int64
 
-	queue  chan blockRef
+	queue  chan runRef
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -123,10 +129,17 @@ type listing struct {
 // for the opening of the dataset that listed it.
 const listedFor = time.Minute
 
-// blockRef names block i of an object for the fetchers ahead of demand.
+// blockRef names block i of an object, in the LRU.
 type blockRef struct {
 	obj *Object
 	i   int
+}
+
+// runRef names blocks [first, last] of an object for the fetchers ahead
+// of demand.
+type runRef struct {
+	obj         *Object
+	first, last int
 }
 
 // New makes the store; it loads the AWS configuration (no request is made
@@ -142,7 +155,7 @@ func New(opts Options) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{opts: opts, client: c, objects: map[string]*Object{}, listed: map[string]listing{},
-		queue: make(chan blockRef, DefaultPrefetchQueue), ctx: ctx, cancel: cancel}
+		queue: make(chan runRef, DefaultPrefetchQueue), ctx: ctx, cancel: cancel}
 	s.budget = opts.MemoryBytes
 	if opts.Dir != "" {
 		s.budget = opts.DiskBytes
@@ -249,7 +262,7 @@ func (s *Store) Open(ctx context.Context, loc Location) (*Object, error) {
 // mapping is inaccessible until blocks are fetched into it, so a read
 // outside what a caller holds faults instead of seeing zeros.
 func (s *Store) newObject(loc Location, info Info) (*Object, error) {
-	o := &Object{store: s, loc: loc, url: loc.String(), size: info.Size, etag: info.ETag, refs: 1}
+	o := &Object{store: s, loc: loc, url: loc.String(), size: info.Size, etag: info.ETag, refs: 1, runs: map[int]*run{}}
 	nblocks := (info.Size + s.opts.BlockSize - 1) / s.opts.BlockSize
 	o.blocks = make([]block, nblocks)
 	if info.Size == 0 {
@@ -289,10 +302,8 @@ func (s *Store) newObject(loc Location, info Info) (*Object, error) {
 func (s *Store) dropLocked(o *Object) {
 	for i := range o.blocks {
 		b := &o.blocks[i]
-		if b.elem != nil {
-			s.lru.Remove(b.elem)
-			b.elem = nil
-		}
+		o.setAheadLocked(i, false)
+		s.unlinkLocked(b)
 		if b.state != absent {
 			s.used -= o.blockLen(i)
 		}
@@ -306,13 +317,27 @@ func (s *Store) dropLocked(o *Object) {
 	}
 }
 
+// unlinkLocked takes block b out of whichever LRU holds it.
+func (s *Store) unlinkLocked(b *block) {
+	if b.elem != nil {
+		s.lru.Remove(b.elem) // each is a no-op for the other list's elements
+		s.aheadLRU.Remove(b.elem)
+		b.elem = nil
+	}
+}
+
 // reserveLocked makes room for n more bytes by evicting the blocks used
-// longest ago that no read holds. When every block is held the cache goes
+// longest ago that no read holds, those fetched ahead and not yet read
+// last (and never for more fetched ahead). When every block is held the cache goes
 // over its budget rather than fail a read; ahead of demand it does not:
 // ok false says there is no room.
 func (s *Store) reserveLocked(n int64, ahead bool) bool {
 	for s.used+n > s.budget {
 		front := s.lru.Front()
+		if front == nil && !ahead {
+			// Blocks fetched ahead and not yet read go last.
+			front = s.aheadLRU.Front()
+		}
 		if front == nil {
 			if ahead {
 				return false
@@ -335,7 +360,7 @@ func (s *Store) fetchAhead() {
 		case <-s.ctx.Done():
 			return
 		case ref := <-s.queue:
-			ref.obj.fetchQueued(ref.i)
+			ref.obj.fetchQueued(ref.first, ref.last)
 		}
 	}
 }

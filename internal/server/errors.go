@@ -11,6 +11,7 @@ import (
 	"github.com/dataloaderd/dataloaderd/internal/cuda"
 	"github.com/dataloaderd/dataloaderd/internal/files"
 	"github.com/dataloaderd/dataloaderd/internal/mapped"
+	"github.com/dataloaderd/dataloaderd/internal/objstore"
 	"github.com/dataloaderd/dataloaderd/internal/ring"
 	"github.com/dataloaderd/dataloaderd/internal/session"
 	"github.com/dataloaderd/dataloaderd/internal/source"
@@ -53,7 +54,7 @@ func toStatus(err error) error {
 		code = codes.Unavailable
 	case errors.Is(err, session.ErrNoTransport), errors.Is(err, cuda.ErrNoDriver):
 		code = codes.Unimplemented
-	case errors.Is(err, mapped.ErrFault):
+	case errors.Is(err, mapped.ErrFault), errors.Is(err, objstore.ErrChanged):
 		code = codes.DataLoss
 	case errors.Is(err, cuda.ErrOutOfMemory), errors.Is(err, session.ErrOverBudget),
 		errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):

@@ -76,3 +76,93 @@ func (m *megatronFile) prefetchToken(u, off uint64) {
 	}
 	prefetchAt(m.bin, uint64(pointer)+off*m.dtype.size())
 }
+
+// ObjectPrefetchUnits is how many units ahead of a rank's reads a dataset
+// in object storage asks the node's cache to fetch, shared among the
+// rank's shards (each gets at least 4, at most 64): enough to keep the
+// fetchers busy through a request's latency. The cache keeps what is
+// fetched ahead under half its budget, so a small cache takes less.
+const ObjectPrefetchUnits = 1024
+
+// remoteUnits is a fileUnits in object storage that can fetch a unit's
+// bytes ahead of its read.
+type remoteUnits interface {
+	remote() bool
+	prefetchUnit(u uint64)
+}
+
+// PrefetchDepth is how many units ahead the dataset wants Prefetch to be
+// given: ObjectPrefetchUnits when a file is in object storage, else 0 (the
+// mapped files need no such hint).
+func (d *dataset) PrefetchDepth() uint64 {
+	for _, p := range d.parts {
+		if r, ok := p.(remoteUnits); ok && r.remote() {
+			return ObjectPrefetchUnits
+		}
+	}
+	return 0
+}
+
+// Prefetch fetches the bytes of units in object storage into the node's
+// cache ahead of their reads. It never blocks; it returns how many units
+// it hinted.
+func (d *dataset) Prefetch(units []uint64) int {
+	n := 0
+	for _, u := range units {
+		if u >= d.Units() {
+			continue
+		}
+		i, local := d.locate(u)
+		if r, ok := d.parts[i].(remoteUnits); ok && r.remote() {
+			r.prefetchUnit(local)
+			n++
+		}
+	}
+	return n
+}
+
+func (m *megatronFile) remote() bool { return m.binBlob.Remote() }
+
+func (m *megatronFile) prefetchUnit(u uint64) {
+	if u >= m.sequences {
+		return
+	}
+	if length, pointer := m.entry(u); pointer >= 0 && length > 0 {
+		m.binBlob.Prefetch(uint64(pointer), uint64(length)*m.dtype.size())
+	}
+}
+
+func (f *tokenFile) remote() bool { return f.blob.Remote() }
+
+// prefetchUnit fetches block b's nominal span and a little past it, where
+// its end snaps to the next separator.
+func (f *tokenFile) prefetchUnit(b uint64) {
+	size := f.dtype.size()
+	f.blob.Prefetch(f.dataAt()+b*f.blocks*size, (f.blocks+f.blocks/8+1)*size)
+}
+
+func (f *arrowFile) remote() bool { return f.blob.Remote() }
+
+// prefetchUnit fetches where unit u's tokens lie: the whole record batch of
+// a batch-per-document file; for the list layout, its offsets and the place
+// its values would have if the batch's rows were of equal length (a hint:
+// its read fetches what it misses).
+func (f *arrowFile) prefetchUnit(u uint64) {
+	if u >= f.units() {
+		return
+	}
+	size := f.dtype.size()
+	if f.perBatch {
+		b := f.batches[u]
+		f.blob.Prefetch(b.valuesAt, b.values*size)
+		return
+	}
+	b, r := f.row(u)
+	batch := f.batches[b]
+	f.blob.Prefetch(batch.offsetsAt+r*f.offsetWidth, 2*f.offsetWidth)
+	rows := f.rowStart[b+1] - f.rowStart[b]
+	if rows > 0 && batch.values > 0 {
+		at := batch.valuesAt + batch.values*r/rows*size
+		f.blob.Prefetch(at, max(batch.values/rows, 1)*size)
+	}
+}

@@ -34,6 +34,10 @@ type dataset struct {
 	// The source's optional hints, found once at open (nil when it has none).
 	prefetcher source.Prefetcher
 	units      unitPrefetcher
+	// ahead is how many units a rank asks units to prepare, shared among
+	// its shards (0: a few per shard); sources in object storage want
+	// many, through a request's latency.
+	ahead uint64
 }
 
 // OpenCorpus validates cfg, opens its datasets and cuts their shards. Text
@@ -78,6 +82,12 @@ func OpenCorpusWith(cfg Config, res *Resources) (*Corpus, error) {
 		ds := &dataset{index: i, name: d.Name, src: src, lazy: textual}
 		ds.prefetcher, _ = src.(source.Prefetcher)
 		ds.units, _ = src.(unitPrefetcher)
+		if dp, ok := src.(prefetchDepther); ok {
+			// Token sources prepare units only when in object storage.
+			if ds.ahead = dp.PrefetchDepth(); ds.ahead == 0 {
+				ds.units = nil
+			}
+		}
 		c.datasets = append(c.datasets, ds)
 		if err := ds.cut(cfg); err != nil {
 			c.Close()

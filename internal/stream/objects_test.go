@@ -95,7 +95,7 @@ func newObjectCorpus(t *testing.T, srv *s3test.Server, bucket string, rng *rand.
 
 // objectResources are stream resources that read s3:// paths through store,
 // confined to roots.
-func objectResources(t *testing.T, store *objstore.Store, roots ...string) *Resources {
+func objectResources(t testing.TB, store *objstore.Store, roots ...string) *Resources {
 	t.Helper()
 	res := NewResources(2, 1<<20, nil)
 	t.Cleanup(func() { res.Close() })
@@ -110,7 +110,7 @@ func objectResources(t *testing.T, store *objstore.Store, roots ...string) *Reso
 
 // newStore opens an object store reaching srv (or endpoint, when not empty)
 // through the standard AWS environment.
-func newStore(t *testing.T, srv *s3test.Server, endpoint string, opts objstore.Options) *objstore.Store {
+func newStore(t testing.TB, srv *s3test.Server, endpoint string, opts objstore.Options) *objstore.Store {
 	t.Helper()
 	if endpoint == "" {
 		endpoint = srv.Endpoint

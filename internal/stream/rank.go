@@ -57,6 +57,11 @@ type shardRun struct {
 	st      state.Shard
 	win     window
 	winOpen bool
+	// hinted: the units of the window to open next were prefetched.
+	hinted bool
+	// ahead is how many units of its windows the shard asks its source
+	// to prepare when it opens one (0: the default, 2).
+	ahead   uint64
 	tie     uint64
 	heapIdx int
 }
@@ -327,9 +332,20 @@ func (r *Rank) nextLine(dst []int32) (*rankDataset, error) {
 		if !s.winOpen {
 			// The shards the heap serves next are about to open windows
 			// too: let sources that prepare units (text) start on them.
-			for i := 1; i < min(len(d.active), 4); i++ {
-				if n := d.active[i]; !n.winOpen {
-					n.prefetchAhead(&r.fr, n.st.Window, 1)
+			// A source in object storage gets every shard's next units,
+			// once per window, so that their fetches overlap: its depth
+			// shared among the rank's shards.
+			near, ahead := min(len(d.active), 4), uint64(1)
+			s.ahead = 2
+			if total := s.ds.ahead; total > 0 {
+				near = len(d.active)
+				ahead = min(max(4, total/uint64(len(d.active))), maxPrefetchAhead)
+				s.ahead = ahead
+			}
+			for i := 1; i < near; i++ {
+				if n := d.active[i]; !n.winOpen && !n.hinted {
+					n.prefetchAhead(&r.fr, n.st.Window, ahead)
+					n.hinted = s.ds.ahead > 0
 				}
 			}
 		}
@@ -356,10 +372,10 @@ func (r *Rank) nextLine(dst []int32) (*rankDataset, error) {
 func (r *Rank) shardLine(s *shardRun, dst []int32) (bool, error) {
 	fr := &r.fr
 	if !s.winOpen {
-		if err := s.openWindow(fr, s.st.Window, &s.win); err != nil {
+		if err := s.openWindow(fr, s.st.Window, &s.win, max(s.ahead, 2)); err != nil {
 			return false, err
 		}
-		s.winOpen = true
+		s.winOpen, s.hinted = true, false
 	}
 	c := s.st.Taken
 	if c >= s.win.lines {

@@ -291,19 +291,30 @@ type window struct {
 }
 
 // unitPrefetcher is a source that can prepare units ahead of their reads
-// (text datasets tokenize them on a worker pool). It never blocks.
+// (text datasets tokenize them on a worker pool; datasets in object
+// storage fetch their bytes into the node's cache). It never blocks.
 type unitPrefetcher interface {
 	Prefetch(units []uint64) int
 }
 
+// prefetchDepther is a unitPrefetcher that says how many units ahead of a
+// rank it wants (0: none).
+type prefetchDepther interface {
+	PrefetchDepth() uint64
+}
+
+// maxPrefetchAhead bounds the units one prefetchAhead hints.
+const maxPrefetchAhead = 64
+
 // prefetchAhead asks the source to prepare the units at and after cursor c
-// (at most n of them, in c's epoch): the units a shard reads next.
+// (at most n of them, up to maxPrefetchAhead, in c's epoch): the units a
+// shard reads next.
 func (s *shard) prefetchAhead(fr *framing, c state.Cursor, n uint64) {
 	p := s.ds.units
 	if p == nil || fr.ended(c) {
 		return
 	}
-	var units [4]uint64
+	var units [maxPrefetchAhead]uint64
 	k := uint64(0)
 	for ; k < min(n, uint64(len(units))) && c.Pos+k < s.n; k++ {
 		units[k] = s.unit(c.Epoch, c.Pos+k)
@@ -311,9 +322,10 @@ func (s *shard) prefetchAhead(fr *framing, c state.Cursor, n uint64) {
 	p.Prefetch(units[:k])
 }
 
-// openWindow computes the window that starts at c, reusing w's memory.
-func (s *shard) openWindow(fr *framing, c state.Cursor, w *window) error {
-	s.prefetchAhead(fr, c, 2)
+// openWindow computes the window that starts at c, reusing w's memory, and
+// asks the source to prepare ahead units of it and of the next window.
+func (s *shard) openWindow(fr *framing, c state.Cursor, w *window, ahead uint64) error {
+	s.prefetchAhead(fr, c, ahead)
 	w.starts = append(w.starts[:0], c)
 	w.first = append(w.first[:0], 0)
 	w.fc.frames = w.fc.frames[:0]
@@ -332,7 +344,7 @@ func (s *shard) openWindow(fr *framing, c state.Cursor, w *window) error {
 		w.starts = append(w.starts, c)
 		w.first = append(w.first, fi)
 	}
-	s.prefetchAhead(fr, c, 2) // the next window's units
+	s.prefetchAhead(fr, c, ahead) // the next window's units
 	return nil
 }
 

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // slowDownBody is S3's answer to a client it throttles.
@@ -38,6 +39,7 @@ type FaultProxy struct {
 	srv      *httptest.Server
 	rp       *httputil.ReverseProxy
 	fraction atomic.Uint64 // math.Float64bits of the fraction refused
+	delay    atomic.Int64  // time.Duration each request waits before it is answered
 
 	mu  sync.Mutex // guards rng
 	rng *rand.Rand
@@ -85,6 +87,9 @@ func NewFaultProxy(t testing.TB, target string, fraction float64, seed int64) *F
 
 func (p *FaultProxy) serve(w http.ResponseWriter, r *http.Request) {
 	p.requests.Add(1)
+	if d := time.Duration(p.delay.Load()); d > 0 {
+		time.Sleep(d)
+	}
 	if p.refuse() {
 		p.refused.Add(1)
 		_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, refusedBodyLimit))
@@ -116,6 +121,10 @@ func (p *FaultProxy) SetFraction(f float64) {
 	}
 	p.fraction.Store(math.Float64bits(f))
 }
+
+// SetDelay makes every request wait d before it is answered: the first-byte
+// latency of a store in another building or region.
+func (p *FaultProxy) SetDelay(d time.Duration) { p.delay.Store(int64(d)) }
 
 // Fraction is the fraction of requests refused.
 func (p *FaultProxy) Fraction() float64 { return math.Float64frombits(p.fraction.Load()) }

@@ -136,9 +136,11 @@ def to_proto(data: Mapping[str, object], base_dir: str) -> "pb.JobConfig":
         if not isinstance(d, Mapping):
             raise ConfigError(f"config: datasets[{i}] must be a mapping, got {d!r}")
         ds = _check(f"datasets[{i}]", d, DATASET_KEYS)
-        path = os.path.expanduser(ds["path"])
-        if not os.path.isabs(path):
-            path = os.path.join(base_dir, path)
+        path = ds["path"]
+        if not path.startswith("s3://"):  # object storage URLs go as they are
+            path = os.path.expanduser(path)
+            if not os.path.isabs(path):
+                path = os.path.join(base_dir, path)
         tokenizer = ds["tokenizer"]
         if tokenizer and (os.sep in tokenizer or tokenizer.endswith((".json", ".tiktoken"))):
             tokenizer = os.path.join(base_dir, os.path.expanduser(tokenizer))

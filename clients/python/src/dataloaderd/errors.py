@@ -76,7 +76,8 @@ class ResourceExhaustedError(DataloaderdError):
 class FileChangedError(DataloaderdError):
     """A file the session reads changed under the daemon: a corpus file
     truncated or rewritten in place (``cp`` over it) while mapped, or the
-    session's own ring file cut short. Only that session fails; the message
+    session's own ring file cut short, or an ``s3://`` object replaced
+    after the session opened it. Only that session fails; the message
     names the file. Replace files in use by writing a new file and renaming
     it over the old one."""
 
