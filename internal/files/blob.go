@@ -32,11 +32,7 @@ func (d Dataset) Load(path string) (*Blob, error) {
 		}
 		return &Blob{Data: data, Path: path}, nil
 	}
-	loc, err := d.Roots.object(d.fileWhat(), path)
-	if err != nil {
-		return nil, err
-	}
-	store, err := d.Roots.store()
+	loc, store, err := d.object(path)
 	if err != nil {
 		return nil, err
 	}

@@ -39,11 +39,7 @@ func (d Dataset) Stat(path string) (fs.FileInfo, error) {
 	if !objstore.IsURL(path) {
 		return d.Roots.Stat(d.fileWhat(), path)
 	}
-	loc, err := d.Roots.object(d.fileWhat(), path)
-	if err != nil {
-		return nil, err
-	}
-	store, err := d.Roots.store()
+	loc, store, err := d.object(path)
 	if err != nil {
 		return nil, err
 	}
@@ -190,6 +186,17 @@ func trimPairExt(path string) (string, bool) {
 func isOutside(err error) bool {
 	var oe *OutsideError
 	return errors.As(err, &oe)
+}
+
+// object is one of the dataset's objects, checked against the roots, and
+// the store that reads it.
+func (d Dataset) object(path string) (objstore.Location, *objstore.Store, error) {
+	loc, err := d.Roots.object(d.fileWhat(), path)
+	if err != nil {
+		return loc, nil, err
+	}
+	store, err := d.Roots.store()
+	return loc, store, err
 }
 
 // resolveObjects is Resolve for an s3:// path: a glob over keys ("*" does

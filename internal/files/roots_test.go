@@ -292,3 +292,52 @@ func TestSaveNamesNothingUntilWritten(t *testing.T) {
 		t.Fatalf("the folder holds %v, want the rank file alone", got)
 	}
 }
+
+// TestBucketRoots: an s3:// root allows the objects under its prefix and
+// nothing else; a local path is refused once only bucket roots are given;
+// state folders are never objects.
+func TestBucketRoots(t *testing.T) {
+	r, err := NewRoots([]string{"s3://b/data"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		path string
+		ok   bool
+	}{
+		{"s3://b/data/x.bin", true},
+		{"s3://b/data/sub/x.bin", true},
+		{"s3://b/data/*.bin", true},
+		{"s3://b/data", true},
+		{"s3://b/database/x.bin", false},
+		{"s3://b/da*", false},
+		{"s3://c/data/x.bin", false},
+		{"/data/x.bin", false},
+	} {
+		err := r.Check(`dataset "d" path`, c.path)
+		if c.ok && err != nil {
+			t.Errorf("%s: refused: %v", c.path, err)
+		}
+		if !c.ok && !errors.Is(err, ErrOutsideRoots) {
+			t.Errorf("%s: got %v, want ErrOutsideRoots", c.path, err)
+		}
+		if !c.ok && err != nil && !strings.Contains(err.Error(), "s3://b/data") {
+			t.Errorf("%s: the error does not list the roots: %v", c.path, err)
+		}
+	}
+	if _, err := r.Folder("save folder", "s3://b/data/ckpt"); err == nil || !strings.Contains(err.Error(), "local") {
+		t.Errorf("an s3:// save folder: got %v", err)
+	}
+	if _, err := NewRoots([]string{"s3://"}); err == nil {
+		t.Error(`NewRoots("s3://") accepted a root without a bucket`)
+	}
+	// Without roots every bucket is allowed, and without a store a dataset
+	// in one is refused with a reason.
+	var none *Roots
+	if err := none.Check("p", "s3://any/x"); err != nil {
+		t.Errorf("no roots: %v", err)
+	}
+	if _, err := (Dataset{Name: "d"}).Load("s3://any/x"); err == nil || !strings.Contains(err.Error(), "not enabled") {
+		t.Errorf("no object store: got %v", err)
+	}
+}

@@ -101,7 +101,7 @@ func BenchmarkObjectsNode(b *testing.B) {
 // readEpoch opens the corpus and reads it to its end with world ranks at
 // once; it returns the tokens served and the time from the open to rank
 // 0's first batch.
-func readEpoch(b *testing.B, cfg Config, store *objstore.Store, world int) (int64, time.Duration) {
+func readEpoch(b testing.TB, cfg Config, store *objstore.Store, world int) (int64, time.Duration) {
 	start := time.Now()
 	res := objectResources(b, store)
 	corpus, err := OpenCorpusWith(cfg, res)

@@ -8,14 +8,12 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/dataloaderd/dataloaderd/internal/files"
 	"github.com/dataloaderd/dataloaderd/internal/objstore"
 	"github.com/dataloaderd/dataloaderd/internal/objstore/s3test"
-	"github.com/dataloaderd/dataloaderd/internal/state"
 	"github.com/dataloaderd/dataloaderd/internal/testcorpus"
 )
 
@@ -181,42 +179,14 @@ func TestObjectsExactlyOnce(t *testing.T) {
 			}
 
 			// Exactly once: 2 ranks, a save, 3 ranks, random worlds after.
-			worlds := []int{2, 3}
-			served := map[int32]int{}
-			var from *state.Restored
-			buf := batchBuf(cfg)
-			line := cfg.LineTokens()
-			for round := 0; round < 4; round++ {
-				w := 1 + rng.Intn(4)
-				if round < len(worlds) {
-					w = worlds[round]
+			worlds := func(round int) int {
+				if round < 2 {
+					return round + 2
 				}
-				final := round == 3
-				var states []state.Rank
-				for r := 0; r < w; r++ {
-					rank, err := NewRank(remote, uint32(r), uint32(w), from)
-					if err != nil {
-						t.Fatal(err)
-					}
-					for i := 0; final || i < rng.Intn(20); i++ {
-						p, err := rank.NextBatch(buf)
-						if err != nil {
-							t.Fatal(err)
-						}
-						if p.Lines == 0 {
-							break
-						}
-						count(served, buf[:p.Lines*line])
-					}
-					states = append(states, rank.State())
-					for i := rng.Intn(3); i > 0; i-- { // lost with the crash
-						if _, err := rank.NextBatch(buf); err != nil {
-							t.Fatal(err)
-						}
-					}
-				}
-				from = saveWorld(t, remote.Fingerprint(), states)
+				return 1 + rng.Intn(4)
 			}
+			served := crashAndRescaleWorlds(t, rng, cfg, remote.Fingerprint(), 4, worlds, 20,
+				func(int, bool) *Corpus { return remote })
 			checkServed(t, served, oc.all, int(cfg.Epochs))
 			st := store.Stats()
 			if st.Gets == 0 || st.FetchedBytes == 0 {
@@ -237,40 +207,7 @@ func TestObjectsOncePerNode(t *testing.T) {
 	fetch := func(world int) objstore.Stats {
 		store := newStore(t, srv, "", objstore.Options{BlockSize: 64 << 10})
 		cfg := objectConfig(t, rand.New(rand.NewSource(3)), oc.remote)
-		corpus, err := OpenCorpusWith(cfg, objectResources(t, store))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer corpus.Close()
-		var wg sync.WaitGroup
-		errs := make(chan error, world)
-		for r := range world {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				rank, err := NewRank(corpus, uint32(r), uint32(world), nil)
-				if err != nil {
-					errs <- err
-					return
-				}
-				buf := batchBuf(cfg)
-				for {
-					p, err := rank.NextBatch(buf)
-					if err != nil {
-						errs <- err
-						return
-					}
-					if p.Lines == 0 {
-						return
-					}
-				}
-			}()
-		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			t.Fatal(err)
-		}
+		readEpoch(t, cfg, store, world)
 		return store.Stats()
 	}
 	one, four := fetch(1), fetch(4)

@@ -138,12 +138,20 @@ func TestExactlyOnce(t *testing.T) {
 func crashAndRescale(t *testing.T, rng *rand.Rand, cfg Config, fp state.Fingerprint, rounds, maxW, maxSteps int,
 	corpusFor func(round int, final bool) *Corpus) map[int32]int {
 	t.Helper()
+	return crashAndRescaleWorlds(t, rng, cfg, fp, rounds, func(int) int { return 1 + rng.Intn(maxW) }, maxSteps, corpusFor)
+}
+
+// crashAndRescaleWorlds is crashAndRescale with the world size of each
+// round chosen by world.
+func crashAndRescaleWorlds(t *testing.T, rng *rand.Rand, cfg Config, fp state.Fingerprint, rounds int, world func(round int) int,
+	maxSteps int, corpusFor func(round int, final bool) *Corpus) map[int32]int {
+	t.Helper()
 	served := map[int32]int{}
 	var from *state.Restored
 	buf := batchBuf(cfg)
 	line := cfg.LineTokens()
 	for round := 0; round < rounds; round++ {
-		w := uint32(1 + rng.Intn(maxW))
+		w := uint32(world(round))
 		final := round == rounds-1
 		corpus := corpusFor(round, final)
 		var states []state.Rank
