@@ -71,6 +71,16 @@ func (b *Blob) BlockSize() int64 {
 	return b.obj.BlockSize()
 }
 
+// HoldWhole holds the whole file, refusing an object larger than half the
+// node's cache (what would then be read whole, why, and what to do instead).
+func (b *Blob) HoldWhole(why string) error {
+	if b.obj != nil && b.obj.Size() > b.obj.HoldLimit() {
+		return fmt.Errorf("%w: %s is %d bytes, more than half the object cache (%d bytes); %s is read whole: raise --object-cache-mb or set --object-cache-dir",
+			objstore.ErrObject, b.Path, b.obj.Size(), 2*b.obj.HoldLimit(), why)
+	}
+	return b.Hold(0, uint64(b.Size()))
+}
+
 // Hold makes Data[off:off+n] readable until Release(off, n).
 func (b *Blob) Hold(off, n uint64) error {
 	if b.obj == nil || n == 0 {

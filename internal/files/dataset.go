@@ -222,8 +222,13 @@ func (d Dataset) resolveObjects(f Format, path string) ([]string, error) {
 		paths = append(paths, p)
 		return nil
 	}
+	// exists is false for a missing object; the store failing is an error.
+	var headErr error
 	exists := func(key string) bool {
 		_, err := store.Head(ctx, objstore.Location{Bucket: loc.Bucket, Key: key})
+		if err != nil && !errors.Is(err, objstore.ErrNotFound) && headErr == nil {
+			headErr = err
+		}
 		return err == nil
 	}
 	switch i := strings.IndexAny(loc.Key, globMeta); {
@@ -251,6 +256,9 @@ func (d Dataset) resolveObjects(f Format, path string) ([]string, error) {
 		}
 	case loc.Key != "" && !strings.HasSuffix(loc.Key, "/") && exists(loc.Key):
 		paths = []string{path}
+	}
+	if headErr != nil {
+		return nil, headErr
 	}
 	if paths == nil && !strings.ContainsAny(loc.Key, globMeta) {
 		dir := loc.Key

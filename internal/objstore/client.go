@@ -168,6 +168,8 @@ func (c *client) do(ctx context.Context, kind, url, op string, fn func(context.C
 var throttleCodes = map[string]bool{
 	"SlowDown": true, "Throttling": true, "ThrottlingException": true, "TooManyRequests": true,
 	"RequestLimitExceeded": true, "RequestThrottled": true,
+	// 400 RequestTimeout: the connection was idle too long mid-request.
+	"RequestTimeout": true, "RequestTimeoutException": true,
 }
 
 // retryable says whether a failed attempt may succeed if made again, and
@@ -189,10 +191,12 @@ func retryable(err error) (reason string, again bool) {
 		}
 		return "", false
 	}
-	var canceled *smithy.CanceledError
-	if errors.As(err, &canceled) {
-		return "", false
+	var local *localError
+	if errors.As(err, &local) {
+		return "", false // the cache's own disk: fetching again will not help
 	}
+	// A canceled request here is the attempt's own timeout (do checks the
+	// caller's context first): a hung connection, tried again.
 	return "transport", true
 }
 
@@ -209,6 +213,23 @@ func plain(err error) error {
 		}
 	}
 	return err
+}
+
+// localError is a failed write into the cache's backing file.
+type localError struct{ err error }
+
+func (e *localError) Error() string { return "object cache: " + e.err.Error() }
+func (e *localError) Unwrap() error { return e.err }
+
+// localWriter marks the errors of writing into the cache as local.
+type localWriter struct{ w io.WriterAt }
+
+func (l localWriter) WriteAt(p []byte, off int64) (int, error) {
+	n, err := l.w.WriteAt(p, off)
+	if err != nil {
+		err = &localError{err}
+	}
+	return n, err
 }
 
 // head describes one object.
@@ -271,7 +292,7 @@ func (c *client) get(ctx context.Context, loc Location, etag string, off, n int6
 			return err
 		}
 		defer out.Body.Close()
-		got, err := io.CopyBuffer(io.NewOffsetWriter(w, off), io.LimitReader(out.Body, n), buf)
+		got, err := io.CopyBuffer(io.NewOffsetWriter(localWriter{w}, off), io.LimitReader(out.Body, n), buf)
 		c.metrics.fetched.Add(float64(got))
 		if err != nil {
 			return err

@@ -41,6 +41,12 @@ func Parse(path string) (Location, error) {
 	if len(bucket) > 255 || strings.ContainsAny(bucket, "*?[] \\") {
 		return Location{}, fmt.Errorf("%w: %q: bucket %q is not a bucket name", ErrInvalidURL, path, bucket)
 	}
+	for _, seg := range strings.Split(key, "/") {
+		if seg == "." || seg == ".." {
+			// Some stores and proxies normalize them: a prefix could be left.
+			return Location{}, fmt.Errorf("%w: %q: key has a %q segment", ErrInvalidURL, path, seg)
+		}
+	}
 	return Location{Bucket: bucket, Key: key}, nil
 }
 

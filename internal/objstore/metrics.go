@@ -27,7 +27,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Cache blocks a read needed, by result: hit (cached, read before), ahead (fetched ahead of demand, first read), miss (fetched when read).",
 		}, []string{"result"}),
 		cached: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "dataloaderd_object_cache_bytes", Help: "Bytes of objects held in the node cache (memory or --cache-dir).",
+			Name: "dataloaderd_object_cache_bytes", Help: "Bytes of objects held in the node cache (memory or --object-cache-dir).",
 		}),
 		evictions: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "dataloaderd_object_cache_evictions_total", Help: "Cache blocks dropped to stay within the cache budget.",

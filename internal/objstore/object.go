@@ -60,6 +60,7 @@ type Object struct {
 	// Guarded by store.mu.
 	blocks   []block
 	runs     map[int]*run // the GET bringing each block being fetched
+	present  int          // blocks not absent (fetching or present)
 	refs     int          // Open without Close
 	replaced bool         // a newer ETag was opened; drop when refs reach 0
 	freed    bool
@@ -77,8 +78,8 @@ func (o *Object) BlockSize() int64 { return o.store.opts.BlockSize }
 // ETag is the object's ETag when it was opened.
 func (o *Object) ETag() string { return o.etag }
 
-// Data maps the whole object. Only ranges held are readable; an access
-// elsewhere faults (mapped.Guard turns that into an error).
+// Data maps the whole object. Only ranges held hold the object's bytes:
+// elsewhere a read may see zeros.
 func (o *Object) Data() []byte { return o.data }
 
 func (o *Object) blockLen(i int) int64 {
@@ -150,6 +151,9 @@ func (o *Object) Hold(ctx context.Context, off, n int64) error {
 		// Absent: fetch it and the absent blocks after it, for this read.
 		j := o.absentRunLocked(i, last)
 		r := o.startLocked(i, j, false)
+		if r == nil {
+			continue // freed: reported at the top
+		}
 		m.lookups.WithLabelValues("miss").Add(float64(j - i + 1))
 		s.mu.Unlock()
 		err := o.fetch(ctx, i, j)
@@ -213,7 +217,10 @@ func (o *Object) releaseBlocks(first, last int) {
 	defer s.mu.Unlock()
 	for i := first; i <= last; i++ {
 		b := &o.blocks[i]
-		if b.holds--; b.holds == 0 && b.state == present && !o.freed {
+		if b.holds--; b.holds < 0 {
+			panic(fmt.Sprintf("objstore: %s: block %d released more often than held", o.url, i))
+		}
+		if b.holds == 0 && b.state == present && !o.freed {
 			b.elem = s.lru.PushBack(blockRef{o, i})
 		}
 	}
@@ -238,10 +245,15 @@ func (o *Object) startLocked(i, j int, ahead bool) *run {
 	if !o.store.reserveLocked(o.runBytes(i, j), ahead) {
 		return nil
 	}
+	if o.freed { // the room was made by dropping this very object
+		o.store.used -= o.runBytes(i, j)
+		return nil
+	}
 	r := &run{done: make(chan struct{})}
 	for k := i; k <= j; k++ {
 		b := &o.blocks[k]
 		b.state = fetching
+		o.present++
 		o.runs[k] = r
 		o.setAheadLocked(k, ahead)
 	}
@@ -253,15 +265,13 @@ func (o *Object) startLocked(i, j int, ahead bool) *run {
 // absent with the error.
 func (o *Object) finishLocked(i, j int, r *run, err error) {
 	s := o.store
-	if err == nil && !o.freed {
-		err = o.protect(i, j, unix.PROT_READ)
-	}
 	r.err = err
 	for k := i; k <= j; k++ {
 		b := &o.blocks[k]
 		delete(o.runs, k)
 		if err != nil || o.freed {
 			b.state = absent
+			o.present--
 			o.setAheadLocked(k, false)
 			continue
 		}
@@ -273,45 +283,38 @@ func (o *Object) finishLocked(i, j int, r *run, err error) {
 	if err != nil && !o.freed {
 		s.used -= o.runBytes(i, j)
 		s.opts.Metrics.cached.Set(float64(s.used))
+		o.punch(i, j) // what a failed GET wrote before it failed
 	}
 	close(r.done)
 }
 
-// evictLocked drops present, unheld block i from the cache: the mapping
-// becomes inaccessible again and the memory or disk is given back.
+// evictLocked drops present, unheld block i from the cache and gives its
+// memory or disk back (a hole is punched: no read holds it, so none sees
+// the zeros it reads as).
 func (o *Object) evictLocked(i int) {
 	s := o.store
 	b := &o.blocks[i]
 	s.unlinkLocked(b)
 	b.state = absent
+	o.present--
 	o.setAheadLocked(i, false)
 	s.used -= o.blockLen(i)
 	s.opts.Metrics.evictions.Inc()
-	bs := s.opts.BlockSize
-	if err := o.protect(i, i, unix.PROT_NONE); err == nil {
-		// A hole reads as zeros, never seen: the pages are inaccessible.
-		_ = unix.Fallocate(int(o.file.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, int64(i)*bs, o.blockLen(i))
-	}
-	if o.refs == 0 && o.presentLocked() == 0 {
+	o.punch(i, i)
+	if o.refs == 0 && o.present == 0 {
 		s.dropLocked(o)
 	}
 }
 
-func (o *Object) presentLocked() int {
-	n := 0
-	for i := range o.blocks {
-		if o.blocks[i].state != absent {
-			n++
-		}
+// punch gives back the memory or disk of blocks [i, j].
+func (o *Object) punch(i, j int) {
+	if o.file == nil || o.freed {
+		return
 	}
-	return n
-}
-
-// protect sets the access of the pages of blocks [i, j] (the kernel rounds
-// the last block's length up to its page, which the mapping covers).
-func (o *Object) protect(i, j int, prot int) error {
-	start := int64(i) * o.store.opts.BlockSize
-	return unix.Mprotect(o.data[start:start+o.runBytes(i, j)], prot)
+	off := int64(i) * o.store.opts.BlockSize
+	if err := unix.Fallocate(int(o.file.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, o.runBytes(i, j)); err != nil {
+		o.store.punchFailed(err)
+	}
 }
 
 // fetch reads blocks [i, j] from the store into the backing file.
@@ -346,8 +349,19 @@ func (o *Object) Prefetch(off, n int64) {
 		for j < last && j-i+1 < most && o.blocks[j+1].state == absent && !o.blocks[j+1].ahead {
 			j++
 		}
-		if s.aheadBytes+o.runBytes(i, j) > s.budget/2 {
-			return // what is fetched ahead and unread fills half the cache
+		// What is fetched ahead and unread stays under half the cache:
+		// the oldest of it, never read (its reader went elsewhere or
+		// closed), makes room for the newest.
+		for s.aheadBytes+o.runBytes(i, j) > s.budget/2 {
+			front := s.aheadLRU.Front()
+			if front == nil {
+				return
+			}
+			ref := front.Value.(blockRef)
+			ref.obj.evictLocked(ref.i)
+			if o.freed {
+				return
+			}
 		}
 		select {
 		case s.queue <- runRef{o, i, j}:
@@ -370,6 +384,10 @@ func (o *Object) fetchQueued(first, last int) {
 	for i := first; i <= last; i++ {
 		b := &o.blocks[i]
 		if b.state != absent || o.freed {
+			continue
+		}
+		if o.refs == 0 { // its datasets closed: nobody will read it
+			o.setAheadLocked(i, false)
 			continue
 		}
 		j := i
@@ -410,6 +428,10 @@ func (o *Object) ReadAt(p []byte, off int64) (int, error) {
 	return int(n), nil
 }
 
+// HoldLimit is the most bytes of one object a reader should hold at once:
+// half the cache's budget.
+func (o *Object) HoldLimit() int64 { return o.store.budget / 2 }
+
 // Dup is one more use of the object, closed on its own.
 func (o *Object) Dup() *Object {
 	o.store.mu.Lock()
@@ -428,8 +450,20 @@ func (o *Object) Close() error {
 		return nil
 	}
 	o.refs--
-	if o.refs == 0 && (o.replaced || o.presentLocked() == 0 || s.objects[o.url] != o) {
+	if o.refs == 0 && (o.replaced || o.present == 0 || s.objects[o.url] != o) {
 		s.dropLocked(o)
+		return nil
+	}
+	if o.refs == 0 {
+		// Nobody will read what was fetched ahead for it: it ages with
+		// what was read.
+		for k := range o.blocks {
+			if b := &o.blocks[k]; b.ahead && b.state == present && b.holds == 0 {
+				s.unlinkLocked(b)
+				o.setAheadLocked(k, false)
+				b.elem = s.lru.PushBack(blockRef{o, k})
+			}
+		}
 	}
 	return nil
 }

@@ -113,10 +113,12 @@ type Store struct {
 	// not evict what is read.
 	aheadBytes int64
 
-	queue  chan runRef
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	queue chan runRef
+
+	punchOnce sync.Once
+	ctx       context.Context
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
 }
 
 // listing is an object's description from a listing, and when it was made.
@@ -258,9 +260,10 @@ func (s *Store) Open(ctx context.Context, loc Location) (*Object, error) {
 }
 
 // newObject makes the backing file and mapping of an object: a memfd, or
-// an unlinked file in Dir, sized to the object and empty (sparse). Its
-// mapping is inaccessible until blocks are fetched into it, so a read
-// outside what a caller holds faults instead of seeing zeros.
+// an unlinked file in Dir, sized to the object and empty (sparse). Pages
+// are not protected block by block: with blocks scattered through large
+// objects, that would split the mapping into more areas than the kernel
+// allows a process (vm.max_map_count); readers hold what they read.
 func (s *Store) newObject(loc Location, info Info) (*Object, error) {
 	o := &Object{store: s, loc: loc, url: loc.String(), size: info.Size, etag: info.ETag, refs: 1, runs: map[int]*run{}}
 	nblocks := (info.Size + s.opts.BlockSize - 1) / s.opts.BlockSize
@@ -285,7 +288,7 @@ func (s *Store) newObject(loc Location, info Info) (*Object, error) {
 		err = o.file.Truncate(info.Size)
 	}
 	if err == nil {
-		o.data, err = unix.Mmap(int(o.file.Fd()), 0, int(info.Size), unix.PROT_NONE, unix.MAP_SHARED)
+		o.data, err = unix.Mmap(int(o.file.Fd()), 0, int(info.Size), unix.PROT_READ, unix.MAP_SHARED)
 	}
 	if err != nil {
 		if o.file != nil {
@@ -307,7 +310,9 @@ func (s *Store) dropLocked(o *Object) {
 		if b.state != absent {
 			s.used -= o.blockLen(i)
 		}
+		b.state = absent
 	}
+	o.present = 0
 	s.opts.Metrics.cached.Set(float64(s.used))
 	if s.objects[o.url] == o {
 		delete(s.objects, o.url)
@@ -363,6 +368,15 @@ func (s *Store) fetchAhead() {
 			ref.obj.fetchQueued(ref.first, ref.last)
 		}
 	}
+}
+
+// punchFailed logs, once, that the cache cannot give back the space of
+// evicted blocks (a file system without hole punching): it then uses more
+// than its budget.
+func (s *Store) punchFailed(err error) {
+	s.punchOnce.Do(func() {
+		s.opts.Logger.Warn("the object cache cannot punch holes: evicted blocks keep their space", zap.String("dir", s.opts.Dir), zap.Error(err))
+	})
 }
 
 // Stats are the store's counters, for tests and benchmarks.

@@ -11,15 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dataloaderd/dataloaderd/internal/mapped"
 	"github.com/dataloaderd/dataloaderd/internal/objstore"
 	"github.com/dataloaderd/dataloaderd/internal/objstore/s3test"
 )
 
 const block = 4096
-
-// sink keeps the compiler from dropping a read of mapped memory.
-var sink byte
 
 // fixture is a server with one bucket holding one object of random bytes,
 // and a store reaching it.
@@ -130,30 +126,30 @@ func TestBudget(t *testing.T) {
 	}
 }
 
-// TestUnheldFaults: bytes no read holds are not readable: touching them
-// faults, which mapped.Guard turns into an error naming the object, never
-// zeros.
-func TestUnheldFaults(t *testing.T) {
-	f := newFixture(t, 4*block, objstore.Options{MemoryBytes: block})
+// TestAheadAges: blocks fetched ahead and never read do not keep the
+// cache from fetching ahead: when what is ahead fills half the budget, the
+// oldest of it makes room.
+func TestAheadAges(t *testing.T) {
+	f := newFixture(t, 8*block, objstore.Options{MemoryBytes: 4 * block})
 	o := f.open(t)
-	touch := func(off int) error {
-		return mapped.Guard(func() error {
-			sink = o.Data()[off]
-			return nil
-		})
+	wait := func(bytes int64) {
+		deadline := time.Now().Add(10 * time.Second)
+		for f.store.Stats().FetchedBytes < bytes {
+			if time.Now().After(deadline) {
+				t.Fatalf("waiting for %d bytes fetched ahead: %+v", bytes, f.store.Stats())
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
 	}
-	err := touch(2 * block)
-	var fe *mapped.FaultError
-	if !errors.As(err, &fe) || fe.Path != "s3://bucket/dir/obj.bin" {
-		t.Fatalf("touching a block never fetched: got %v, want a fault naming the object", err)
+	o.Prefetch(0, 2*block) // never read
+	wait(2 * block)
+	o.Prefetch(4*block, 2*block)
+	wait(4 * block)
+	if got := read(t, o, 4*block, 2*block); !bytes.Equal(got, f.data[4*block:6*block]) {
+		t.Fatal("bytes differ")
 	}
-	read(t, o, 0, 10)
-	read(t, o, block, 10) // evicts block 0 (budget: one block)
-	if err := touch(5); !errors.As(err, &fe) {
-		t.Fatalf("touching an evicted block: got %v, want a fault", err)
-	}
-	if err := touch(block + 5); err != nil {
-		t.Fatalf("a cached block is readable: %v", err)
+	if st := f.store.Stats(); st.Ahead != 2 || st.Misses != 0 || st.Evictions != 2 {
+		t.Fatalf("want blocks 0 and 1 evicted for 4 and 5, read as fetched ahead: %+v", st)
 	}
 }
 
@@ -274,7 +270,7 @@ func TestLocation(t *testing.T) {
 			t.Errorf("%s within %s: %v, want %v", c.path, c.prefix, got, c.within)
 		}
 	}
-	for _, bad := range []string{"s3://", "s3:///key", "/local", "s3://b*/x"} {
+	for _, bad := range []string{"s3://", "s3:///key", "/local", "s3://b*/x", "s3://b/data/../other", "s3://b/./x"} {
 		if _, err := objstore.Parse(bad); !errors.Is(err, objstore.ErrInvalidURL) {
 			t.Errorf("Parse(%q): got %v, want ErrInvalidURL", bad, err)
 		}

@@ -3,15 +3,18 @@ package source
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 
 	"github.com/dataloaderd/dataloaderd/internal/files"
+	"github.com/dataloaderd/dataloaderd/internal/objstore"
 )
 
 // DefaultArrowColumn is the token column of Arrow IPC files when Spec.Column
@@ -38,7 +41,8 @@ var arrowBatchHook func(path string, batch int)
 type arrowFile struct {
 	dataset, path, column string
 	blob                  *files.Blob
-	mapping               []byte // blob.Data
+	mapping               []byte       // blob.Data
+	offsetFailed          atomic.Value // error: an offset could not be fetched
 	dtype                 dtype
 	perBatch              bool   // batch layout
 	offsetWidth           uint64 // 4 for list, 8 for large_list
@@ -71,7 +75,7 @@ func openArrowFile(fs files.Dataset, path, column string) (_ *arrowFile, err err
 	// fetched whole while it is described (then its blocks may be evicted,
 	// and its reads fetch what they read).
 	size := uint64(f.blob.Size())
-	if err := f.blob.Hold(0, size); err != nil {
+	if err := f.blob.HoldWhole("an Arrow IPC file, at open (a Megatron dataset of the same tokens is read by range)"); err != nil {
 		return nil, holdError(f.dataset, err)
 	}
 	defer f.blob.Release(0, size)
@@ -298,6 +302,12 @@ func (f *arrowFile) listOffset(b int, i uint64) (uint64, error) {
 	return uint64(v), nil
 }
 
+// offsetError is the first failure to fetch an offset for offset().
+func (f *arrowFile) offsetError() error {
+	err, _ := f.offsetFailed.Load().(error)
+	return err
+}
+
 func (f *arrowFile) error(format string, args ...any) error {
 	return invalidFile(f.dataset, f.path, format, args...)
 }
@@ -329,6 +339,11 @@ func (f *arrowFile) offset(u uint64) uint64 {
 	b, r := f.row(u)
 	o, err := f.listOffset(b, r)
 	if err != nil {
+		if errors.Is(err, objstore.ErrObject) {
+			// Not the file's fault: shards cut from this would differ
+			// from run to run. OffsetError makes the open fail.
+			f.offsetFailed.CompareAndSwap(nil, err)
+		}
 		return f.tokenBase[b]
 	}
 	return f.tokenBase[b] + min(o-min(o, f.batches[b].first), f.tokenBase[b+1]-f.tokenBase[b])

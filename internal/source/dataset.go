@@ -94,6 +94,20 @@ func (d *dataset) unitRangeError(u uint64) error {
 	return fmt.Errorf("source: dataset %q: unit %d out of range [0, %d)", d.name, u, d.Units())
 }
 
+// OffsetError reports a failure Offset could not return: an offset of a
+// file in object storage that could not be fetched. Shards cut by Offset
+// are only valid while it is nil.
+func (d *dataset) OffsetError() error {
+	for _, p := range d.parts {
+		if oe, ok := p.(interface{ offsetError() error }); ok {
+			if err := oe.offsetError(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 // Files lists every file of every part, in path order.
 func (d *dataset) Files() []File {
 	var files []File

@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/dataloaderd/dataloaderd/internal/files"
+	"github.com/dataloaderd/dataloaderd/internal/objstore"
 )
 
 // Layout of a Megatron MMIDIDX version 1 index (.idx): a 34-byte header, then
@@ -47,6 +48,8 @@ func openMegatronFile(fs files.Dataset, prefix string) (_ *megatronFile, err err
 	for _, path := range []string{m.idxPath, m.binPath} {
 		if _, err := fs.Stat(path); errors.Is(err, files.ErrOutsideRoots) {
 			return nil, err
+		} else if errors.Is(err, objstore.ErrObject) && !errors.Is(err, objstore.ErrNotFound) {
+			return nil, DatasetError(dataset, err) // the store failed: not missing
 		} else if err != nil {
 			return nil, invalidFile(dataset, path, "missing: a megatron dataset needs both PREFIX.idx and PREFIX.bin")
 		}
@@ -56,7 +59,7 @@ func openMegatronFile(fs files.Dataset, prefix string) (_ *megatronFile, err err
 	}
 	// The index is read whole (an object's is fetched once, at open, and
 	// held until close); the tokens as their sequences are read.
-	if err := m.idxBlob.Hold(0, uint64(m.idxBlob.Size())); err != nil {
+	if err := m.idxBlob.HoldWhole("a Megatron index"); err != nil {
 		closeBlob(m.idxBlob)
 		m.idxBlob = nil
 		return nil, holdError(dataset, err)

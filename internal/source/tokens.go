@@ -140,49 +140,52 @@ func (f *tokenFile) nominalEnd(b uint64) uint64 {
 // p >= x with token p-1 == EOS, or the file's end. 0 and the end stay put.
 // A scan longer than a block (a document longer than B, which every read of
 // its units would rescan) is remembered in lastLongScan.
-func (f *tokenFile) snap(x uint64) uint64 {
+func (f *tokenFile) snap(x uint64) (uint64, error) {
 	if x == 0 || x >= f.tokenCount {
-		return min(x, f.tokenCount)
+		return min(x, f.tokenCount), nil
 	}
 	if span := f.lastLongScan.Load(); span != nil && span.from <= x && x <= span.end {
-		return span.end
+		return span.end, nil
 	}
-	end := f.findEOS(x - 1)
+	end, err := f.findEOS(x - 1)
+	if err != nil {
+		return 0, err
+	}
 	if end < f.tokenCount {
 		end++ // just after it
 	}
 	if end-x > f.blocks {
 		f.lastLongScan.Store(&eosFreeSpan{from: x, end: end})
 	}
-	return end
+	return end, nil
 }
 
 // findEOS returns the position of the first EOS at or after token p, or
-// tokenCount. An object's tokens are scanned a cache block at a time.
-func (f *tokenFile) findEOS(p uint64) uint64 {
+// tokenCount. An object's tokens are scanned a cache block at a time; one
+// that cannot be fetched is an error (never a boundary).
+func (f *tokenFile) findEOS(p uint64) (uint64, error) {
 	size := f.dtype.size()
 	if !f.blob.Remote() {
 		if at := indexAligned(f.data[p*size:], f.eos); at >= 0 {
-			return p + uint64(at)/size
+			return p + uint64(at)/size, nil
 		}
-		return f.tokenCount
+		return f.tokenCount, nil
 	}
 	chunk := max(f.blockTokens(), 1)
 	for p < f.tokenCount {
 		n := min(chunk, f.tokenCount-p)
 		from := f.dataAt() + p*size
 		if err := f.blob.Hold(from, n*size); err != nil {
-			// Unreadable now: the read of these tokens reports it.
-			return min(p+n, f.tokenCount)
+			return 0, holdError(f.dataset, err)
 		}
 		at := indexAligned(f.data[p*size:(p+n)*size], f.eos)
 		f.blob.Release(from, n*size)
 		if at >= 0 {
-			return p + uint64(at)/size
+			return p + uint64(at)/size, nil
 		}
 		p += n
 	}
-	return f.tokenCount
+	return f.tokenCount, nil
 }
 
 // dataAt is the byte position of token 0 in the file.
@@ -232,20 +235,36 @@ func indexAligned(data, pattern []byte) int {
 }
 
 func (f *tokenFile) unitLen(b uint64) (uint64, error) {
-	return f.snap(f.nominalEnd(b)) - f.snap(b*f.blocks), nil
+	end, err := f.snap(f.nominalEnd(b))
+	if err != nil {
+		return 0, err
+	}
+	start, err := f.snap(b * f.blocks)
+	return end - start, err
 }
 
 // read finds the unit's start, and its end only when the read reaches past
 // the nominal end (the actual end is never before it).
 func (f *tokenFile) read(b, off uint64, dst []int32) error {
-	start := f.snap(b * f.blocks)
+	start, err := f.snap(b * f.blocks)
+	if err != nil {
+		return err
+	}
 	nominalEnd := f.nominalEnd(b)
 	if off > f.tokenCount-start || uint64(len(dst)) > f.tokenCount-start-off {
-		return rangeError(f.path, b, off, len(dst), f.snap(nominalEnd)-start)
+		end, err := f.snap(nominalEnd)
+		if err != nil {
+			return err
+		}
+		return rangeError(f.path, b, off, len(dst), end-start)
 	}
 	from := start + off
 	if to := from + uint64(len(dst)); to > nominalEnd {
-		if end := f.snap(nominalEnd); to > end {
+		end, err := f.snap(nominalEnd)
+		if err != nil {
+			return err
+		}
+		if to > end {
 			return rangeError(f.path, b, off, len(dst), end-start)
 		}
 	}

@@ -93,6 +93,14 @@ func OpenCorpusWith(cfg Config, res *Resources) (*Corpus, error) {
 			c.Close()
 			return nil, err
 		}
+		if oe, ok := src.(interface{ OffsetError() error }); ok {
+			// A cut from an offset that could not be read would differ
+			// from the next run's.
+			if err := oe.OffsetError(); err != nil {
+				c.Close()
+				return nil, err
+			}
+		}
 		files := src.Files()
 		paths := make([]string, len(files))
 		sizes := make([]int64, len(files))

@@ -336,3 +336,41 @@ func TestObjectsRefused(t *testing.T) {
 	}
 	t.Logf("wrong credentials: %v", err)
 }
+
+// TestObjectsFailLoudly: when the store is gone for longer than the
+// retries, a read fails with an error naming the object; a flat token
+// file whose separators cannot be fetched is an error, never a unit
+// boundary made up.
+func TestObjectsFailLoudly(t *testing.T) {
+	srv := s3test.Start(t)
+	rng := rand.New(rand.NewSource(8))
+	docs, _ := testcorpus.UniqueDocs(rng, 2000, 60, 1) // 120 KB of uint16 tokens
+	path := filepath.Join(t.TempDir(), "x.bin")
+	testcorpus.Tokens(t, path, docs, testEOS)
+	srv.CreateBucket(t, "gone")
+	srv.PutFile(t, "gone", "flat/x.bin", path)
+	// A cache of 4 blocks of 4 KiB: the file cannot be in it.
+	store := newStore(t, srv, "", objstore.Options{BlockSize: 4 << 10, MemoryBytes: 16 << 10, RetryFor: 300 * time.Millisecond})
+	cfg := objectConfig(t, rng, []Dataset{{Name: "flat", Path: "s3://gone/flat/x.bin", Format: "tokens", Weight: 1}})
+	corpus, err := OpenCorpusWith(cfg, objectResources(t, store))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer corpus.Close()
+	rank, err := NewRank(corpus, 0, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Stop()
+	buf := batchBuf(cfg)
+	for i := 0; err == nil; i++ {
+		var p Produced
+		p, err = rank.NextBatch(buf)
+		if err == nil && p.Lines == 0 {
+			t.Fatalf("the whole file was read with the store gone, from a cache of 16 KiB (%d batches)", i)
+		}
+	}
+	if !errors.Is(err, objstore.ErrObject) || !strings.Contains(err.Error(), "s3://gone/flat/x.bin") {
+		t.Fatalf("reading with the store gone: got %v, want an object storage error naming the object", err)
+	}
+}

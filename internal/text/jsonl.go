@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 
 	"github.com/klauspost/compress/zstd"
 
@@ -50,7 +51,10 @@ func openJSONLFile(fs files.Dataset, path, field string, blocks uint64, pool *de
 		}
 	}()
 	head := make([]byte, zstd.HeaderMaxSize)
-	n, _ := blob.ReadAt(head, 0)
+	n, err := blob.ReadAt(head, 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, source.DatasetError(dataset, err)
+	}
 	head = head[:n]
 	z := &zjsonlFile{fs: fs, dataset: dataset, path: path, field: field, size: blob.Size(), block: blocks, pool: pool}
 	switch {

@@ -53,7 +53,7 @@ func openParquetFile(fs files.Dataset, path, field string) (_ part, err error) {
 		r = newReaderAt(p.blob.Data)
 	}
 	if p.reader, err = file.NewParquetReader(r); err != nil {
-		return nil, p.error("not a readable Parquet file: %v", err)
+		return nil, readFailed(p.dataset, p.path, err, "not a readable Parquet file: %v", err)
 	}
 	meta := p.reader.MetaData()
 	sc := meta.Schema
@@ -101,7 +101,7 @@ func (p *parquetFile) docs(g uint64, visit func([]byte) error, bad func(*BadReco
 	}()
 	cr, err := p.reader.RowGroup(int(g)).Column(p.column)
 	if err != nil {
-		return p.error("row group %d, column %q: %v", g, p.field, err)
+		return readFailed(p.dataset, p.path, err, "row group %d, column %q: %v", g, p.field, err)
 	}
 	reader, ok := cr.(*file.ByteArrayColumnChunkReader)
 	if !ok {
@@ -116,7 +116,7 @@ func (p *parquetFile) docs(g uint64, visit func([]byte) error, bad func(*BadReco
 	for reader.HasNext() {
 		levels, n, err := reader.ReadBatch(parquetBatch, values, defs, nil)
 		if err != nil {
-			return p.error("row group %d, column %q, row %d: %v", g, p.field, row, err)
+			return readFailed(p.dataset, p.path, err, "row group %d, column %q, row %d: %v", g, p.field, row, err)
 		}
 		if levels == 0 {
 			break

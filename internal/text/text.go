@@ -27,6 +27,7 @@ import (
 	"sync/atomic"
 
 	"github.com/dataloaderd/dataloaderd/internal/files"
+	"github.com/dataloaderd/dataloaderd/internal/objstore"
 	"github.com/dataloaderd/dataloaderd/internal/source"
 )
 
@@ -297,4 +298,14 @@ func closeParts(parts []part) error {
 // invalidFile is the error for bad content in one file of a dataset.
 func invalidFile(dataset, path, format string, args ...any) error {
 	return fmt.Errorf("%w: dataset %q: file %q: %s", source.ErrInvalid, dataset, path, fmt.Sprintf(format, args...))
+}
+
+// readFailed is invalidFile for a failure while reading the file, whose
+// cause err may be object storage (after its retries: not bad input, and
+// not to be called corrupt) rather than the file's content.
+func readFailed(dataset, path string, err error, format string, args ...any) error {
+	if errors.Is(err, objstore.ErrObject) {
+		return source.DatasetError(dataset, err)
+	}
+	return invalidFile(dataset, path, format, args...)
 }

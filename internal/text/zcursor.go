@@ -56,13 +56,13 @@ func (c *zcursor) open() error {
 	if f.zstd {
 		dec, err := zstd.NewReader(file, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true))
 		if err != nil {
-			return invalidFile(f.dataset, f.path, "zstd: %v", err)
+			return readFailed(f.dataset, f.path, err, "zstd: %v", err)
 		}
 		c.zr, r = dec, dec
 	} else {
 		dec, err := gzip.NewReader(file)
 		if err != nil {
-			return invalidFile(f.dataset, f.path, "gzip: %v", err)
+			return readFailed(f.dataset, f.path, err, "gzip: %v", err)
 		}
 		c.gr, r = dec, dec
 	}
@@ -106,7 +106,7 @@ func (c *zcursor) line(keep bool) ([]byte, uint64, error) {
 			continue
 		}
 		if err != nil && !errors.Is(err, io.EOF) {
-			return nil, 0, invalidFile(c.f.dataset, c.f.path, "line %d (byte %d): decompressing: %v", c.lineNo+1, c.pos, err)
+			return nil, 0, readFailed(c.f.dataset, c.f.path, err, "line %d (byte %d): decompressing: %v", c.lineNo+1, c.pos, err)
 		}
 		if n == 0 {
 			return nil, 0, io.EOF
