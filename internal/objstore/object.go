@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -221,7 +222,7 @@ func (o *Object) releaseBlocks(first, last int) {
 			panic(fmt.Sprintf("objstore: %s: block %d released more often than held", o.url, i))
 		}
 		if b.holds == 0 && b.state == present && !o.freed {
-			b.elem = s.lru.PushBack(blockRef{o, i})
+			b.elem = s.lru.PushBack(blockRef{obj: o, i: i})
 		}
 	}
 }
@@ -277,7 +278,7 @@ func (o *Object) finishLocked(i, j int, r *run, err error) {
 		}
 		b.state = present
 		if b.ahead && b.holds == 0 {
-			b.elem = s.aheadLRU.PushBack(blockRef{o, k})
+			b.elem = s.aheadLRU.PushBack(blockRef{o, k, time.Now()})
 		}
 	}
 	if err != nil && !o.freed {
@@ -349,12 +350,13 @@ func (o *Object) Prefetch(off, n int64) {
 		for j < last && j-i+1 < most && o.blocks[j+1].state == absent && !o.blocks[j+1].ahead {
 			j++
 		}
-		// What is fetched ahead and unread stays under half the cache:
-		// the oldest of it, never read (its reader went elsewhere or
-		// closed), makes room for the newest.
+		// What is fetched ahead and unread stays under half the cache.
+		// What has waited there longer than StaleAhead will not be read
+		// (its shard went to another rank, its reader stopped): it makes
+		// room for the newest; fresher, it is kept and this waits.
 		for s.aheadBytes+o.runBytes(i, j) > s.budget/2 {
 			front := s.aheadLRU.Front()
-			if front == nil {
+			if front == nil || time.Since(front.Value.(blockRef).at) < s.opts.StaleAhead {
 				return
 			}
 			ref := front.Value.(blockRef)
@@ -461,7 +463,7 @@ func (o *Object) Close() error {
 			if b := &o.blocks[k]; b.ahead && b.state == present && b.holds == 0 {
 				s.unlinkLocked(b)
 				o.setAheadLocked(k, false)
-				b.elem = s.lru.PushBack(blockRef{o, k})
+				b.elem = s.lru.PushBack(blockRef{obj: o, i: k})
 			}
 		}
 	}

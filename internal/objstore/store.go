@@ -47,6 +47,9 @@ type Options struct {
 	RetryFor time.Duration
 	// AttemptTimeout bounds one request.
 	AttemptTimeout time.Duration
+	// StaleAhead is how long a block fetched ahead may wait for its read
+	// before a newer prefetch may take its place (default 30 s).
+	StaleAhead time.Duration
 	// PathStyle is "auto" (path-style addressing with a custom endpoint),
 	// "true" or "false".
 	PathStyle string
@@ -77,6 +80,9 @@ func (o *Options) fill() error {
 	}
 	if o.AttemptTimeout <= 0 {
 		o.AttemptTimeout = DefaultAttemptTimeout
+	}
+	if o.StaleAhead <= 0 {
+		o.StaleAhead = 30 * time.Second
 	}
 	if o.Metrics == nil {
 		o.Metrics = NewMetrics(nil)
@@ -131,10 +137,12 @@ type listing struct {
 // for the opening of the dataset that listed it.
 const listedFor = time.Minute
 
-// blockRef names block i of an object, in the LRU.
+// blockRef names block i of an object, in an LRU; at is when a block
+// fetched ahead came in.
 type blockRef struct {
 	obj *Object
 	i   int
+	at  time.Time
 }
 
 // runRef names blocks [first, last] of an object for the fetchers ahead

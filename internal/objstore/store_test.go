@@ -128,9 +128,9 @@ func TestBudget(t *testing.T) {
 
 // TestAheadAges: blocks fetched ahead and never read do not keep the
 // cache from fetching ahead: when what is ahead fills half the budget, the
-// oldest of it makes room.
+// oldest of it, once stale, makes room; fresh, it is kept.
 func TestAheadAges(t *testing.T) {
-	f := newFixture(t, 8*block, objstore.Options{MemoryBytes: 4 * block})
+	f := newFixture(t, 8*block, objstore.Options{MemoryBytes: 4 * block, StaleAhead: 200 * time.Millisecond})
 	o := f.open(t)
 	wait := func(bytes int64) {
 		deadline := time.Now().Add(10 * time.Second)
@@ -143,7 +143,12 @@ func TestAheadAges(t *testing.T) {
 	}
 	o.Prefetch(0, 2*block) // never read
 	wait(2 * block)
-	o.Prefetch(4*block, 2*block)
+	o.Prefetch(4*block, 2*block) // refused: blocks 0 and 1 are fresh
+	time.Sleep(300 * time.Millisecond)
+	if st := f.store.Stats(); st.FetchedBytes != 2*block || st.Evictions != 0 {
+		t.Fatalf("a prefetch evicted fresh blocks fetched ahead: %+v", st)
+	}
+	o.Prefetch(4*block, 2*block) // now they are stale
 	wait(4 * block)
 	if got := read(t, o, 4*block, 2*block); !bytes.Equal(got, f.data[4*block:6*block]) {
 		t.Fatal("bytes differ")
