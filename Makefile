@@ -117,9 +117,10 @@ $(TORCH_VENV)/.stamp: clients/python/pyproject.toml Makefile
 
 # test-torch: the client under real PyTorch: examples/train_gpt.py under
 # torchrun through deploy/torchrun-with-dataloaderd.sh (DDP on gloo, DCP,
-# kill -9, a resume on another world size), and Hugging Face's conventions.
-test-torch: build $(TORCH_VENV)/.stamp
-	DATALOADERD_BIN=$(BIN)/dataloaderd $(TORCH_VENV)/bin/python -m pytest -q clients/python/tests_torch
+# kill -9, a resume on another world size; once with its corpus on the S3
+# server), and Hugging Face's conventions.
+test-torch: build $(TORCH_VENV)/.stamp $(TOOLS)/versitygw
+	DATALOADERD_BIN=$(BIN)/dataloaderd DATALOADERD_S3_SERVER=$(TOOLS)/versitygw $(TORCH_VENV)/bin/python -m pytest -q clients/python/tests_torch
 
 test: setup generate-check generate-tokenize-check lint test-tokenize test-go fuzz-short test-python test-torch soak-short
 
