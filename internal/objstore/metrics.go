@@ -5,11 +5,13 @@ import "github.com/prometheus/client_golang/prometheus"
 // Metrics are the object store's Prometheus series; docs/metrics.md lists
 // them. A nil registerer makes them unregistered (tests read Stats).
 type Metrics struct {
-	requests  *prometheus.CounterVec
-	fetched   prometheus.Counter
-	lookups   *prometheus.CounterVec
-	cached    prometheus.Gauge
-	evictions prometheus.Counter
+	requests *prometheus.CounterVec
+	fetched  prometheus.Counter
+	lookups  *prometheus.CounterVec
+	// The lookups' series, found once: they are counted per block read.
+	hit, ahead, miss prometheus.Counter
+	cached           prometheus.Gauge
+	evictions        prometheus.Counter
 }
 
 // NewMetrics makes the series and registers them on reg, when not nil.
@@ -33,6 +35,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "dataloaderd_object_cache_evictions_total", Help: "Cache blocks dropped to stay within the cache budget.",
 		}),
 	}
+	m.hit, m.ahead, m.miss = m.lookups.WithLabelValues("hit"), m.lookups.WithLabelValues("ahead"), m.lookups.WithLabelValues("miss")
 	if reg != nil {
 		reg.MustRegister(m.requests, m.fetched, m.lookups, m.cached, m.evictions)
 	}
@@ -46,8 +49,5 @@ func (m *Metrics) request(op, outcome string) { m.requests.WithLabelValues(op, o
 func (m *Metrics) Touch() {
 	for _, op := range []string{"list", "head", "get"} {
 		m.requests.WithLabelValues(op, "ok")
-	}
-	for _, r := range []string{"hit", "ahead", "miss"} {
-		m.lookups.WithLabelValues(r)
 	}
 }

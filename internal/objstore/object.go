@@ -128,9 +128,9 @@ func (o *Object) Hold(ctx context.Context, off, n int64) error {
 			o.holdLocked(i)
 			if b.ahead {
 				o.setAheadLocked(i, false)
-				m.lookups.WithLabelValues("ahead").Inc()
+				m.ahead.Inc()
 			} else {
-				m.lookups.WithLabelValues("hit").Inc()
+				m.hit.Inc()
 			}
 			i++
 			continue
@@ -155,7 +155,7 @@ func (o *Object) Hold(ctx context.Context, off, n int64) error {
 		if r == nil {
 			continue // freed: reported at the top
 		}
-		m.lookups.WithLabelValues("miss").Add(float64(j - i + 1))
+		m.miss.Add(float64(j - i + 1))
 		s.mu.Unlock()
 		err := o.fetch(ctx, i, j)
 		s.mu.Lock()
@@ -494,8 +494,4 @@ func counterValue(c prometheus.Counter) float64 {
 		return 0
 	}
 	return m.GetCounter().GetValue()
-}
-
-func lookups(m *Metrics, result string) int64 {
-	return int64(counterValue(m.lookups.WithLabelValues(result)))
 }

@@ -400,7 +400,7 @@ type Stats struct {
 func (s *Store) Stats() Stats {
 	m := s.opts.Metrics
 	st := Stats{FetchedBytes: int64(counterValue(m.fetched)), Evictions: int64(counterValue(m.evictions)),
-		Hits: lookups(m, "hit"), Ahead: lookups(m, "ahead"), Misses: lookups(m, "miss")}
+		Hits: int64(counterValue(m.hit)), Ahead: int64(counterValue(m.ahead)), Misses: int64(counterValue(m.miss))}
 	for _, op := range []string{"get", "head", "list"} {
 		for _, outcome := range []string{"ok", "error", "retry_throttled", "retry_server", "retry_transport"} {
 			n := int64(counterValue(m.requests.WithLabelValues(op, outcome)))
