@@ -146,9 +146,12 @@ func (c *Claim) SweepDead() ([]string, error) {
 // last, so that a sweep cut short is finished by the next one.
 func sweepInstance(dir, inst string, names []string) ([]string, error) {
 	lockPath := filepath.Join(dir, FilePrefix+inst+".lock")
-	f, err := os.Open(lockPath)
+	f, err := openLock(lockPath)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil // swept meanwhile by another daemon
+	}
+	if errors.Is(err, errNotOurs) {
+		return nil, nil // not a daemon's lock: another user's, or not a file
 	}
 	if err != nil {
 		return nil, fmt.Errorf("sweep: %w", err)
@@ -164,6 +167,9 @@ func sweepInstance(dir, inst string, names []string) ([]string, error) {
 	var errs []error
 	for _, name := range append(names, filepath.Base(lockPath)) {
 		p := filepath.Join(dir, name)
+		if !ownFile(p) {
+			continue
+		}
 		switch err := os.Remove(p); {
 		case err == nil:
 			removed = append(removed, p)
@@ -172,6 +178,48 @@ func sweepInstance(dir, inst string, names []string) ([]string, error) {
 		}
 	}
 	return removed, errors.Join(errs...)
+}
+
+// errNotOurs: a name in the shm directory that looks like an instance's
+// lock file but is not a regular file of the daemon's own user (a FIFO
+// there would block an open; another user's file is not a dead daemon's).
+var errNotOurs = errors.New("not a lock file of this user")
+
+// openLock opens a lock file to test its lock: without blocking (a FIFO or
+// a device answers at once), without following a link, and only when it is
+// a regular file owned by the daemon's effective user.
+func openLock(path string) (*os.File, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOFOLLOW|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	switch {
+	case errors.Is(err, unix.ELOOP):
+		return nil, fmt.Errorf("%s: a symbolic link: %w", path, errNotOurs)
+	case err != nil:
+		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return nil, &fs.PathError{Op: "stat", Path: path, Err: err}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Uid != owner() {
+		unix.Close(fd)
+		return nil, fmt.Errorf("%s: mode %o, owner %d: %w", path, st.Mode, st.Uid, errNotOurs)
+	}
+	return os.NewFile(uintptr(fd), path), nil
+}
+
+// owner is the user whose files a sweep may take: the daemon's effective
+// user (tests pretend to be another).
+var owner = func() uint32 { return uint32(os.Geteuid()) }
+
+// ownFile reports whether path is a file (not a link's target) of the
+// daemon's effective user: a sweep removes nothing else.
+func ownFile(path string) bool {
+	var st unix.Stat_t
+	if err := unix.Lstat(path, &st); err != nil {
+		return false
+	}
+	return st.Uid == owner()
 }
 
 // Release removes the files of the claim's instance that are still there

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -155,5 +156,75 @@ func TestSweepKilledProcess(t *testing.T) {
 	}
 	if left := names(t, dir); len(left) != 1 || left[0] != filepath.Base(c.LockPath()) {
 		t.Fatalf("left %v, want only the new claim's lock", left)
+	}
+}
+
+// TestSweepRefusesOddLockFiles: a name like a dead instance's lock file that
+// is a FIFO, a symbolic link, or another user's file is not a daemon's lock:
+// the sweep neither blocks on it (opening a FIFO for reading waits for a
+// writer) nor removes it or the files named after its instance, and the
+// sweep still removes a real dead instance's files beside them.
+func TestSweepRefusesOddLockFiles(t *testing.T) {
+	dir := t.TempDir()
+	const fifo, link, foreign, dead = "0000000000000001", "0000000000000002", "0000000000000003", "0000000000000004"
+	if err := syscall.Mkfifo(filepath.Join(dir, "dataloaderd-"+fifo+".lock"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	touch(t, dir, ring.FileName(fifo, "ring"))
+	target := filepath.Join(t.TempDir(), "elsewhere")
+	touch(t, filepath.Dir(target), "elsewhere")
+	if err := os.Symlink(target, filepath.Join(dir, "dataloaderd-"+link+".lock")); err != nil {
+		t.Fatal(err)
+	}
+	touch(t, dir, ring.FileName(link, "ring"))
+	touch(t, dir, "dataloaderd-"+dead+".lock")
+	touch(t, dir, ring.FileName(dead, "ring"))
+
+	c, err := ring.ClaimDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Release()
+	type result struct {
+		removed []string
+		err     error
+	}
+	done := make(chan result, 1)
+	go func() {
+		removed, err := c.SweepDead()
+		done <- result{removed, err}
+	}()
+	var got result
+	select {
+	case got = <-done:
+	case <-time.After(time.Minute): // a hang, not a speed limit: a blocked open never returns
+		t.Fatal("SweepDead blocked on a FIFO named like a lock file")
+	}
+	if got.err != nil {
+		t.Fatalf("sweep: %v", got.err)
+	}
+	slices.Sort(got.removed)
+	want := []string{filepath.Join(dir, "dataloaderd-"+dead+".lock"), filepath.Join(dir, ring.FileName(dead, "ring"))}
+	slices.Sort(want)
+	if !slices.Equal(got.removed, want) {
+		t.Fatalf("removed %v, want only the dead instance's %v", got.removed, want)
+	}
+	for _, n := range []string{"dataloaderd-" + fifo + ".lock", ring.FileName(fifo, "ring"), "dataloaderd-" + link + ".lock", ring.FileName(link, "ring")} {
+		if _, err := os.Lstat(filepath.Join(dir, n)); err != nil {
+			t.Errorf("%s was removed: %v", n, err)
+		}
+	}
+	if _, err := os.Stat(target); err != nil {
+		t.Errorf("the link's target was touched: %v", err)
+	}
+
+	// Another user's lock file and files: the sweep leaves them.
+	touch(t, dir, "dataloaderd-"+foreign+".lock")
+	touch(t, dir, ring.FileName(foreign, "ring"))
+	restore := ring.PretendOwner(uint32(os.Geteuid()) + 1)
+	removed, err := c.SweepDead()
+	restore()
+	if err != nil || len(removed) != 0 {
+		t.Fatalf("swept another user's files: %v %v", removed, err)
 	}
 }
