@@ -75,8 +75,8 @@ func (b *Blob) BlockSize() int64 {
 // node's cache (what would then be read whole, why, and what to do instead).
 func (b *Blob) HoldWhole(why string) error {
 	if b.obj != nil && b.obj.Size() > b.obj.HoldLimit() {
-		return fmt.Errorf("%w: %s is %d bytes, more than half the object cache (%d bytes); %s is read whole: raise --object-cache-mb or set --object-cache-dir",
-			objstore.ErrObject, b.Path, b.obj.Size(), 2*b.obj.HoldLimit(), why)
+		return fmt.Errorf("%w: %w: %s is %d bytes, more than half the object cache (%d bytes); %s is read whole: raise --object-cache-mb or set --object-cache-dir",
+			objstore.ErrObject, objstore.ErrBudget, b.Path, b.obj.Size(), 2*b.obj.HoldLimit(), why)
 	}
 	return b.Hold(0, uint64(b.Size()))
 }

@@ -7,7 +7,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 
@@ -18,41 +17,14 @@ import (
 	"github.com/aws/smithy-go"
 )
 
-// ErrObject marks an object that could not be listed or read, after the
-// retries: the error names it.
-var ErrObject = errors.New("object storage")
-
-// ObjectError is a failed operation on one object or prefix.
-type ObjectError struct {
-	URL string // s3://bucket/key
-	Op  string // "list", "head", "get bytes A-B"
-	Err error
-	// Attempts is how many requests were made, retries included.
-	Attempts int
-}
-
-func (e *ObjectError) Error() string {
-	tries := ""
-	if e.Attempts > 1 {
-		tries = fmt.Sprintf(" (%d attempts)", e.Attempts)
-	}
-	return fmt.Sprintf("%v: %s %s%s: %v", ErrObject, e.Op, e.URL, tries, e.Err)
-}
-
-func (e *ObjectError) Unwrap() []error { return []error{ErrObject, e.Err} }
-
-// ErrNotFound: no such object (or bucket).
-var ErrNotFound = errors.New("not found")
-
-// ErrChanged: the object was replaced after it was opened; its bytes are no
-// longer the ones the dataset was opened with.
-var ErrChanged = errors.New("object changed since it was opened (replaced while in use?)")
-
-// Info describes one object.
+// Info describes one object, as a listing or HEAD said.
 type Info struct {
 	Key  string
 	Size int64
+	// ETag is without its quotes; "" when the store gives none.
 	ETag string
+	// LastModified is zero when the store gives none.
+	LastModified time.Time
 }
 
 // client is the S3 API as the cache uses it, with the retry policy: every
@@ -64,6 +36,8 @@ type client struct {
 	retryFor time.Duration
 	attempt  time.Duration
 	metrics  *Metrics
+	// maxPages and maxKeys bound one listing.
+	maxPages, maxKeys int
 }
 
 // newClient loads the standard AWS configuration: credentials from the
@@ -78,6 +52,7 @@ func newClient(ctx context.Context, o Options, m *Metrics) (*client, error) {
 		config.WithRetryer(func() aws.Retryer { return aws.NopRetryer{} }),
 		config.WithHTTPClient(awshttp.NewBuildableClient().WithTransportOptions(func(t *http.Transport) {
 			t.MaxIdleConnsPerHost = max(o.Concurrency*2, 16)
+			t.MaxResponseHeaderBytes = maxHeaderBytes
 			idle.add(t)
 		})),
 	)
@@ -89,6 +64,9 @@ func newClient(ctx context.Context, o Options, m *Metrics) (*client, error) {
 	}
 	var pathErr error
 	c := s3.NewFromConfig(cfg, func(so *s3.Options) {
+		// Wrapped here, not in the configuration, which must stay a
+		// BuildableClient (AWS_CA_BUNDLE adds to its transport).
+		so.HTTPClient = boundedClient{so.HTTPClient}
 		switch o.PathStyle {
 		case "", "auto":
 			so.UsePathStyle = so.BaseEndpoint != nil && *so.BaseEndpoint != ""
@@ -106,7 +84,48 @@ func newClient(ctx context.Context, o Options, m *Metrics) (*client, error) {
 	if pathErr != nil {
 		return nil, pathErr
 	}
-	return &client{s3: c, idle: idle, retryFor: o.RetryFor, attempt: o.AttemptTimeout, metrics: m}, nil
+	return &client{s3: c, idle: idle, retryFor: o.RetryFor, attempt: o.AttemptTimeout, metrics: m,
+		maxPages: o.MaxListPages, maxKeys: o.MaxListKeys}, nil
+}
+
+// boundedClient bounds the body of every answer but an object's bytes
+// (which get reads exactly as long as it asked for) to maxAnswerBytes: the
+// SDK reads a listing page, or an error's body, whole into memory.
+type boundedClient struct{ inner aws.HTTPClient }
+
+func (c boundedClient) Do(req *http.Request) (*http.Response, error) {
+	resp, err := c.inner.Do(req)
+	if err != nil || resp.Body == nil {
+		return resp, err
+	}
+	if req.Method == http.MethodGet && req.Header.Get("Range") != "" && resp.StatusCode/100 == 2 {
+		return resp, nil
+	}
+	resp.Body = &boundedBody{ReadCloser: resp.Body, left: maxAnswerBytes}
+	return resp, nil
+}
+
+// boundedBody fails a read past its bound.
+type boundedBody struct {
+	io.ReadCloser
+	left int64
+}
+
+func (b *boundedBody) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		var one [1]byte
+		n, err := b.ReadCloser.Read(one[:])
+		if n > 0 {
+			return 0, badAnswer("an answer of more than %d bytes", maxAnswerBytes)
+		}
+		return 0, err
+	}
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.ReadCloser.Read(p)
+	b.left -= int64(n)
+	return n, err
 }
 
 // idleConns are the transports the SDK built, whose idle connections the
@@ -131,10 +150,12 @@ func (c *idleConns) close() {
 	}
 }
 
-// do runs one request op with retries; the error names url and op.
-func (c *client) do(ctx context.Context, kind, url, op string, fn func(context.Context) error) error {
+// do runs one request op with retries; the error names url and op. opened
+// says the object was opened (a GET): a 404 then means it is gone.
+func (c *client) do(ctx context.Context, kind, url, op string, opened bool, fn func(context.Context) error) error {
 	backoff := 50 * time.Millisecond
-	deadline := time.Now().Add(c.retryFor)
+	start := time.Now()
+	deadline := start.Add(c.retryFor)
 	for attempt := 1; ; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, c.attempt)
 		err := fn(actx)
@@ -151,7 +172,15 @@ func (c *client) do(ctx context.Context, kind, url, op string, fn func(context.C
 		wait := backoff/2 + rand.N(backoff/2+1)
 		if !again || time.Now().Add(wait).After(deadline) {
 			c.metrics.request(kind, "error")
-			return &ObjectError{URL: url, Op: op, Err: plain(err), Attempts: attempt}
+			if errors.Is(err, context.DeadlineExceeded) {
+				// The attempt's own timeout, not the caller's deadline.
+				err = fmt.Errorf("no answer within %v: %s", c.attempt, err.Error())
+			}
+			e := &ObjectError{URL: url, Op: op, Err: plain(err, opened), Attempts: attempt}
+			if again {
+				e.GaveUp = max(time.Since(start), time.Nanosecond)
+			}
+			return e
 		}
 		c.metrics.request(kind, "retry_"+reason)
 		select {
@@ -173,9 +202,18 @@ var throttleCodes = map[string]bool{
 }
 
 // retryable says whether a failed attempt may succeed if made again, and
-// why: throttling, a server error (5xx, 408) or the transport (no response:
-// refused, reset, timed out). Other answers (403, 404, 412, 400) are final.
+// why: throttling, a server error (5xx, 408), a wrong answer to a ranged GET
+// or the transport (no response: refused, reset, timed out). Other answers
+// (403, 404, 412, 400), a changed object and an answer past a bound are
+// final.
 func retryable(err error) (reason string, again bool) {
+	var wrong *responseError
+	if errors.As(err, &wrong) {
+		return "response", true
+	}
+	if errors.Is(err, ErrChanged) || errors.Is(err, ErrBadAnswer) {
+		return "", false
+	}
 	var api smithy.APIError
 	if errors.As(err, &api) && throttleCodes[api.ErrorCode()] {
 		return "throttled", true
@@ -200,106 +238,20 @@ func retryable(err error) (reason string, again bool) {
 	return "transport", true
 }
 
-// plain turns the SDK's notice of a missing object into ErrNotFound and of a
-// failed If-Match into ErrChanged; other errors stay as they are.
-func plain(err error) error {
-	var resp *awshttp.ResponseError
-	if errors.As(err, &resp) {
-		switch resp.HTTPStatusCode() {
-		case http.StatusNotFound:
-			return fmt.Errorf("%w: %w", ErrNotFound, err)
-		case http.StatusPreconditionFailed:
-			return fmt.Errorf("%w: %w", ErrChanged, err)
-		}
-	}
-	return err
-}
-
-// localError is a failed write into the cache's backing file.
-type localError struct{ err error }
-
-func (e *localError) Error() string { return "object cache: " + e.err.Error() }
-func (e *localError) Unwrap() error { return e.err }
-
-// localWriter marks the errors of writing into the cache as local.
-type localWriter struct{ w io.WriterAt }
-
-func (l localWriter) WriteAt(p []byte, off int64) (int, error) {
-	n, err := l.w.WriteAt(p, off)
-	if err != nil {
-		err = &localError{err}
-	}
-	return n, err
-}
-
 // head describes one object.
 func (c *client) head(ctx context.Context, loc Location) (Info, error) {
 	var info Info
-	err := c.do(ctx, "head", loc.String(), "head", func(ctx context.Context) error {
+	url := loc.String()
+	err := c.do(ctx, "head", url, "head", false, func(ctx context.Context) error {
 		out, err := c.s3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &loc.Bucket, Key: &loc.Key})
 		if err != nil {
 			return err
 		}
-		info = Info{Key: loc.Key, Size: aws.ToInt64(out.ContentLength), ETag: aws.ToString(out.ETag)}
+		if err := checkInfo(url, out.ContentLength, aws.ToString(out.ETag)); err != nil {
+			return err
+		}
+		info = Info{Key: loc.Key, Size: *out.ContentLength, ETag: normETag(aws.ToString(out.ETag)), LastModified: aws.ToTime(out.LastModified)}
 		return nil
 	})
 	return info, err
-}
-
-// list lists the objects whose keys start with prefix, sorted by key. With
-// flat false it stops at the next "/" after the prefix (one level, as a
-// directory listing would).
-func (c *client) list(ctx context.Context, bucket, prefix string, flat bool) ([]Info, error) {
-	var out []Info
-	in := &s3.ListObjectsV2Input{Bucket: &bucket, Prefix: &prefix}
-	if !flat {
-		in.Delimiter = aws.String("/")
-	}
-	url := Location{Bucket: bucket, Key: prefix}.String()
-	for {
-		var page *s3.ListObjectsV2Output
-		err := c.do(ctx, "list", url, "list", func(ctx context.Context) error {
-			var err error
-			page, err = c.s3.ListObjectsV2(ctx, in)
-			return err
-		})
-		if err != nil {
-			return nil, err
-		}
-		for _, o := range page.Contents {
-			out = append(out, Info{Key: aws.ToString(o.Key), Size: aws.ToInt64(o.Size), ETag: aws.ToString(o.ETag)})
-		}
-		if !aws.ToBool(page.IsTruncated) || page.NextContinuationToken == nil {
-			break
-		}
-		in.ContinuationToken = page.NextContinuationToken
-	}
-	return out, nil
-}
-
-// get writes bytes [off, off+n) of the object to w at the same offsets,
-// refusing an object whose ETag is no longer etag.
-func (c *client) get(ctx context.Context, loc Location, etag string, off, n int64, w io.WriterAt, buf []byte) error {
-	rng := fmt.Sprintf("bytes=%d-%d", off, off+n-1)
-	op := "get " + strings.TrimPrefix(rng, "bytes=")
-	return c.do(ctx, "get", loc.String(), op, func(ctx context.Context) error {
-		in := &s3.GetObjectInput{Bucket: &loc.Bucket, Key: &loc.Key, Range: &rng}
-		if etag != "" {
-			in.IfMatch = &etag
-		}
-		out, err := c.s3.GetObject(ctx, in)
-		if err != nil {
-			return err
-		}
-		defer out.Body.Close()
-		got, err := io.CopyBuffer(io.NewOffsetWriter(localWriter{w}, off), io.LimitReader(out.Body, n), buf)
-		c.metrics.fetched.Add(float64(got))
-		if err != nil {
-			return err
-		}
-		if got != n {
-			return fmt.Errorf("got %d bytes, want %d: %w", got, n, io.ErrUnexpectedEOF)
-		}
-		return nil
-	})
 }

@@ -1,6 +1,9 @@
 package objstore
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+)
 
 // Metrics are the object store's Prometheus series; docs/metrics.md lists
 // them. A nil registerer makes them unregistered (tests read Stats).
@@ -19,7 +22,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dataloaderd_object_requests_total",
-			Help: "Requests to object storage, by op (list, head, get) and outcome (ok, error, or retry_throttled, retry_server, retry_transport for an attempt made again).",
+			Help: "Requests to object storage, by op (list, head, get) and outcome (ok, error, or retry_throttled, retry_server, retry_transport, retry_response for an attempt made again).",
 		}, []string{"op", "outcome"}),
 		fetched: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "dataloaderd_object_fetched_bytes_total", Help: "Bytes read from object storage (every attempt's, retries included).",
@@ -50,4 +53,49 @@ func (m *Metrics) Touch() {
 	for _, op := range []string{"list", "head", "get"} {
 		m.requests.WithLabelValues(op, "ok")
 	}
+}
+
+func counterValue(c prometheus.Counter) float64 {
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		return 0
+	}
+	return m.GetCounter().GetValue()
+}
+
+// Stats are the store's counters, for tests and benchmarks.
+type Stats struct {
+	Requests, Gets, Heads, Lists, Retries int64
+	FetchedBytes                          int64
+	Hits, Ahead, Misses                   int64
+	Evictions                             int64
+	CachedBytes                           int64
+}
+
+// Stats reads the counters.
+func (s *Store) Stats() Stats {
+	m := s.opts.Metrics
+	st := Stats{FetchedBytes: int64(counterValue(m.fetched)), Evictions: int64(counterValue(m.evictions)),
+		Hits: int64(counterValue(m.hit)), Ahead: int64(counterValue(m.ahead)), Misses: int64(counterValue(m.miss))}
+	for _, op := range []string{"get", "head", "list"} {
+		for _, outcome := range []string{"ok", "error", "retry_throttled", "retry_server", "retry_transport", "retry_response"} {
+			n := int64(counterValue(m.requests.WithLabelValues(op, outcome)))
+			st.Requests += n
+			switch op {
+			case "get":
+				st.Gets += n
+			case "head":
+				st.Heads += n
+			case "list":
+				st.Lists += n
+			}
+			if outcome != "ok" && outcome != "error" {
+				st.Retries += n
+			}
+		}
+	}
+	s.mu.Lock()
+	st.CachedBytes = s.used
+	s.mu.Unlock()
+	return st
 }

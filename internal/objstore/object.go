@@ -9,8 +9,6 @@ import (
 	"os"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"golang.org/x/sys/unix"
 
 	"github.com/dataloaderd/dataloaderd/internal/mapped"
@@ -25,8 +23,9 @@ const (
 	present             // readable in the mapping
 )
 
-// block is one BlockSize piece of an object: 16 bytes of bookkeeping per
-// block (a 100 GB object of 64 KiB blocks: 25 MB).
+// block is one BlockSize piece of an object: 16 bytes of bookkeeping, in
+// a blockTable that holds only the chunks of blocks in use. The zero block
+// is idle: absent, unheld, in no LRU.
 type block struct {
 	elem  *list.Element // in the store's LRU while present and not held
 	holds int32         // reads holding it present
@@ -53,13 +52,13 @@ type Object struct {
 	loc   Location
 	url   string
 	size  int64
-	etag  string
+	ver   version // what every GET must answer
 
 	file *os.File
 	data []byte
 
 	// Guarded by store.mu.
-	blocks   []block
+	blocks   blockTable
 	runs     map[int]*run // the GET bringing each block being fetched
 	present  int          // blocks not absent (fetching or present)
 	refs     int          // Open without Close
@@ -76,8 +75,9 @@ func (o *Object) Size() int64 { return o.size }
 // BlockSize is the unit the cache fetches the object in.
 func (o *Object) BlockSize() int64 { return o.store.opts.BlockSize }
 
-// ETag is the object's ETag when it was opened.
-func (o *Object) ETag() string { return o.etag }
+// ETag is the object's ETag when it was opened, without quotes; "" when
+// the store gives none.
+func (o *Object) ETag() string { return o.ver.etag }
 
 // Data maps the whole object. Only ranges held hold the object's bytes:
 // elsewhere a read may see zeros.
@@ -122,8 +122,7 @@ func (o *Object) Hold(ctx context.Context, off, n int64) error {
 		if o.freed {
 			return fail(fmt.Errorf("%w: %s: read after the dataset was closed", ErrObject, o.url))
 		}
-		b := &o.blocks[i]
-		switch b.state {
+		switch b := o.blocks.get(i); b.state {
 		case present:
 			o.holdLocked(i)
 			if b.ahead {
@@ -144,7 +143,7 @@ func (o *Object) Hold(ctx context.Context, off, n int64) error {
 				return fail(ctx.Err())
 			}
 			s.mu.Lock()
-			if r.err != nil && b.state == absent {
+			if r.err != nil && o.blocks.get(i).state == absent {
 				return fail(r.err)
 			}
 			continue
@@ -177,10 +176,10 @@ func (o *Object) Hold(ctx context.Context, off, n int64) error {
 // setAheadLocked marks block k as fetched ahead and not yet read, or not,
 // keeping the store's count of such bytes.
 func (o *Object) setAheadLocked(k int, v bool) {
-	b := &o.blocks[k]
-	if b.ahead == v {
+	if o.blocks.get(k).ahead == v {
 		return
 	}
+	b := o.blocks.at(k)
 	b.ahead = v
 	if v {
 		o.store.aheadBytes += o.blockLen(k)
@@ -194,7 +193,7 @@ func (o *Object) setAheadLocked(k int, v bool) {
 func (o *Object) absentRunLocked(i, last int) int {
 	most := max(1, int(maxRunBytes/o.store.opts.BlockSize))
 	j := i
-	for j < last && j-i+1 < most && o.blocks[j+1].state == absent {
+	for j < last && j-i+1 < most && o.blocks.get(j+1).state == absent {
 		j++
 	}
 	return j
@@ -217,18 +216,19 @@ func (o *Object) releaseBlocks(first, last int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i := first; i <= last; i++ {
-		b := &o.blocks[i]
+		b := o.blocks.at(i)
 		if b.holds--; b.holds < 0 {
 			panic(fmt.Sprintf("objstore: %s: block %d released more often than held", o.url, i))
 		}
 		if b.holds == 0 && b.state == present && !o.freed {
 			b.elem = s.lru.PushBack(blockRef{obj: o, i: i})
 		}
+		o.blocks.tidy(i)
 	}
 }
 
 func (o *Object) holdLocked(i int) {
-	b := &o.blocks[i]
+	b := o.blocks.at(i)
 	o.store.unlinkLocked(b)
 	b.holds++
 }
@@ -252,7 +252,7 @@ func (o *Object) startLocked(i, j int, ahead bool) *run {
 	}
 	r := &run{done: make(chan struct{})}
 	for k := i; k <= j; k++ {
-		b := &o.blocks[k]
+		b := o.blocks.at(k)
 		b.state = fetching
 		o.present++
 		o.runs[k] = r
@@ -268,12 +268,13 @@ func (o *Object) finishLocked(i, j int, r *run, err error) {
 	s := o.store
 	r.err = err
 	for k := i; k <= j; k++ {
-		b := &o.blocks[k]
+		b := o.blocks.at(k)
 		delete(o.runs, k)
 		if err != nil || o.freed {
 			b.state = absent
 			o.present--
 			o.setAheadLocked(k, false)
+			o.blocks.tidy(k)
 			continue
 		}
 		b.state = present
@@ -294,11 +295,12 @@ func (o *Object) finishLocked(i, j int, r *run, err error) {
 // the zeros it reads as).
 func (o *Object) evictLocked(i int) {
 	s := o.store
-	b := &o.blocks[i]
+	b := o.blocks.at(i)
 	s.unlinkLocked(b)
 	b.state = absent
 	o.present--
 	o.setAheadLocked(i, false)
+	o.blocks.tidy(i)
 	s.used -= o.blockLen(i)
 	s.opts.Metrics.evictions.Inc()
 	o.punch(i, i)
@@ -321,96 +323,7 @@ func (o *Object) punch(i, j int) {
 // fetch reads blocks [i, j] from the store into the backing file.
 func (o *Object) fetch(ctx context.Context, i, j int) error {
 	buf := make([]byte, 256<<10)
-	return o.store.client.get(ctx, o.loc, o.etag, int64(i)*o.store.opts.BlockSize, o.runBytes(i, j), o.file, buf)
-}
-
-// Prefetch queues the absent blocks of bytes [off, off+n), in runs of
-// consecutive ones, for the fetchers ahead of demand. It never blocks: with
-// the queue full, the rest are left for the reads to fetch.
-func (o *Object) Prefetch(off, n int64) {
-	if n <= 0 {
-		return
-	}
-	first, last, err := o.span(off, n)
-	if err != nil {
-		return
-	}
-	s := o.store
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if o.freed {
-		return
-	}
-	for i := first; i <= last; i++ {
-		if b := &o.blocks[i]; b.state != absent || b.ahead {
-			continue
-		}
-		j := i
-		most := max(1, int(maxRunBytes/s.opts.BlockSize))
-		for j < last && j-i+1 < most && o.blocks[j+1].state == absent && !o.blocks[j+1].ahead {
-			j++
-		}
-		// What is fetched ahead and unread stays under half the cache.
-		// What has waited there longer than StaleAhead will not be read
-		// (its shard went to another rank, its reader stopped): it makes
-		// room for the newest; fresher, it is kept and this waits.
-		for s.aheadBytes+o.runBytes(i, j) > s.budget/2 {
-			front := s.aheadLRU.Front()
-			if front == nil || time.Since(front.Value.(blockRef).at) < s.opts.StaleAhead {
-				return
-			}
-			ref := front.Value.(blockRef)
-			ref.obj.evictLocked(ref.i)
-			if o.freed {
-				return
-			}
-		}
-		select {
-		case s.queue <- runRef{o, i, j}:
-			for k := i; k <= j; k++ {
-				o.setAheadLocked(k, true)
-			}
-		default:
-			return
-		}
-		i = j
-	}
-}
-
-// fetchQueued fetches the blocks of [first, last] still absent, a run of
-// consecutive ones at a time.
-func (o *Object) fetchQueued(first, last int) {
-	s := o.store
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for i := first; i <= last; i++ {
-		b := &o.blocks[i]
-		if b.state != absent || o.freed {
-			continue
-		}
-		if o.refs == 0 { // its datasets closed: nobody will read it
-			o.setAheadLocked(i, false)
-			continue
-		}
-		j := i
-		for j < last && o.blocks[j+1].state == absent {
-			j++
-		}
-		r := o.startLocked(i, j, true)
-		if r == nil { // no room: the reads will fetch them
-			for k := i; k <= last; k++ {
-				if o.blocks[k].state == absent {
-					o.setAheadLocked(k, false)
-				}
-			}
-			return
-		}
-		s.mu.Unlock()
-		err := o.fetch(s.ctx, i, j)
-		s.mu.Lock()
-		o.finishLocked(i, j, r, err)
-		i = j
-	}
+	return o.store.client.get(ctx, o.loc, o.ver, int64(i)*o.store.opts.BlockSize, o.runBytes(i, j), o.file, buf)
 }
 
 // ReadAt copies bytes of the object into p, through the cache.
@@ -459,13 +372,13 @@ func (o *Object) Close() error {
 	if o.refs == 0 {
 		// Nobody will read what was fetched ahead for it: it ages with
 		// what was read.
-		for k := range o.blocks {
-			if b := &o.blocks[k]; b.ahead && b.state == present && b.holds == 0 {
+		o.blocks.each(func(k int, b *block) {
+			if b.ahead && b.state == present && b.holds == 0 {
 				s.unlinkLocked(b)
 				o.setAheadLocked(k, false)
 				b.elem = s.lru.PushBack(blockRef{obj: o, i: k})
 			}
-		}
+		})
 	}
 	return nil
 }
@@ -478,6 +391,7 @@ func (o *Object) free() error {
 	o.freed = true
 	var errs []error
 	if o.data != nil {
+		o.store.mapped -= int64(len(o.data))
 		mapped.Unregister(o.data)
 		errs = append(errs, unix.Munmap(o.data))
 		o.data = nil
@@ -486,12 +400,4 @@ func (o *Object) free() error {
 		errs = append(errs, o.file.Close())
 	}
 	return errors.Join(errs...)
-}
-
-func counterValue(c prometheus.Counter) float64 {
-	var m dto.Metric
-	if err := c.Write(&m); err != nil {
-		return 0
-	}
-	return m.GetCounter().GetValue()
 }

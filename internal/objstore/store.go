@@ -15,89 +15,6 @@ import (
 	"github.com/dataloaderd/dataloaderd/internal/mapped"
 )
 
-// Defaults of Options.
-const (
-	DefaultBlockSize      = 64 << 10
-	DefaultMemoryBytes    = 2 << 30
-	DefaultDiskBytes      = 64 << 30
-	DefaultConcurrency    = 32
-	DefaultRetryFor       = 2 * time.Minute
-	DefaultAttemptTimeout = 60 * time.Second
-	// DefaultPrefetchQueue bounds the blocks waiting to be fetched ahead.
-	DefaultPrefetchQueue = 1024
-)
-
-// Options configure the node's object store and its cache.
-type Options struct {
-	// BlockSize is the unit of fetching and caching, a multiple of the
-	// page size.
-	BlockSize int64
-	// MemoryBytes is the cache budget when Dir is empty: blocks live in
-	// anonymous memory (a memfd per object).
-	MemoryBytes int64
-	// Dir, when set, holds the blocks in (unlinked, sparse) files there
-	// instead, within DiskBytes; the kernel's page cache keeps the hot ones
-	// in memory, reclaimably.
-	Dir       string
-	DiskBytes int64
-	// Concurrency is how many fetches run ahead of demand at once.
-	Concurrency int
-	// RetryFor bounds how long a request is retried (throttling, 5xx,
-	// transport errors) before the reads waiting on it fail.
-	RetryFor time.Duration
-	// AttemptTimeout bounds one request.
-	AttemptTimeout time.Duration
-	// StaleAhead is how long a block fetched ahead may wait for its read
-	// before a newer prefetch may take its place (default 30 s).
-	StaleAhead time.Duration
-	// PathStyle is "auto" (path-style addressing with a custom endpoint),
-	// "true" or "false".
-	PathStyle string
-	// Metrics, when set, records requests and cache use.
-	Metrics *Metrics
-	Logger  *zap.Logger
-}
-
-func (o *Options) fill() error {
-	page := int64(os.Getpagesize())
-	if o.BlockSize == 0 {
-		o.BlockSize = DefaultBlockSize
-	}
-	if o.BlockSize < page || o.BlockSize%page != 0 {
-		return fmt.Errorf("object cache block size %d: want a positive multiple of the %d-byte page", o.BlockSize, page)
-	}
-	if o.MemoryBytes == 0 {
-		o.MemoryBytes = DefaultMemoryBytes
-	}
-	if o.DiskBytes == 0 {
-		o.DiskBytes = DefaultDiskBytes
-	}
-	if o.Concurrency <= 0 {
-		o.Concurrency = DefaultConcurrency
-	}
-	if o.RetryFor <= 0 {
-		o.RetryFor = DefaultRetryFor
-	}
-	if o.AttemptTimeout <= 0 {
-		o.AttemptTimeout = DefaultAttemptTimeout
-	}
-	if o.StaleAhead <= 0 {
-		o.StaleAhead = 30 * time.Second
-	}
-	if o.Metrics == nil {
-		o.Metrics = NewMetrics(nil)
-	}
-	if o.Logger == nil {
-		o.Logger = zap.NewNop()
-	}
-	if o.Dir != "" {
-		if info, err := os.Stat(o.Dir); err != nil || !info.IsDir() {
-			return fmt.Errorf("object cache dir %q: not a directory", o.Dir)
-		}
-	}
-	return nil
-}
-
 // Store is the node's object storage: the client and the cache every
 // session reads objects through. Its methods are safe for concurrent use.
 type Store struct {
@@ -114,6 +31,7 @@ type Store struct {
 	// aheadLRU holds the present blocks fetched ahead and not yet read.
 	aheadLRU list.List
 	used     int64 // bytes of present and in-flight blocks
+	mapped   int64 // bytes of the objects mapped
 	// aheadBytes are those queued or fetched ahead of demand and not yet
 	// read: at most half the budget, so that what is fetched ahead does
 	// not evict what is read.
@@ -129,8 +47,9 @@ type Store struct {
 
 // listing is an object's description from a listing, and when it was made.
 type listing struct {
-	info Info
-	at   time.Time
+	info   Info
+	at     time.Time
+	headed bool // from a HEAD request
 }
 
 // listedFor is how long a listing stands in for a HEAD request: long enough
@@ -221,39 +140,57 @@ func (s *Store) List(ctx context.Context, bucket, prefix string, flat bool) ([]I
 // Head describes one object: from a listing or HEAD of the last minute, or
 // a HEAD request.
 func (s *Store) Head(ctx context.Context, loc Location) (Info, error) {
+	return s.head(ctx, loc, false)
+}
+
+// head is Head; with headers set, an object a listing gave no ETag is
+// described by a HEAD request all the same.
+func (s *Store) head(ctx context.Context, loc Location, headers bool) (Info, error) {
 	s.mu.Lock()
 	l, ok := s.listed[loc.String()]
 	s.mu.Unlock()
-	if ok && time.Since(l.at) <= listedFor {
+	if ok && time.Since(l.at) <= listedFor && (!headers || l.info.ETag != "" || l.headed) {
 		return l.info, nil
 	}
 	info, err := s.client.head(ctx, loc)
 	if err == nil {
 		s.mu.Lock()
-		s.listed[loc.String()] = listing{info: info, at: time.Now()}
+		s.listed[loc.String()] = listing{info: info, at: time.Now(), headed: true}
 		s.mu.Unlock()
 	}
 	return info, err
 }
 
 // Open returns the object at loc for reading, shared with every other
-// session that reads it: its size and ETag come from a listing of the last
-// minute or a HEAD request.
-// An object replaced since it was last opened (another ETag) is a new
+// session that reads it. It is pinned to one version: its size, and its
+// ETag from a listing of the last minute or a HEAD request; where the store
+// gives no ETag, its Last-Modified date from a HEAD (a listing's may differ
+// from a GET's). Every GET must answer that version, else ErrChanged. An
+// object with neither is refused (ErrUnversioned) unless
+// Options.AllowUnversioned.
+// An object replaced since it was last opened (another version) is a new
 // Object; sessions still reading the old one keep it until they close it.
 func (s *Store) Open(ctx context.Context, loc Location) (*Object, error) {
-	info, err := s.Head(ctx, loc)
+	info, err := s.head(ctx, loc, true)
 	if err != nil {
 		return nil, err
 	}
 	url := loc.String()
+	v := pin(info)
+	if v.unversioned() && !s.opts.AllowUnversioned {
+		return nil, &ObjectError{URL: url, Op: "open", Err: fmt.Errorf("%w: a replaced object could not be told from the one opened; "+
+			"the daemon's --object-allow-unversioned reads such objects anyway, pinned by their size alone", ErrUnversioned)}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if o := s.objects[url]; o != nil && o.etag == info.ETag && o.size == info.Size {
+	if o := s.objects[url]; o != nil && o.ver.same(v) {
 		o.refs++
 		return o, nil
 	}
-	o, err := s.newObject(loc, info)
+	if err := s.roomToMapLocked(url, v.size); err != nil {
+		return nil, err
+	}
+	o, err := s.newObject(loc, v)
 	if err != nil {
 		return nil, err
 	}
@@ -272,11 +209,9 @@ func (s *Store) Open(ctx context.Context, loc Location) (*Object, error) {
 // are not protected block by block: with blocks scattered through large
 // objects, that would split the mapping into more areas than the kernel
 // allows a process (vm.max_map_count); readers hold what they read.
-func (s *Store) newObject(loc Location, info Info) (*Object, error) {
-	o := &Object{store: s, loc: loc, url: loc.String(), size: info.Size, etag: info.ETag, refs: 1, runs: map[int]*run{}}
-	nblocks := (info.Size + s.opts.BlockSize - 1) / s.opts.BlockSize
-	o.blocks = make([]block, nblocks)
-	if info.Size == 0 {
+func (s *Store) newObject(loc Location, v version) (*Object, error) {
+	o := &Object{store: s, loc: loc, url: loc.String(), size: v.size, ver: v, refs: 1, runs: map[int]*run{}}
+	if v.size == 0 {
 		return o, nil
 	}
 	var err error
@@ -293,33 +228,54 @@ func (s *Store) newObject(loc Location, info Info) (*Object, error) {
 		}
 	}
 	if err == nil {
-		err = o.file.Truncate(info.Size)
+		err = o.file.Truncate(v.size)
 	}
 	if err == nil {
-		o.data, err = unix.Mmap(int(o.file.Fd()), 0, int(info.Size), unix.PROT_READ, unix.MAP_SHARED)
+		o.data, err = unix.Mmap(int(o.file.Fd()), 0, int(v.size), unix.PROT_READ, unix.MAP_SHARED)
 	}
 	if err != nil {
 		if o.file != nil {
 			o.file.Close()
 		}
-		return nil, fmt.Errorf("%w: %s: backing of %d bytes: %w", ErrObject, o.url, info.Size, err)
+		return nil, fmt.Errorf("%w: %s: backing of %d bytes: %w", ErrObject, o.url, v.size, err)
 	}
+	s.mapped += v.size
 	mapped.Register(o.data, o.url)
 	return o, nil
+}
+
+// roomToMapLocked makes sure an object of size bytes may be mapped beside
+// those mapped already, within MaxMappedBytes: objects no session reads
+// are dropped from the cache to make room; past that it is refused.
+func (s *Store) roomToMapLocked(url string, size int64) error {
+	bound := s.opts.MaxMappedBytes
+	if s.mapped+size <= bound {
+		return nil
+	}
+	for _, o := range s.objects {
+		if o.refs == 0 && len(o.runs) == 0 { // no session reads it, no fetch writes it
+			s.dropLocked(o)
+		}
+	}
+	if s.mapped+size <= bound {
+		return nil
+	}
+	return fmt.Errorf("%w: %w: %s: its %d bytes beside the %d of the objects open would map more than %d bytes at once",
+		ErrObject, ErrBudget, url, size, s.mapped, bound)
 }
 
 // dropLocked forgets an object no session reads any more: its present
 // blocks leave the budget and its memory is freed.
 func (s *Store) dropLocked(o *Object) {
-	for i := range o.blocks {
-		b := &o.blocks[i]
+	o.blocks.each(func(i int, b *block) {
 		o.setAheadLocked(i, false)
 		s.unlinkLocked(b)
 		if b.state != absent {
 			s.used -= o.blockLen(i)
 		}
 		b.state = absent
-	}
+	})
+	o.blocks.tidyAll()
 	o.present = 0
 	s.opts.Metrics.cached.Set(float64(s.used))
 	if s.objects[o.url] == o {
@@ -385,41 +341,4 @@ func (s *Store) punchFailed(err error) {
 	s.punchOnce.Do(func() {
 		s.opts.Logger.Warn("the object cache cannot punch holes: evicted blocks keep their space", zap.String("dir", s.opts.Dir), zap.Error(err))
 	})
-}
-
-// Stats are the store's counters, for tests and benchmarks.
-type Stats struct {
-	Requests, Gets, Heads, Lists, Retries int64
-	FetchedBytes                          int64
-	Hits, Ahead, Misses                   int64
-	Evictions                             int64
-	CachedBytes                           int64
-}
-
-// Stats reads the counters.
-func (s *Store) Stats() Stats {
-	m := s.opts.Metrics
-	st := Stats{FetchedBytes: int64(counterValue(m.fetched)), Evictions: int64(counterValue(m.evictions)),
-		Hits: int64(counterValue(m.hit)), Ahead: int64(counterValue(m.ahead)), Misses: int64(counterValue(m.miss))}
-	for _, op := range []string{"get", "head", "list"} {
-		for _, outcome := range []string{"ok", "error", "retry_throttled", "retry_server", "retry_transport"} {
-			n := int64(counterValue(m.requests.WithLabelValues(op, outcome)))
-			st.Requests += n
-			switch op {
-			case "get":
-				st.Gets += n
-			case "head":
-				st.Heads += n
-			case "list":
-				st.Lists += n
-			}
-			if outcome != "ok" && outcome != "error" {
-				st.Retries += n
-			}
-		}
-	}
-	s.mu.Lock()
-	st.CachedBytes = s.used
-	s.mu.Unlock()
-	return st
 }

@@ -24,7 +24,8 @@ const refusedBodyLimit = 64 << 20
 
 // FaultProxy is an HTTP reverse proxy in front of an S3 server that answers
 // a pseudo-random fraction of the requests itself with 503 SlowDown, as S3
-// does when it throttles, and forwards the others unchanged. Which requests
+// does when it throttles, and forwards the others unchanged, or changed by
+// the lies set with SetLies (lies.go). Which requests
 // it refuses follows from the seed and the order they arrive in: the n-th
 // request is refused when the n-th number drawn is below the fraction in
 // force then.
@@ -36,10 +37,16 @@ type FaultProxy struct {
 	// URL is the proxy's address, http://127.0.0.1:PORT: a client's endpoint.
 	URL string
 
-	srv      *httptest.Server
-	rp       *httputil.ReverseProxy
-	fraction atomic.Uint64 // math.Float64bits of the fraction refused
-	delay    atomic.Int64  // time.Duration each request waits before it is answered
+	srv       *httptest.Server
+	rp        *httputil.ReverseProxy
+	target    *url.URL
+	transport *http.Transport
+	fraction  atomic.Uint64 // math.Float64bits of the fraction refused
+	delay     atomic.Int64  // time.Duration each request waits before it is answered
+
+	lies   atomic.Pointer[Lies]
+	signer *signer // to sign requests a lie changes; nil but for NewLyingProxy
+	lied   atomic.Int64
 
 	mu  sync.Mutex // guards rng
 	rng *rand.Rand
@@ -59,7 +66,7 @@ func NewFaultProxy(t testing.TB, target string, fraction float64, seed int64) *F
 	transport := http.DefaultTransport.(*http.Transport).Clone()
 	// Hand the server's bytes and Content-Length back as they are.
 	transport.DisableCompression = true
-	p := &FaultProxy{rng: rand.New(rand.NewPCG(uint64(seed), 0x5333746573740a))}
+	p := &FaultProxy{rng: rand.New(rand.NewPCG(uint64(seed), 0x5333746573740a)), target: u, transport: transport}
 	p.SetFraction(fraction)
 	p.rp = &httputil.ReverseProxy{
 		Rewrite: func(r *httputil.ProxyRequest) {
@@ -99,6 +106,10 @@ func (p *FaultProxy) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p.forwarded.Add(1)
+	if l := p.lies.Load(); l != nil {
+		p.serveLies(w, r, l)
+		return
+	}
 	p.rp.ServeHTTP(w, r)
 }
 

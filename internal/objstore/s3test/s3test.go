@@ -7,7 +7,9 @@
 //
 // The server is stopped, restarted on the same port and directory, or killed
 // by the tests themselves; FaultProxy (faults.go) sits in front of it and
-// answers a chosen fraction of the requests with 503 SlowDown.
+// answers a chosen fraction of the requests with 503 SlowDown, or lies as a
+// broken or hostile store would (lies.go: sizes, listings that never end,
+// Range ignored, other ranges, versions stripped, a replaced object).
 package s3test
 
 import (

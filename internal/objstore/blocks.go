@@ -1,0 +1,85 @@
+package objstore
+
+import (
+	"maps"
+	"slices"
+)
+
+// chunkBlocks is how many blocks one piece of an object's block table
+// describes: 64 blocks of 16 bytes, 1 KiB.
+const chunkBlocks = 64
+
+// blockChunk describes blocks [64k, 64k+64) of an object.
+type blockChunk [chunkBlocks]block
+
+// blockTable is the bookkeeping of an object's blocks. It is made in
+// chunks of 64 blocks when a block of the chunk is first fetched, held or
+// queued, and a chunk is dropped when all its blocks are idle again
+// (absent, unheld, in no LRU): what an object costs follows the blocks in
+// use, which the cache's budget bounds, not its size. A block costs 16
+// bytes, a chunk 1 KiB and its entry in the map; an object nobody reads,
+// even one of 5 TiB, costs none. Guarded by the store's mutex.
+type blockTable struct {
+	chunks map[int]*blockChunk
+}
+
+// at is block i, its chunk made if need be. The pointer stays valid until
+// the block is idle and tidy drops its chunk.
+func (t *blockTable) at(i int) *block {
+	c := t.chunks[i/chunkBlocks]
+	if c == nil {
+		if t.chunks == nil {
+			t.chunks = map[int]*blockChunk{}
+		}
+		c = new(blockChunk)
+		t.chunks[i/chunkBlocks] = c
+	}
+	return &c[i%chunkBlocks]
+}
+
+// get is a copy of block i: the idle block when its chunk is not made.
+func (t *blockTable) get(i int) block {
+	if c := t.chunks[i/chunkBlocks]; c != nil {
+		return c[i%chunkBlocks]
+	}
+	return block{}
+}
+
+// tidy drops the chunk of block i when all its blocks are idle.
+func (t *blockTable) tidy(i int) {
+	k := i / chunkBlocks
+	c := t.chunks[k]
+	if c == nil {
+		return
+	}
+	for j := range c {
+		if c[j] != (block{}) {
+			return
+		}
+	}
+	delete(t.chunks, k)
+	if len(t.chunks) == 0 {
+		t.chunks = nil // a map keeps its largest size; an empty one goes
+	}
+}
+
+// tidyAll drops every chunk whose blocks are all idle.
+func (t *blockTable) tidyAll() {
+	for k := range t.chunks {
+		t.tidy(k * chunkBlocks)
+	}
+}
+
+// each calls fn for every block of the chunks made, in order; fn may
+// change the block but not make or drop chunks.
+func (t *blockTable) each(fn func(i int, b *block)) {
+	for _, k := range slices.Sorted(maps.Keys(t.chunks)) {
+		c := t.chunks[k]
+		for j := range c {
+			fn(k*chunkBlocks+j, &c[j])
+		}
+	}
+}
+
+// chunksMade counts the chunks made, for tests.
+func (t *blockTable) chunksMade() int { return len(t.chunks) }
