@@ -130,14 +130,20 @@ fuzz-short:
 	$(GO) test -run '^$$' -fuzz FuzzRestore -fuzztime 15s ./internal/stream
 
 # The fault soak (scripts/soak/soak.py): random kill -9 of the daemon and of
-# ranks, and misbehaving clients, beside jobs that must get every token
-# exactly once. make test runs a short one; make soak a long one.
+# ranks, mixture schedules and queued set_weights, an S3 store (versitygw
+# behind a fault proxy) that restarts, throttles, lies about sizes and
+# ignores Range, and misbehaving clients, beside jobs that must get every
+# token exactly once. make test runs a short one; make soak a long one.
+# SOAK_FAULTS picks the faults (soak.py --faults: all, or names; -name
+# leaves one out).
 SOAK_SECONDS ?= 600
-soak: build $(VENV)/.stamp
-	$(PY) scripts/soak/soak.py --bin $(BIN)/dataloaderd --seconds $(SOAK_SECONDS) --report soak-report.json
+SOAK_FAULTS ?= all
+soak: build $(VENV)/.stamp $(TOOLS)/versitygw
+	$(PY) scripts/soak/soak.py --bin $(BIN)/dataloaderd --s3-server $(TOOLS)/versitygw --faults '$(SOAK_FAULTS)' \
+		--seconds $(SOAK_SECONDS) --report soak-report.json
 
-soak-short: build $(VENV)/.stamp
-	$(PY) scripts/soak/soak.py --bin $(BIN)/dataloaderd --seconds 30
+soak-short: build $(VENV)/.stamp $(TOOLS)/versitygw
+	$(PY) scripts/soak/soak.py --bin $(BIN)/dataloaderd --s3-server $(TOOLS)/versitygw --faults '$(SOAK_FAULTS)' --seconds 30
 
 # generate writes the Go and Python stubs, and the ring layout's constants
 # and doc, into OUT (default: in place).

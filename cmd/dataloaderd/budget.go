@@ -1,18 +1,33 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"runtime/debug"
+	"time"
 
+	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
+
+	"github.com/dataloaderd/dataloaderd/internal/memlimit"
+	"github.com/dataloaderd/dataloaderd/internal/objstore"
+)
+
+// Defaults of the memory settings that fitMemory may lower to the limit.
+const (
+	defaultTokenCacheMB    = 1024
+	defaultMemoryReserveMB = 256
 )
 
 // ringBudget is the host memory all sessions' rings may hold together, in
-// bytes: mb when set, else half of the smaller of the machine's RAM and the
-// shm directory's filesystem (the rings of the shm transport live there, and
-// a full tmpfs fails writes with SIGBUS; inline rings live in the daemon).
-// The half leaves the rest to the trainers' own shared memory (PyTorch's
-// DataLoader workers, NCCL) and to the page cache of the corpus.
-func ringBudget(mb int, shmDir string) (int64, string, error) {
+// bytes: mb when set, else half of the smallest of the machine's RAM, the
+// shm directory's filesystem and the memory limit (limit, 0: none). The
+// rings of the shm transport live in that filesystem (a full tmpfs fails
+// writes with SIGBUS) and are charged to the daemon's memory cgroup, as
+// inline rings, in the daemon, are. The half leaves the rest to the
+// trainers' own shared memory (PyTorch's DataLoader workers, NCCL) and to
+// the page cache of the corpus.
+func ringBudget(mb int, shmDir string, limit int64) (int64, string, error) {
 	if mb < 0 {
 		return 0, "", fmt.Errorf("ring_budget_mb must be >= 0 (0: derived from RAM and the shm directory), got %d", mb)
 	}
@@ -24,12 +39,130 @@ func ringBudget(mb int, shmDir string) (int64, string, error) {
 		return 0, "", fmt.Errorf("ring budget: sysinfo: %w", err)
 	}
 	ram := int64(si.Totalram) * int64(si.Unit)
-	from, limit := "half of RAM", ram
+	from, bound := "half of RAM", ram
 	var st unix.Statfs_t
 	if err := unix.Statfs(shmDir, &st); err == nil {
-		if fsBytes := int64(st.Blocks) * st.Bsize; fsBytes > 0 && fsBytes < limit {
-			from, limit = "half of the shm directory's filesystem", fsBytes
+		if fsBytes := int64(st.Blocks) * st.Bsize; fsBytes > 0 && fsBytes < bound {
+			from, bound = "half of the shm directory's filesystem", fsBytes
 		}
 	}
-	return limit / 2, from, nil
+	if limit > 0 && limit < bound {
+		from, bound = "half of the memory limit", limit
+	}
+	return bound / 2, from, nil
+}
+
+// memoryBudgets are the daemon's budgets of host memory, fitted to its
+// memory limit.
+type memoryBudgets struct {
+	limit memlimit.Limit
+	// ring, tokenCache and objectCache are the budgets in bytes. The
+	// object cache counts only without --object-cache-dir: in a directory
+	// its blocks are in the page cache, which the kernel reclaims before it
+	// kills.
+	ring, tokenCache, objectCache, reserve int64
+	// ringFrom says where the ring budget came from, for the log.
+	ringFrom string
+	// lowered holds a line for each default fitMemory lowered.
+	lowered []string
+}
+
+// fitMemory fits the ring budget, the token cache, the memory of the object
+// cache and the daemon's reserve within limit (see memlimit.Fit): settings
+// changed from their defaults must fit or the daemon refuses to start,
+// naming them and the limit; settings left at their defaults are lowered to
+// fit.
+func fitMemory(cfg daemonConfig, limit memlimit.Limit) (memoryBudgets, error) {
+	mb := memoryBudgets{limit: limit, reserve: int64(cfg.MemoryReserveMB) << 20, objectCache: int64(cfg.ObjectCacheMB) << 20}
+	if cfg.MemoryReserveMB < 0 {
+		return mb, fmt.Errorf("memory_reserve_mb must be >= 0, got %d", cfg.MemoryReserveMB)
+	}
+	ring, from, err := ringBudget(cfg.RingBudgetMB, cfg.ShmDir, limit.Bytes)
+	if err != nil {
+		return mb, err
+	}
+	mb.ringFrom = from
+	// Under a limit, the caches' defaults are shares of it too (an eighth
+	// and a quarter, at most their defaults); then whatever was left at
+	// its default shares what the limit leaves.
+	token, tokenDefault := int64(cfg.TokenCacheMB)<<20, cfg.TokenCacheMB == defaultTokenCacheMB
+	object, objectDefault := int64(cfg.ObjectCacheMB)<<20, int64(cfg.ObjectCacheMB) == objstore.DefaultMemoryBytes>>20
+	if limit.Bytes > 0 {
+		if tokenDefault {
+			token = min(token, limit.Bytes/8&^(1<<20-1))
+		}
+		if objectDefault {
+			object = min(object, limit.Bytes/4&^(1<<20-1))
+		}
+	}
+	budgets := []memlimit.Budget{
+		{Flag: "--ring-budget-mb", Bytes: ring, Default: cfg.RingBudgetMB == 0, Min: 16 << 20},
+		{Flag: "--token-cache-mb", Bytes: token, Default: tokenDefault, Min: 16 << 20},
+	}
+	if cfg.ObjectCacheDir == "" {
+		budgets = append(budgets, memlimit.Budget{Flag: "--object-cache-mb", Bytes: object, Default: objectDefault, Min: 16 << 20})
+	}
+	fitted, lowered, err := memlimit.Fit(limit, mb.reserve, "--memory-reserve-mb", budgets)
+	if err != nil {
+		return mb, err
+	}
+	mb.ring, mb.tokenCache, mb.lowered = fitted[0].Bytes, fitted[1].Bytes, lowered
+	if len(fitted) > 2 {
+		mb.objectCache = fitted[2].Bytes
+	}
+	return mb, nil
+}
+
+// fitToLimit reads the daemon's memory limit and fits its budgets to it
+// (fitMemory), logging the limit, the budgets and each default lowered. A
+// limit that cannot be read is logged, and the budgets are used as set.
+func fitToLimit(cfg daemonConfig, log *zap.Logger) (memoryBudgets, error) {
+	limit, err := memlimit.Read("/")
+	if err != nil {
+		log.Warn("memory limit unknown: budgets are not checked against it", zap.Error(err))
+		limit = memlimit.Limit{}
+	}
+	mb, err := fitMemory(cfg, limit)
+	if err != nil {
+		return mb, err
+	}
+	for _, l := range mb.lowered {
+		log.Warn(l)
+	}
+	log.Info("memory budgets", zap.Int64("limit_mib", limit.Bytes>>20), zap.String("limit_file", limit.File),
+		zap.Int64("ring_mib", mb.ring>>20), zap.String("ring_from", mb.ringFrom), zap.Int64("token_cache_mib", mb.tokenCache>>20),
+		zap.Int64("object_cache_mib", mb.objectCache>>20), zap.Int64("reserve_mib", mb.reserve>>20))
+	return mb, nil
+}
+
+// goLimit is the Go runtime's soft memory limit under a cgroup's limit:
+// the limit less the memory the daemon's cgroup is charged for that the Go
+// heap does not include (the object cache's memory, a memfd per object; the
+// rings outside the heap), and never below floor. Without it the collector
+// lets garbage grow as large as the live heap (GOGC=100): with inline rings
+// and the token cache live, past the limit.
+func goLimit(limit, objectCache, outsideHeap, floor int64) int64 {
+	return max(limit-objectCache-outsideHeap, floor)
+}
+
+// keepGoLimit sets the Go runtime's soft memory limit (goLimit) now and
+// each second after, as rings outside the heap come and go, until ctx
+// ends, and then puts back the limit it found. Without a memory limit it
+// sets nothing.
+func (mb memoryBudgets) keepGoLimit(ctx context.Context, outsideHeap func() int64) error {
+	if mb.limit.Bytes <= 0 {
+		return nil
+	}
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	before := debug.SetMemoryLimit(-1) // -1 reads it
+	defer debug.SetMemoryLimit(before)
+	for {
+		debug.SetMemoryLimit(goLimit(mb.limit.Bytes, mb.objectCache, outsideHeap(), mb.reserve))
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
 }

@@ -22,8 +22,8 @@ Usage:
 CHECKPOINT is a folder holding dataloader/rank-*-of-*.json (what
 loader.save(folder) writes). Prints the fingerprint, the saved world and
 step, each dataset's lines served and epochs, and the mixture history (the
-weights or schedule in effect from each step on). Reads the files only; no
-daemon is needed.
+weights or schedule in effect from each step on) with the changes queued
+for later steps. Reads the files only; no daemon is needed.
 
 Flags:
 `
@@ -35,7 +35,10 @@ type inspection struct {
 	DPSize      uint32            `json:"dp_size"`
 	Fingerprint state.Fingerprint `json:"fingerprint"`
 	Datasets    []datasetSummary  `json:"datasets"`
-	Mixture     []state.MixChange `json:"mixture"`
+	// Mixture is the history, the last entry in effect; Queued the changes
+	// of weights waiting for batches after Step.
+	Mixture []state.MixChange `json:"mixture"`
+	Queued  []state.MixChange `json:"queued"`
 }
 
 // datasetSummary is one dataset's part of a saved world.
@@ -62,7 +65,7 @@ func inspectCmd(_ context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	in, err := inspect(fs.Arg(0))
 	if err != nil {
-		return err
+		return escapedError{err} // its text may hold what the files hold
 	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
@@ -95,7 +98,9 @@ func inspect(folder string) (inspection, error) {
 	if err != nil {
 		return inspection{}, err
 	}
-	in := inspection{Folder: folder, Step: merged.Step, DPSize: merged.FromSize, Fingerprint: fp, Mixture: merged.Mixture}
+	queued := state.Queued(merged.Mixture, merged.Step)
+	in := inspection{Folder: folder, Step: merged.Step, DPSize: merged.FromSize, Fingerprint: fp,
+		Mixture: merged.Mixture[:len(merged.Mixture)-len(queued)], Queued: append([]state.MixChange{}, queued...)}
 	for d, ds := range fp.Datasets {
 		sum := datasetSummary{Name: ds.Name, MinEpoch: ^uint64(0)}
 		for id, sh := range merged.Shards {
@@ -117,7 +122,7 @@ func inspect(folder string) (inspection, error) {
 
 func printInspection(w io.Writer, in inspection) {
 	fp := in.Fingerprint
-	fmt.Fprintf(w, "checkpoint %s\n", in.Folder)
+	fmt.Fprintf(w, "checkpoint %s\n", shown(in.Folder)) // names from the files are shown(): no escape sequences
 	fmt.Fprintf(w, "saved after step %d by %d rank(s)\n", in.Step, in.DPSize)
 	bos := "none"
 	if fp.BOS >= 0 {
@@ -130,14 +135,14 @@ func printInspection(w io.Writer, in inspection) {
 	var total uint64
 	for i, ds := range in.Datasets {
 		p := fp.Datasets[i]
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d-%d\n", ds.Name, p.Format, p.Files, p.Bytes, p.Units, ds.Lines, ds.MinEpoch, ds.MaxEpoch)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d-%d\n", shown(ds.Name), shown(p.Format), p.Files, p.Bytes, p.Units, ds.Lines, ds.MinEpoch, ds.MaxEpoch)
 		total += ds.Lines
 	}
 	tw.Flush()
 	if total > 0 {
 		var shares []string
 		for _, ds := range in.Datasets {
-			shares = append(shares, fmt.Sprintf("%s %.1f%%", ds.Name, 100*float64(ds.Lines)/float64(total)))
+			shares = append(shares, fmt.Sprintf("%s %.1f%%", shown(ds.Name), 100*float64(ds.Lines)/float64(total)))
 		}
 		fmt.Fprintf(w, "realized mixture: %s\n", strings.Join(shares, ", "))
 	}
@@ -146,7 +151,16 @@ func printInspection(w io.Writer, in inspection) {
 	for i, d := range fp.Datasets {
 		names[i] = d.Name
 	}
-	for _, mc := range in.Mixture {
+	printMixture(w, names, in.Mixture)
+	if len(in.Queued) > 0 {
+		fmt.Fprintf(w, "\nqueued changes (%d, set_weights for later steps):\n", len(in.Queued))
+		printMixture(w, names, in.Queued)
+	}
+}
+
+// printMixture writes the entries of a mixture log, one a line.
+func printMixture(w io.Writer, names []string, m []state.MixChange) {
+	for _, mc := range m {
 		if len(mc.Schedule) == 0 {
 			fmt.Fprintf(w, "  from step %d: weights %s\n", mc.Step+1, weightsText(names, mc.Weights))
 			continue
@@ -168,7 +182,7 @@ func weightsText(names []string, ws []float64) string {
 	for i, x := range ws {
 		name := fmt.Sprint(i)
 		if i < len(names) {
-			name = names[i]
+			name = shown(names[i])
 		}
 		parts = append(parts, fmt.Sprintf("%s=%g", name, x))
 	}

@@ -70,3 +70,43 @@ func TestInspect(t *testing.T) {
 		t.Fatalf("a folder without state: exit %d, %q", code, errb.String())
 	}
 }
+
+// TestInspectQueued: a checkpoint saved while a change of weights waited for
+// a later step shows it apart from the history, in text and in --json.
+func TestInspectQueued(t *testing.T) {
+	dir := t.TempDir()
+	roots, err := files.NewRoots(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	folder, err := roots.Folder("test", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fp := state.Fingerprint{SeqLen: 128, LogicalShards: 1, Seed: 9, EOS: 0, BOS: -1, ShuffleWindow: 8,
+		Datasets: []state.DatasetPrint{{Name: "web", Format: "megatron", Files: 1, Bytes: 100, Units: 10},
+			{Name: "code", Format: "tokens", Files: 2, Bytes: 50, Units: 4}}}
+	st := state.Rank{DPRank: 0, DPSize: 1, Step: 15, Shards: map[state.ShardID]state.Shard{{Dataset: 0}: {}, {Dataset: 1}: {}},
+		Mixture: []state.MixChange{{Step: 0, Weights: []float64{3, 1}}, {Step: 20, Weights: []float64{0, 1}, Runtime: true}}}
+	if _, _, err := state.Save(folder, fp, st); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"inspect", dir}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	if !strings.Contains(out.String(), "mixture history (1 change(s)):\n  from step 1: weights web=3 code=1\n\nqueued changes (1, set_weights for later steps):\n  from step 21: weights web=0 code=1\n") {
+		t.Errorf("inspect printed:\n%s", out.String())
+	}
+	out.Reset()
+	if code := run(context.Background(), []string{"inspect", "--json", dir}, &out, &errb); code != 0 {
+		t.Fatalf("--json: exit %d: %s", code, errb.String())
+	}
+	var got inspection
+	if err := json.Unmarshal(out.Bytes(), &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Mixture) != 1 || len(got.Queued) != 1 || got.Queued[0].Step != 20 {
+		t.Fatalf("--json: mixture %+v, queued %+v", got.Mixture, got.Queued)
+	}
+}

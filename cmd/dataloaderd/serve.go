@@ -49,6 +49,9 @@ type daemonConfig struct {
 	// RingBudgetMB bounds the host memory of all rings together; 0 derives
 	// it from RAM and the shm directory (ringBudget).
 	RingBudgetMB int `json:"ring_budget_mb"`
+	// MemoryReserveMB is the memory the daemon keeps for itself beside its
+	// budgets when they are fitted to its cgroup's memory limit.
+	MemoryReserveMB int `json:"memory_reserve_mb"`
 	// MaxSessionsPerUser bounds one user's open sessions.
 	MaxSessionsPerUser int      `json:"max_sessions_per_user"`
 	TokenizerDirs      []string `json:"tokenizer_dirs"`
@@ -62,6 +65,9 @@ type daemonConfig struct {
 	ObjectConcurrency int    `json:"object_concurrency"`
 	ObjectRetryFor    string `json:"object_retry_for"`
 	ObjectPathStyle   string `json:"object_path_style"`
+	// ObjectAllowUnversioned reads objects the store gives neither an ETag
+	// nor a Last-Modified date, pinned by their size alone.
+	ObjectAllowUnversioned bool `json:"object_allow_unversioned"`
 	// CUDALibrary is the driver library the cuda transport loads on first use.
 	CUDALibrary string `json:"cuda_library"`
 	// ExitWithParent is the PID of the daemon's parent, with which it stops
@@ -77,7 +83,7 @@ func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 func parseServe(args []string, stderr io.Writer) (daemonConfig, error) {
 	cfg := daemonConfig{Socket: defaultSocket(), ShmDir: "/dev/shm", Slots: session.DefaultSlots,
 		AttachWithin: session.DefaultAttachWithin.String(), LogLevel: "info", StopTimeout: "10s", IdleLimit: "6h", MaxSessionsPerUser: 1024,
-		TokenizeWorkers: runtime.NumCPU(), TokenCacheMB: 1024, BatchScheduling: true, CUDALibrary: cuda.DefaultLibrary,
+		TokenizeWorkers: runtime.NumCPU(), TokenCacheMB: defaultTokenCacheMB, MemoryReserveMB: defaultMemoryReserveMB, BatchScheduling: true, CUDALibrary: cuda.DefaultLibrary,
 		ObjectCacheMB: objstore.DefaultMemoryBytes >> 20, ObjectCacheDiskMB: objstore.DefaultDiskBytes >> 20,
 		ObjectBlockKB: objstore.DefaultBlockSize >> 10, ObjectConcurrency: objstore.DefaultConcurrency,
 		ObjectRetryFor: objstore.DefaultRetryFor.String(), ObjectPathStyle: "auto"}
@@ -95,6 +101,7 @@ func parseServe(args []string, stderr io.Writer) (daemonConfig, error) {
 	objConc := fs.Int("object-concurrency", 0, fmt.Sprintf("ranged GETs run ahead of demand at once (default %d)", objstore.DefaultConcurrency))
 	objRetry := fs.Duration("object-retry-for", 0, "how long a request to object storage is retried (throttling, 5xx, timeouts) before the sessions reading it fail (default "+objstore.DefaultRetryFor.String()+")")
 	objPath := fs.String("object-path-style", "", "address buckets by path: auto (when a custom endpoint is set), true or false (default auto)")
+	objUnversioned := fs.Bool("object-allow-unversioned", false, "read s3:// objects the store gives neither an ETag nor a Last-Modified date, pinned by their size alone (a replacement of the same size goes unseen); without it they are refused")
 	shmDir := fs.String("shm-dir", "", "directory of the shared-memory rings (default /dev/shm)")
 	slots := fs.Int("slots", 0, fmt.Sprintf("ring slots per session when the client asks for none (default %d)", session.DefaultSlots))
 	attach := fs.Duration("attach-within", 0, "reclaim a session whose consumer has not opened its batch stream after this long (default 1m)")
@@ -104,7 +111,8 @@ func parseServe(args []string, stderr io.Writer) (daemonConfig, error) {
 	workers := fs.Int("tokenize-workers", 0, "workers tokenizing text datasets ahead of demand (default: one per core)")
 	cacheMB := fs.Int("token-cache-mb", 0, "MiB of tokenized text units kept in memory (default 1024)")
 	perUser := fs.Int("max-sessions-per-user", 0, "sessions one user (by the uid of its processes) may have open at once (default 1024)")
-	ringMB := fs.Int("ring-budget-mb", 0, "MiB of host memory all sessions' rings (inline and shm) may hold together; a session past it is refused (default 0: half of the smaller of RAM and the shm directory's filesystem)")
+	ringMB := fs.Int("ring-budget-mb", 0, "MiB of host memory all sessions' rings (inline and shm) may hold together; a session past it is refused (default 0: half of the smallest of RAM, the shm directory's filesystem and the memory limit)")
+	reserveMB := fs.Int("memory-reserve-mb", 0, fmt.Sprintf("MiB of the cgroup's memory limit kept for the daemon itself beside the ring budget and the caches (default %d)", defaultMemoryReserveMB))
 	batchSched := fs.Bool("batch-scheduling", true, "run the daemon's threads as SCHED_BATCH, so that waking them never preempts a trainer")
 	cudaLib := fs.String("cuda-library", "", "the NVIDIA driver library the cuda transport loads, a name or a path (default "+cuda.DefaultLibrary+")")
 	exitWithParent := fs.Int("exit-with-parent", 0, "PID of the daemon's parent: stop as on SIGTERM when it exits, even by SIGKILL (default 0: off)")
@@ -142,6 +150,8 @@ func parseServe(args []string, stderr io.Writer) (daemonConfig, error) {
 			cfg.TokenCacheMB = *cacheMB
 		case "ring-budget-mb":
 			cfg.RingBudgetMB = *ringMB
+		case "memory-reserve-mb":
+			cfg.MemoryReserveMB = *reserveMB
 		case "max-sessions-per-user":
 			cfg.MaxSessionsPerUser = *perUser
 		case "tokenizer-dir":
@@ -164,6 +174,8 @@ func parseServe(args []string, stderr io.Writer) (daemonConfig, error) {
 			cfg.ObjectRetryFor = objRetry.String()
 		case "object-path-style":
 			cfg.ObjectPathStyle = *objPath
+		case "object-allow-unversioned":
+			cfg.ObjectAllowUnversioned = *objUnversioned
 		case "exit-with-parent":
 			cfg.ExitWithParent = *exitWithParent
 		}
@@ -240,23 +252,21 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 			log.Warn("running with normal scheduling", zap.Error(err))
 		}
 	}
-	res := stream.NewResources(cfg.TokenizeWorkers, int64(cfg.TokenCacheMB)<<20, cfg.TokenizerDirs)
-	defer res.Close()
-
-	budget, budgetFrom, err := ringBudget(cfg.RingBudgetMB, cfg.ShmDir)
+	mem, err := fitToLimit(cfg, log)
 	if err != nil {
 		return err
 	}
-	log.Info("ring budget", zap.Int64("mib", budget>>20), zap.String("from", budgetFrom))
+	res := stream.NewResources(cfg.TokenizeWorkers, mem.tokenCache, cfg.TokenizerDirs)
+	defer res.Close()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	objMetrics := objstore.NewMetrics(reg)
 	objMetrics.Touch()
 	objects, err := objstore.New(objstore.Options{
-		BlockSize: int64(cfg.ObjectBlockKB) << 10, MemoryBytes: int64(cfg.ObjectCacheMB) << 20,
+		BlockSize: int64(cfg.ObjectBlockKB) << 10, MemoryBytes: mem.objectCache,
 		Dir: cfg.ObjectCacheDir, DiskBytes: int64(cfg.ObjectCacheDiskMB) << 20,
 		Concurrency: cfg.ObjectConcurrency, RetryFor: dur.objectRetryFor, PathStyle: cfg.ObjectPathStyle,
-		Metrics: objMetrics, Logger: log.Named("objects"),
+		AllowUnversioned: cfg.ObjectAllowUnversioned, Metrics: objMetrics, Logger: log.Named("objects"),
 	})
 	if err != nil {
 		// A node that reads no object storage runs on; s3:// datasets are
@@ -265,10 +275,13 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		objects = nil
 	} else {
 		defer objects.Close()
+		if cfg.ObjectAllowUnversioned {
+			log.Warn("s3:// objects without an ETag or Last-Modified date are read, pinned by their size alone: a replacement of the same size is not seen")
+		}
 	}
 	sessions, err := session.New(session.Config{
 		Objects:    objects,
-		RingBudget: budget, MaxSessionsPerUser: cfg.MaxSessionsPerUser,
+		RingBudget: mem.ring, MaxSessionsPerUser: cfg.MaxSessionsPerUser,
 		Logger: log.Named("session"), Registry: reg, AllowRoots: cfg.AllowRoots,
 		ShmDir: cfg.ShmDir, ShmInstance: shmInstance, Slots: cfg.Slots, AttachWithin: dur.attachWithin, IdleLimit: dur.idleLimit, Resources: res,
 		OpenCUDA: func() (cuda.Driver, error) { return cuda.OpenDriver(cfg.CUDALibrary) },
@@ -288,7 +301,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 			return fmt.Errorf("metrics-addr: %w", err)
 		}
 	}
-	d := &daemon{log: log, srv: srv, sessions: sessions, reg: reg, stopTimeout: dur.stopTimeout}
+	d := &daemon{log: log, srv: srv, sessions: sessions, reg: reg, stopTimeout: dur.stopTimeout, mem: mem}
 	return d.run(ctx, cfg, lis, metricsLis)
 }
 
@@ -357,6 +370,7 @@ type daemon struct {
 	sessions    *session.Manager
 	reg         *prometheus.Registry
 	stopTimeout time.Duration
+	mem         memoryBudgets
 }
 
 // run serves on lis (and /metrics on metricsLis, if not nil) until ctx
@@ -366,6 +380,7 @@ func (d *daemon) run(ctx context.Context, cfg daemonConfig, lis, metricsLis net.
 	eg, ctx := errgroup.WithContext(ctx)
 	eg.Go(func() error { return d.srv.Serve(ctx, lis) })
 	eg.Go(func() error { return d.sessions.Reap(ctx) })
+	eg.Go(func() error { return d.mem.keepGoLimit(ctx, d.sessions.HostRingsOutsideHeap) })
 	if metricsLis != nil {
 		d.serveMetrics(ctx, eg, metricsLis)
 	}

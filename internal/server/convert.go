@@ -23,6 +23,9 @@ var transports = map[pb.Transport]session.Transport{
 
 // requestFrom converts an OpenSession request into the domain's.
 func requestFrom(req *pb.OpenSessionRequest) (session.Request, error) {
+	if err := checkRefused(req); err != nil { // limits.go
+		return session.Request{}, err
+	}
 	cfg, err := configFrom(req.GetConfig())
 	if err != nil {
 		return session.Request{}, err

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"io/fs"
 	"syscall"
 
 	"google.golang.org/grpc/codes"
@@ -34,11 +35,23 @@ func toStatus(err error) error {
 		code = codes.Canceled
 	case errors.Is(err, context.DeadlineExceeded):
 		code = codes.DeadlineExceeded
+	// Object storage, by what failed: the store past its retries (the
+	// client tells it from the daemon by "object storage" in the message),
+	// its refusal of the daemon's credentials, an answer refused (past a
+	// bound, a listing that never ends) or without a version.
+	case errors.Is(err, objstore.ErrUnavailable):
+		code = codes.Unavailable
+	case errors.Is(err, objstore.ErrDenied):
+		code = codes.PermissionDenied
+	case errors.Is(err, objstore.ErrBadAnswer), errors.Is(err, objstore.ErrUnversioned):
+		code = codes.InvalidArgument
+	case errors.Is(err, objstore.ErrBudget):
+		code = codes.ResourceExhausted
 	case errors.Is(err, stream.ErrInvalidConfig), errors.Is(err, source.ErrInvalid),
 		errors.Is(err, session.ErrBadRequest), errors.Is(err, ring.ErrGeometry), errors.Is(err, cuda.ErrGeometry),
 		errors.Is(err, stream.ErrUnknownSlot), errors.Is(err, cuda.ErrNoSuchDevice):
 		code = codes.InvalidArgument
-	case errors.Is(err, state.ErrMismatch), errors.Is(err, session.ErrConfigDiffers), errors.Is(err, stream.ErrStep):
+	case errors.Is(err, state.ErrMismatch), errors.Is(err, state.ErrTooLarge), errors.Is(err, session.ErrConfigDiffers), errors.Is(err, stream.ErrStep):
 		code = codes.FailedPrecondition
 	case errors.Is(err, session.ErrNoSession), errors.Is(err, cuda.ErrRingClosed):
 		code = codes.NotFound
@@ -46,7 +59,8 @@ func toStatus(err error) error {
 		code = codes.AlreadyExists
 	case errors.Is(err, errNoPeer):
 		code = codes.Unauthenticated
-	case errors.Is(err, files.ErrOutsideRoots):
+	case errors.Is(err, files.ErrOutsideRoots), errors.Is(err, files.ErrAccess),
+		errors.Is(err, fs.ErrPermission), errors.Is(err, syscall.EROFS):
 		code = codes.PermissionDenied
 	case errors.As(err, new(*files.FileError)):
 		code = codes.InvalidArgument
@@ -59,6 +73,10 @@ func toStatus(err error) error {
 	case errors.Is(err, cuda.ErrOutOfMemory), errors.Is(err, session.ErrOverBudget),
 		errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
 		code = codes.ResourceExhausted
+	case errors.Is(err, objstore.ErrObject):
+		// Any other failure of object storage: an answer waiting does not
+		// change (a wrong region, a bad request), or no store on this daemon.
+		code = codes.Unavailable
 	}
 	return status.Error(code, err.Error())
 }

@@ -17,7 +17,7 @@ import (
 // Unavailable) and waits up to the StopTimeout for the streams to end, then
 // stops hard. It returns ctx's error after a stop asked for.
 func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
-	g := grpc.NewServer(grpc.Creds(unixPeers{}))
+	g := grpc.NewServer(serverOptions()...)
 	s.register(g)
 	served := make(chan error, 1)
 	go func() { served <- g.Serve(lis) }()
@@ -26,12 +26,14 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	case err := <-served:
 		s.health.Shutdown()
 		s.sessions.Shutdown()
+		s.stop()
 		return err
 	case <-ctx.Done():
 	}
 	s.log.Info("stopping")
 	s.health.Shutdown()
 	s.sessions.Shutdown()
+	s.stop() // after Shutdown: an open it ends answers ErrShuttingDown
 	stopped := make(chan struct{})
 	go func() { g.GracefulStop(); close(stopped) }()
 	select {

@@ -14,6 +14,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	pb "github.com/dataloaderd/dataloaderd/api/proto/dataloader/v1"
+	"github.com/dataloaderd/dataloaderd/internal/files"
 	"github.com/dataloaderd/dataloaderd/internal/session"
 )
 
@@ -25,7 +26,8 @@ type Sessions interface {
 	Attach(uid uint32, id string, consumer int, control bool) (*session.Feed, error)
 	Close(uid uint32, id string, consumer int) error
 	State(uid uint32, id string, step uint64) (session.Snapshot, error)
-	Save(uid uint32, id string, step uint64, folder string) (session.Saved, error)
+	// SaveFor saves with the caller's rights on the folder (files.Caller).
+	SaveFor(caller files.Caller, id string, step uint64, folder string) (session.Saved, error)
 	SetWeights(ctx context.Context, uid uint32, id string, after, taken uint64, weights map[string]float64) (uint64, error)
 	// CountError counts an error returned to a client, by its status code.
 	CountError(kind string)
@@ -52,6 +54,10 @@ type Server struct {
 	sessions    Sessions
 	health      *health.Server
 	stopTimeout time.Duration
+	// stopping ends when Serve begins to stop (stop): the work of a call
+	// in progress, such as an open's skip, ends with it.
+	stopping context.Context
+	stop     context.CancelFunc
 }
 
 // New builds a server; Serve runs it.
@@ -62,7 +68,9 @@ func New(cfg Config) *Server {
 	if cfg.StopTimeout == 0 {
 		cfg.StopTimeout = DefaultStopTimeout
 	}
-	return &Server{log: cfg.Logger, sessions: cfg.Sessions, health: health.NewServer(), stopTimeout: cfg.StopTimeout}
+	stopping, stop := context.WithCancel(context.Background())
+	return &Server{log: cfg.Logger, sessions: cfg.Sessions, health: health.NewServer(), stopTimeout: cfg.StopTimeout,
+		stopping: stopping, stop: stop}
 }
 
 // register adds the Loader and health services to g. Health reports
@@ -96,9 +104,16 @@ func (s *Server) OpenSession(ctx context.Context, req *pb.OpenSessionRequest) (*
 	if err != nil {
 		return nil, s.fail(err)
 	}
-	if r.UID, err = callerUID(ctx); err != nil {
+	c, err := caller(ctx)
+	if err != nil {
 		return nil, s.fail(err)
 	}
+	r.UID, r.Caller = c.UID, &c
+	// An open's work (a skip, a schedule's replay) ends when the client
+	// goes or the daemon stops, which does not wait for it.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(s.stopping, cancel)()
 	o, err := s.sessions.Open(ctx, r)
 	if err != nil {
 		return nil, s.fail(err)
@@ -146,11 +161,11 @@ func (s *Server) SetWeights(ctx context.Context, req *pb.SetWeightsRequest) (*pb
 
 // SaveState implements Loader.
 func (s *Server) SaveState(ctx context.Context, req *pb.SaveStateRequest) (*pb.SaveStateResponse, error) {
-	uid, err := callerUID(ctx)
+	c, err := caller(ctx)
 	if err != nil {
 		return nil, s.fail(err)
 	}
-	saved, err := s.sessions.Save(uid, req.GetSessionId(), req.GetStep(), req.GetFolder())
+	saved, err := s.sessions.SaveFor(c, req.GetSessionId(), req.GetStep(), req.GetFolder())
 	if err != nil {
 		return nil, s.fail(err)
 	}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/dataloaderd/dataloaderd/internal/ring"
+	"github.com/dataloaderd/dataloaderd/internal/state"
+	"github.com/dataloaderd/dataloaderd/internal/stream"
 )
 
 // ErrOverBudget: a session would take the daemon past one of its budgets.
@@ -85,4 +87,59 @@ func (m *Manager) checkUserLocked(uid uint32) error {
 			ErrOverBudget, uid, n)
 	}
 	return nil
+}
+
+// checkStateSize refuses a session whose state could outgrow what the
+// daemon takes back (state.CheckLargest): a state goes back whole in
+// OpenSession (a DCP load, the client's reconnect after a daemon restart)
+// or is read from a rank file, so whatever a session may come to write
+// must fit. The schedules that count are the config's and those in the
+// log it resumed from, which it keeps.
+func checkStateSize(fp state.Fingerprint, req Request, from *state.Restored) error {
+	points := len(req.Config.Schedule)
+	if from != nil {
+		points = max(points, state.SchedulePoints(from.Mixture))
+	}
+	if err := state.CheckLargest(fp, req.DPRank, req.DPSize, points); err != nil {
+		return fmt.Errorf("%w: %w", stream.ErrInvalidConfig, err)
+	}
+	return nil
+}
+
+// checkStateSizeEarly is checkStateSize from the request alone, before a
+// corpus is opened: with a fingerprint of what the config names (the
+// corpus's adds its files' counts and digests, so it is never shorter), a
+// geometry refused here would be refused once the corpus is open.
+func (r *Request) checkStateSizeEarly() error {
+	cfg := r.Config
+	if err := cfg.ValidateRank(r.DPRank, r.DPSize); err != nil {
+		return err
+	}
+	fp := state.Fingerprint{SeqLen: cfg.SeqLen, LogicalShards: cfg.LogicalShards, Seed: cfg.Seed, EOS: cfg.EOS, BOS: cfg.BOS,
+		ShuffleWindow: uint32(cfg.Window())}
+	for _, d := range cfg.Datasets {
+		fp.Datasets = append(fp.Datasets, state.DatasetPrint{Name: d.Name, Format: d.Format})
+	}
+	if err := state.CheckLargest(fp, r.DPRank, r.DPSize, len(cfg.Schedule)); err != nil {
+		return fmt.Errorf("%w: %w", stream.ErrInvalidConfig, err)
+	}
+	return nil
+}
+
+// HostRingsOutsideHeap is the ring memory reserved that is not in the Go
+// heap: the slots of shm rings, pages in the shm directory that the
+// daemon's memory cgroup is charged for (it writes them), and those of
+// sessions still being made (counted so until their transport is known).
+// Inline rings are in the heap. Main keeps the Go runtime's soft memory
+// limit below the cgroup's limit by it.
+func (m *Manager) HostRingsOutsideHeap() int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := m.ringUsed
+	for _, ss := range m.sessions {
+		if ss.transport == Inline {
+			n -= ss.reserved
+		}
+	}
+	return n
 }

@@ -128,3 +128,26 @@ func TestSessionsPerUser(t *testing.T) {
 	}
 	mustOpen(t, m, Request{UID: 7, Job: "b", DPRank: 0, DPSize: 1, Config: cfg})
 }
+
+// TestHostRingsOutsideHeap: the ring memory the Go heap does not hold (shm
+// rings) is told apart from inline rings, which it does, so that the
+// runtime's soft memory limit leaves room for the first.
+func TestHostRingsOutsideHeap(t *testing.T) {
+	cfg := jobConfig(t, t.TempDir(), 0)
+	one := int64(3) * int64(ring.StrideFor(int(cfg.BatchSize)*cfg.LineTokens()*tokenBytes))
+	m := newManager(t, Config{})
+	mustOpen(t, m, Request{Job: "a", DPRank: 0, DPSize: 2, Slots: 3, Transport: Inline, Config: cfg})
+	if n := m.HostRingsOutsideHeap(); n != 0 {
+		t.Fatalf("an inline session: %d bytes outside the heap", n)
+	}
+	b := mustOpen(t, m, Request{Job: "a", DPRank: 1, DPSize: 2, Slots: 3, Transport: Shm, Config: cfg})
+	if n := m.HostRingsOutsideHeap(); n != one {
+		t.Fatalf("an inline and a shm session: %d bytes outside the heap, want the shm ring's %d", n, one)
+	}
+	if err := m.Close(0, b.ID, 0); err != nil {
+		t.Fatal(err)
+	}
+	if n := m.HostRingsOutsideHeap(); n != 0 {
+		t.Fatalf("after the shm session closed: %d", n)
+	}
+}

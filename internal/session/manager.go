@@ -81,6 +81,8 @@ type Manager struct {
 	roots   *files.Roots
 	metrics *metrics
 	corpora *corpora
+	// opens remembers the sessions served and bounds the lines opens log.
+	opens   *openLedger
 	devices func() (*cuda.Devices, error)
 
 	mu       sync.Mutex
@@ -136,7 +138,7 @@ func New(cfg Config) (*Manager, error) {
 	cfg.Resources.Roots = r
 	m := &Manager{
 		cfg: cfg, log: cfg.Logger, roots: r, metrics: newMetrics(cfg.Registry),
-		corpora:  newCorpora(cfg.Resources),
+		corpora: newCorpora(cfg.Resources), opens: newOpenLedger(),
 		sessions: map[sessionKey]*session{}, byID: map[string]*session{}, opening: map[sessionKey]chan struct{}{},
 	}
 	m.metrics.registerResources(cfg.Registry, cfg.Resources)
@@ -243,7 +245,9 @@ func (m *Manager) drop(ss *session, why string) {
 	m.mu.Lock()
 	m.closing--
 	m.mu.Unlock()
-	ss.log.Info("session closed", zap.String("why", why))
+	if ok, more := m.opens.lineFields(ss.key.uid, ss.key.job); ok {
+		ss.log.Info("session closed", append(more, zap.String("why", why))...)
+	}
 }
 
 // lookup finds session id for user uid. Another user's session is not

@@ -24,14 +24,7 @@ const tokenBytes = 4
 // session the others wait for it and then join.
 func (m *Manager) Open(ctx context.Context, req Request) (Opened, error) {
 	o, err := m.open(ctx, req)
-	if err != nil {
-		m.log.Info("open session refused", zap.String("job", req.Job), zap.Uint32("dp_rank", req.DPRank), zap.Error(err))
-	} else if req.ReconnectedAfter > 0 {
-		m.metrics.reconnects.Inc()
-		m.metrics.reconnectWait.Observe(req.ReconnectedAfter.Seconds())
-		m.log.Info("session reopened after a daemon restart", zap.String("job", req.Job), zap.Uint32("dp_rank", req.DPRank),
-			zap.Duration("without_daemon", req.ReconnectedAfter), zap.Uint64("start_step", o.StartStep))
-	}
+	m.logOpen(req, o, err) // and counts a reconnect (reconnects.go)
 	return o, err
 }
 
@@ -44,6 +37,9 @@ func (m *Manager) open(ctx context.Context, req Request) (Opened, error) {
 		return Opened{}, err
 	}
 	need, err := req.ringBytes()
+	if err == nil {
+		err = req.checkStateSizeEarly() // budget.go
+	}
 	if err != nil {
 		return Opened{}, err
 	}
@@ -60,7 +56,9 @@ func (m *Manager) open(ctx context.Context, req Request) (Opened, error) {
 				return Opened{}, fmt.Errorf("%w: job %q dp_rank %d was reopened at step %d, after this consumer's last step %d: its group's consumers were more than a kept state apart",
 					ErrConfigDiffers, req.Job, req.DPRank, ss.pipeline.StartStep(), req.ReconnectStep)
 			}
-			return m.join(ss, group, req.Device)
+			o, err := m.join(ss, group, req.Device)
+			o.reconnect = ss.reconnected
+			return o, err
 		}
 		made := m.opening[key]
 		if made == nil {
@@ -86,7 +84,7 @@ func (m *Manager) open(ctx context.Context, req Request) (Opened, error) {
 	m.opening[key] = made
 	m.mu.Unlock()
 
-	ss, err := m.newSession(key, req, group)
+	ss, err := m.newSession(ctx, key, req, group)
 	m.mu.Lock()
 	delete(m.opening, key)
 	close(made)
@@ -102,15 +100,22 @@ func (m *Manager) open(ctx context.Context, req Request) (Opened, error) {
 		ss.stop(m.metrics.clientWait)
 		return Opened{}, ErrShuttingDown
 	}
+	// A reconnect is counted when no session of its key was served here
+	// before: one that was cannot have been on the daemon before this one.
+	ss.reconnected = m.opens.served(key) && req.ReconnectedAfter > 0
 	m.sessions[key] = ss
 	m.byID[ss.id] = ss
 	m.mu.Unlock()
 	m.metrics.sessions.Inc()
 	m.metrics.ringBytes.Add(float64(ss.ring.Slots() * ss.ring.Stride()))
 	c, _ := ss.join()
-	ss.log.Info("session opened", zap.Uint32("dp_size", req.DPSize), zap.Int("consumers", req.Consumers),
-		zap.Stringer("transport", ss.transport), zap.Uint64("start_step", ss.pipeline.StartStep()))
-	return ss.describe(c, req.Device), nil
+	if ok, more := m.opens.lineFields(key.uid, key.job); ok {
+		ss.log.Info("session opened", append(more, zap.Uint32("dp_size", req.DPSize), zap.Int("consumers", req.Consumers),
+			zap.Stringer("transport", ss.transport), zap.Uint64("start_step", ss.pipeline.StartStep()))...)
+	}
+	o := ss.describe(c, req.Device)
+	o.reconnect = ss.reconnected
+	return o, nil
 }
 
 // join adds a consumer to an open session, after checking that it asks for
@@ -137,24 +142,38 @@ func (m *Manager) join(ss *session, group string, device int) (Opened, error) {
 	return ss.describe(c, device), nil
 }
 
-// MaxSkip bounds the batches a session skips at open (SkipToStep): a client
-// reopening its session skips at most the few since the state it kept.
-const MaxSkip = 1 << 16
+// Bounds of the skip at open (SkipToStep): a client reopening its session
+// skips at most the few batches since the state it kept. A skip lays out
+// the lines it passes from document lengths, at a cost that grows with
+// their tokens, so it is bounded by tokens as well as by batches.
+const (
+	MaxSkip       = 1 << 16
+	MaxSkipTokens = 1 << 30
+)
 
 // skipTo moves a new session's rank to step to (0: where it is), without
-// copying tokens; a rank that ends before it stays at its end.
-func skipTo(rank *stream.Rank, to uint64) error {
+// copying tokens; a rank that ends before it stays at its end. batchTokens
+// is the tokens of a batch. Before each batch it asks stop, whose error
+// ends the skip (the daemon stopping); it ends between two lines when ctx
+// does (the client gone).
+func skipTo(ctx context.Context, rank *stream.Rank, to, batchTokens uint64, stop func() error) error {
 	switch from := rank.Step(); {
 	case to == 0 || to == from:
 		return nil
 	case to < from:
 		return fmt.Errorf("%w: skip_to_step %d is before the resumed step %d", ErrBadRequest, to, from)
 	case to-from > MaxSkip:
-		return fmt.Errorf("%w: skip_to_step %d is %d steps past the resumed step %d, more than %d", ErrBadRequest,
+		return fmt.Errorf("%w: skip_to_step %d is %d steps past the resumed step %d, more than %d (MaxSkip)", ErrBadRequest,
 			to, to-from, from, MaxSkip)
+	case to-from > MaxSkipTokens/batchTokens:
+		return fmt.Errorf("%w: skip_to_step %d is %d batches of %d tokens past the resumed step %d, more than %d tokens (MaxSkipTokens)",
+			ErrBadRequest, to, to-from, batchTokens, from, MaxSkipTokens)
 	}
 	for rank.Step() < to {
-		p, err := rank.SkipBatch()
+		if err := stop(); err != nil {
+			return err
+		}
+		p, err := rank.SkipBatch(ctx)
 		if err != nil {
 			return err
 		}
@@ -165,39 +184,59 @@ func skipTo(rank *stream.Rank, to uint64) error {
 	return nil
 }
 
+// stopped is ErrShuttingDown once Shutdown began: the work of an open (a
+// skip, a schedule's replay) then ends, and so does one whose ctx ended
+// because the daemon is stopping.
+func (m *Manager) stopped() error {
+	if m.isStopping() {
+		return ErrShuttingDown
+	}
+	return nil
+}
+
 // newSession opens (or shares) the corpus, restores the state to resume
 // from, makes the ring and starts the producer.
-func (m *Manager) newSession(key sessionKey, req Request, group string) (*session, error) {
+func (m *Manager) newSession(ctx context.Context, key sessionKey, req Request, group string) (*session, error) {
 	corpus, release, err := m.corpora.acquire(req.Config)
 	if err != nil {
 		return nil, err
 	}
 	from, err := restore(corpus.Fingerprint(), m.roots, req)
+	if err == nil {
+		err = checkStateSize(corpus.Fingerprint(), req, from) // budget.go
+	}
 	if err != nil {
 		release()
 		return nil, err
 	}
-	rank, err := stream.NewRank(corpus, req.DPRank, req.DPSize, from)
+	rank, err := stream.NewRankContext(ctx, corpus, req.DPRank, req.DPSize, from)
 	if err != nil {
 		release()
+		if stop := m.stopped(); stop != nil && ctx.Err() != nil {
+			return nil, stop
+		}
 		if from != nil {
 			err = fmt.Errorf("%s: %w", resumeSource(req), err)
 		}
 		return nil, err
 	}
-	if err := skipTo(rank, req.SkipToStep); err != nil {
+	cfg := corpus.Config()
+	if err := skipTo(ctx, rank, req.SkipToStep, uint64(cfg.BatchSize)*uint64(cfg.LineTokens()), m.stopped); err != nil {
 		release()
+		if stop := m.stopped(); stop != nil && ctx.Err() != nil {
+			return nil, stop
+		}
 		return nil, err
 	}
 	id := newSessionID()
-	cfg := corpus.Config()
 	r, err := m.newRing(ringSpec{transport: req.Transport, device: req.Device, slots: req.Slots,
 		slotBytes: cfg.Layout().Bytes, consumers: req.Consumers})
 	if err != nil {
 		release()
 		return nil, err
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	// The producer outlives the open's request: its own context.
+	produce, cancel := context.WithCancel(context.Background())
 	ss := &session{
 		id: id, key: key, groupKey: group, transport: req.Transport,
 		corpus: corpus, releaseCorpus: release, ring: r, ctl: r.Control(), datasets: corpus.DatasetNames(),
@@ -212,7 +251,7 @@ func (m *Manager) newSession(key sessionKey, req Request, group string) (*sessio
 	}
 	go func() {
 		defer close(ss.done)
-		if err := ss.pipeline.Run(ctx); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, stream.ErrClosed) {
+		if err := ss.pipeline.Run(produce); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, stream.ErrClosed) {
 			ss.log.Error("producer stopped", zap.Error(err))
 			m.metrics.errors.WithLabelValues("producer").Inc()
 		}
@@ -256,10 +295,11 @@ func restore(fp state.Fingerprint, roots *files.Roots, req Request) (*state.Rest
 		if err != nil {
 			return nil, err
 		}
-		blobs, names, err = state.ReadFolder(f)
-		if err != nil {
-			return nil, err
+		if req.Caller != nil {
+			f = f.For(*req.Caller)
 		}
+		// Only the files whose shards overlap this rank's, each bounded.
+		return state.ReadOwned(f, fp, req.DPRank, req.DPSize)
 	case len(blobs) > 0:
 		for i := range blobs {
 			names = append(names, fmt.Sprintf("resume_states[%d]", i))

@@ -1,10 +1,13 @@
 package session
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"time"
 
+	"github.com/dataloaderd/dataloaderd/internal/files"
 	"github.com/dataloaderd/dataloaderd/internal/ring"
 	"github.com/dataloaderd/dataloaderd/internal/state"
 	"github.com/dataloaderd/dataloaderd/internal/stream"
@@ -40,7 +43,10 @@ func (t Transport) String() string {
 type Request struct {
 	// UID is the user of the calling process: sessions and job names
 	// belong to it, and no other user reaches them.
-	UID            uint32
+	UID uint32
+	// Caller, when set, is that user's uid, gid and groups: a resume folder
+	// is read with its rights (files.Folder.For). Nil: the daemon's own.
+	Caller         *files.Caller
 	Job            string
 	DPRank, DPSize uint32
 	// Consumers is the number of processes (one tensor or pipeline-parallel
@@ -85,6 +91,8 @@ type Opened struct {
 	StartStep uint64
 	// Fields is where a batch's arrays lie in a slot.
 	Fields []stream.Field
+	// reconnect: the open is a reconnect the daemon counts (reconnects.go).
+	reconnect bool
 }
 
 // Snapshot is a rank's state after a step: encoded as its state file, and
@@ -177,6 +185,13 @@ func (r *Request) groupKey() (string, error) {
 		key, err := r2.groupKey()
 		return "reconnect:" + key, err
 	}
+	// States by digest: a key kept for the session's life is not a copy of
+	// states of up to state.MaxBytes.
+	states := sha256.New()
+	for _, s := range r.ResumeStates {
+		fmt.Fprintf(states, "%d\x00", len(s))
+		states.Write(s)
+	}
 	b, err := json.Marshal(struct {
 		Config        stream.Config
 		DPSize        uint32
@@ -184,9 +199,9 @@ func (r *Request) groupKey() (string, error) {
 		Transport     Transport
 		Slots         int
 		ResumeFrom    string
-		ResumeStates  [][]byte
+		ResumeStates  string
 		ResumeSharded string
-	}{r.Config, r.DPSize, r.Consumers, r.Transport, r.Slots, r.ResumeFrom, r.ResumeStates, sharded})
+	}{r.Config, r.DPSize, r.Consumers, r.Transport, r.Slots, r.ResumeFrom, hex.EncodeToString(states.Sum(nil)), sharded})
 	if err != nil {
 		return "", fmt.Errorf("%w: %v", ErrBadRequest, err)
 	}

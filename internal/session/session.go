@@ -55,6 +55,9 @@ type session struct {
 	cancel context.CancelFunc
 	done   chan struct{} // closed when the producer has stopped
 	log    *zap.Logger
+	// reconnected: the session was opened by a counted reconnect, and so
+	// are its consumers' joins (reconnects.go).
+	reconnected bool
 
 	mu       sync.Mutex
 	joined   int    // consumers that opened the session

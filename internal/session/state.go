@@ -8,6 +8,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/dataloaderd/dataloaderd/internal/files"
 	"github.com/dataloaderd/dataloaderd/internal/state"
 	"github.com/dataloaderd/dataloaderd/internal/stream"
 )
@@ -36,8 +37,19 @@ func (m *Manager) State(uid uint32, id string, step uint64) (Snapshot, error) {
 }
 
 // Save writes session id's rank state after step into
-// <folder>/dataloader/rank-<r>-of-<W>.json, atomically.
+// <folder>/dataloader/rank-<r>-of-<W>.json, atomically, with the daemon's
+// own rights on the folder.
 func (m *Manager) Save(uid uint32, id string, step uint64, folder string) (Saved, error) {
+	return m.save(uid, nil, id, step, folder)
+}
+
+// SaveFor is Save with the rights of caller, whose session it must be, on
+// the folder (files.Folder.For).
+func (m *Manager) SaveFor(caller files.Caller, id string, step uint64, folder string) (Saved, error) {
+	return m.save(caller.UID, &caller, id, step, folder)
+}
+
+func (m *Manager) save(uid uint32, caller *files.Caller, id string, step uint64, folder string) (Saved, error) {
 	start := time.Now()
 	ss, err := m.lookup(uid, id)
 	if err != nil {
@@ -49,6 +61,9 @@ func (m *Manager) Save(uid uint32, id string, step uint64, folder string) (Saved
 	dir, err := m.roots.Folder("save folder", folder)
 	if err != nil {
 		return Saved{}, err
+	}
+	if caller != nil {
+		dir = dir.For(*caller)
 	}
 	st, err := ss.pipeline.State(step)
 	if err != nil {

@@ -29,7 +29,8 @@ type file struct {
 	Step        uint64      `json:"step"`
 	Fingerprint Fingerprint `json:"fingerprint"`
 	Datasets    []shardRun  `json:"shards"`
-	Mixture     []MixChange `json:"mixture,omitempty"`
+	// Mixture is the mixture log, queued changes included (version 3).
+	Mixture []MixChange `json:"mixture,omitempty"`
 }
 
 type shardRun struct {
@@ -80,6 +81,10 @@ func Decode(name string, b []byte) (Fingerprint, Rank, error) {
 	r := Rank{DPRank: f.DPRank, DPSize: f.DPSize, Step: f.Step, Shards: map[ShardID]Shard{}, Mixture: f.Mixture}
 	if err := CheckMixture(name+": ", f.Mixture, len(f.Fingerprint.Datasets)); err != nil {
 		return Fingerprint{}, Rank{}, err
+	}
+	if q := Queued(f.Mixture, f.Step); f.Version < 3 && len(q) > 0 {
+		return Fingerprint{}, Rank{}, fmt.Errorf("%w: %s: version %d state logs a change at step %d, after its step %d (only version 3 queues changes)",
+			ErrMismatch, name, f.Version, q[0].Step, f.Step)
 	}
 	for _, run := range f.Datasets {
 		n := len(run.Lines)

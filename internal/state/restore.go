@@ -14,10 +14,12 @@ type Restored struct {
 	// before it was kept: the resuming world's).
 	FromSize uint32
 	// Mixture is the saved world's mixture log (the lowest rank's; every rank
-	// keeps the same one). Empty when the files predate the log.
+	// keeps the same one), the changes queued after Step included. Empty
+	// when the files predate the log.
 	Mixture []MixChange
-	// MixturesDiffer is set when the ranks' current weights disagree; the
-	// resumed ranks then treat the configured weights as a change.
+	// MixturesDiffer is set when the ranks' current weights or queued
+	// changes disagree; the resumed ranks then treat the configured weights
+	// as a change (and drop the queued ones).
 	MixturesDiffer bool
 	// Added names the datasets of the current config that the saved world
 	// did not have: their shards start from fresh cursors.
@@ -26,64 +28,112 @@ type Restored struct {
 
 // Merge checks the state files of one saved world against the current
 // fingerprint and merges them. Every shard of every dataset must appear in
-// exactly one file. names label the blobs in errors.
+// exactly one file. names label the blobs in errors. A blob larger than the
+// largest state a rank of the config could write (one owning every shard)
+// is refused before it is decoded.
 func Merge(cur Fingerprint, names []string, blobs [][]byte) (*Restored, error) {
-	out := &Restored{Shards: map[ShardID]Shard{}}
-	ranks := map[uint32]string{}
+	bound, err := FileBound(cur, cur.LogicalShards)
+	if err != nil {
+		return nil, err
+	}
+	m := newMerger(cur, 0, cur.LogicalShards)
 	for i, b := range blobs {
-		fp, r, err := Decode(names[i], b)
-		if err != nil {
+		if int64(len(b)) > bound {
+			return nil, fmt.Errorf("%w: %s is %d bytes, more than the %d bytes (%s) the state of a rank owning all %d shards of %d datasets can take under this config; it was not decoded",
+				ErrTooLarge, names[i], len(b), bound, mib(bound), cur.LogicalShards, len(cur.Datasets))
+		}
+		if _, err := m.add(names[i], b); err != nil {
 			return nil, err
 		}
-		index, added, err := fp.Reconcile(cur)
-		if err != nil {
-			return nil, fmt.Errorf("%w: %s was saved from another corpus or config: %v", ErrMismatch, names[i], err)
+	}
+	return m.done(true)
+}
+
+// merger merges the state files of one saved world one at a time, so that
+// a reader holds one file's bytes at once; it keeps the cursors of shards
+// [lo, hi) of each dataset (a rank resuming from a folder keeps its own).
+type merger struct {
+	cur    Fingerprint
+	lo, hi uint32
+	out    *Restored
+	ranks  map[uint32]string
+	// mixStep is the step of the file whose log out.Mixture is.
+	mixStep uint64
+}
+
+func newMerger(cur Fingerprint, lo, hi uint32) *merger {
+	return &merger{cur: cur, lo: lo, hi: hi, out: &Restored{Shards: map[ShardID]Shard{}}, ranks: map[uint32]string{}}
+}
+
+// add checks one rank's state file (name labels it in errors) and merges
+// it; it returns the rank's state (its shards those of the current
+// datasets' order).
+func (m *merger) add(name string, b []byte) (Rank, error) {
+	cur, out := m.cur, m.out
+	first := len(m.ranks) == 0
+	fp, r, err := Decode(name, b)
+	if err != nil {
+		return Rank{}, err
+	}
+	index, added, err := fp.Reconcile(cur)
+	if err != nil {
+		return Rank{}, fmt.Errorf("%w: %s was saved from another corpus or config: %v", ErrMismatch, name, err)
+	}
+	out.Added = added
+	r.Mixture = RemapMixture(r.Mixture, index, len(cur.Datasets))
+	moved := make(map[ShardID]Shard, len(r.Shards))
+	for id, sh := range r.Shards {
+		if id.Dataset < 0 || id.Dataset >= len(index) {
+			return Rank{}, fmt.Errorf("%w: %s holds %v, outside its %d datasets", ErrMismatch, name, id, len(index))
 		}
-		out.Added = added
-		r.Mixture = RemapMixture(r.Mixture, index, len(cur.Datasets))
-		moved := make(map[ShardID]Shard, len(r.Shards))
-		for id, sh := range r.Shards {
-			if id.Dataset < 0 || id.Dataset >= len(index) {
-				return nil, fmt.Errorf("%w: %s holds %v, outside its %d datasets", ErrMismatch, names[i], id, len(index))
-			}
-			moved[ShardID{Dataset: index[id.Dataset], Shard: id.Shard}] = sh
-		}
-		r.Shards = moved
-		if out.FromSize != 0 && r.DPSize != out.FromSize {
-			return nil, fmt.Errorf("%w: %s is of dp_size %d, other states of dp_size %d", ErrMismatch, names[i], r.DPSize, out.FromSize)
-		}
-		out.FromSize = r.DPSize
-		if prev, dup := ranks[r.DPRank]; dup {
-			return nil, fmt.Errorf("%w: %s and %s both hold dp_rank %d", ErrMismatch, prev, names[i], r.DPRank)
-		}
-		ranks[r.DPRank] = names[i]
-		if i == 0 || r.DPRank == 0 {
-			if i > 0 && !sameCurrent(out.Mixture, r.Mixture) {
-				out.MixturesDiffer = true
-			}
-			out.Mixture = r.Mixture
-		} else if !sameCurrent(out.Mixture, r.Mixture) {
+		moved[ShardID{Dataset: index[id.Dataset], Shard: id.Shard}] = sh
+	}
+	r.Shards = moved
+	if out.FromSize != 0 && r.DPSize != out.FromSize {
+		return Rank{}, fmt.Errorf("%w: %s is of dp_size %d, other states of dp_size %d", ErrMismatch, name, r.DPSize, out.FromSize)
+	}
+	out.FromSize = r.DPSize
+	if prev, dup := m.ranks[r.DPRank]; dup {
+		return Rank{}, fmt.Errorf("%w: %s and %s both hold dp_rank %d", ErrMismatch, prev, name, r.DPRank)
+	}
+	m.ranks[r.DPRank] = name
+	if first || r.DPRank == 0 {
+		if !first && !sameCurrent(out.Mixture, m.mixStep, r.Mixture, r.Step) {
 			out.MixturesDiffer = true
 		}
-		if r.Step > out.Step {
-			out.Step = r.Step
-		}
-		for id, s := range r.Shards {
-			if id.Dataset < 0 || id.Dataset >= len(cur.Datasets) || id.Shard >= cur.LogicalShards {
-				return nil, fmt.Errorf("%w: %s holds %v, outside %d datasets of %d shards", ErrMismatch, names[i], id, len(cur.Datasets), cur.LogicalShards)
-			}
-			if _, dup := out.Shards[id]; dup {
-				return nil, fmt.Errorf("%w: %v is in more than one state file", ErrMismatch, id)
-			}
-			out.Shards[id] = s
-		}
+		out.Mixture, m.mixStep = r.Mixture, r.Step
+	} else if !sameCurrent(out.Mixture, m.mixStep, r.Mixture, r.Step) {
+		out.MixturesDiffer = true
 	}
-	if len(ranks) != int(out.FromSize) {
-		return nil, fmt.Errorf("%w: %d of %d ranks' states given: every rank of the saved world is needed", ErrMismatch, len(ranks), out.FromSize)
+	if r.Step > out.Step {
+		out.Step = r.Step
+	}
+	for id, s := range r.Shards {
+		if id.Dataset < 0 || id.Dataset >= len(cur.Datasets) || id.Shard >= cur.LogicalShards {
+			return Rank{}, fmt.Errorf("%w: %s holds %v, outside %d datasets of %d shards", ErrMismatch, name, id, len(cur.Datasets), cur.LogicalShards)
+		}
+		if id.Shard < m.lo || id.Shard >= m.hi {
+			continue
+		}
+		if _, dup := out.Shards[id]; dup {
+			return Rank{}, fmt.Errorf("%w: %v is in more than one state file", ErrMismatch, id)
+		}
+		out.Shards[id] = s
+	}
+	return r, nil
+}
+
+// done checks that the files merged hold every shard kept, in every
+// dataset saved (those added since start fresh), and, with every, that
+// they were every rank of the saved world.
+func (m *merger) done(every bool) (*Restored, error) {
+	cur, out := m.cur, m.out
+	if every && len(m.ranks) != int(out.FromSize) {
+		return nil, fmt.Errorf("%w: %d of %d ranks' states given: every rank of the saved world is needed", ErrMismatch, len(m.ranks), out.FromSize)
 	}
 	for d := range cur.Datasets {
 		fresh := slices.Contains(out.Added, cur.Datasets[d].Name)
-		for s := uint32(0); s < cur.LogicalShards; s++ {
+		for s := m.lo; s < m.hi; s++ {
 			if fresh {
 				out.Shards[ShardID{Dataset: d, Shard: s}] = Shard{}
 				continue
@@ -96,10 +146,25 @@ func Merge(cur Fingerprint, names []string, blobs [][]byte) (*Restored, error) {
 	return out, nil
 }
 
-// sameCurrent reports whether two mixture logs end in the same weights.
-func sameCurrent(a, b []MixChange) bool {
+// sameCurrent reports whether two mixture logs, of states at steps sa and
+// sb, mix the batches after them alike: the same weights in effect, and
+// the same changes queued (steps and weights).
+func sameCurrent(a []MixChange, sa uint64, b []MixChange, sb uint64) bool {
 	if len(a) == 0 || len(b) == 0 {
 		return len(a) == len(b)
 	}
-	return SameMixture(a[len(a)-1], b[len(b)-1])
+	qa, qb := queuedFrom(a, sa), queuedFrom(b, sb)
+	if len(a)-qa != len(b)-qb || (qa == 0) != (qb == 0) {
+		return false
+	}
+	if qa > 0 && !SameMixture(a[qa-1], b[qb-1]) {
+		return false
+	}
+	for k := range a[qa:] {
+		x, y := a[qa+k], b[qb+k]
+		if x.Step != y.Step || !SameMixture(x, y) {
+			return false
+		}
+	}
+	return true
 }

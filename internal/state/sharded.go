@@ -51,6 +51,16 @@ func Split(fp Fingerprint, r Rank) (Sharded, error) {
 // every dataset: none missing, none of another rank's.
 func (s Sharded) Restore(cur Fingerprint, r, w uint32) (*Restored, error) {
 	out := &Restored{Shards: map[ShardID]Shard{}, FromSize: w}
+	// The run part is a rank file's but its cursors: at most the largest
+	// file of one shard a dataset.
+	bound, err := FileBound(cur, 1)
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(s.Run)) > bound {
+		return nil, fmt.Errorf("%w: the run part of the state is %d bytes, more than the %d bytes (%s) it can take under this config; it was not decoded",
+			ErrTooLarge, len(s.Run), bound, mib(bound))
+	}
 	if len(s.Run) == 0 {
 		for _, id := range sortedIDs(s.Shards) {
 			if sh := s.Shards[id]; sh != (Shard{}) {

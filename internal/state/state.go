@@ -11,12 +11,14 @@ package state
 import (
 	"errors"
 	"fmt"
-	"math"
 )
 
 // Version is the version of the state file format this package writes.
-// Version 1 files (no mixing bases, no mixture log) are still read.
-const Version = 2
+// Version 3 adds the changes of weights queued for later batches to the
+// mixture log (entries past the state's step). Version 1 files (no mixing
+// bases, no mixture log) and version 2 files (no queued changes) are still
+// read.
+const Version = 3
 
 // ErrMismatch marks a saved state that does not belong to the current corpus
 // and config, or a set of state files that does not cover every shard once.
@@ -54,123 +56,6 @@ type Shard struct {
 	Base   uint64
 }
 
-// MixChange is one entry of the log of mixing weights: from the batch after
-// Step on, the datasets were mixed by Weights (config order), or, when
-// Schedule is set, by the schedule (Weights then holds its weights at the
-// batch after Step).
-type MixChange struct {
-	Step     uint64          `json:"step"`
-	Weights  []float64       `json:"weights"`
-	Schedule []SchedulePoint `json:"schedule,omitempty"`
-	// Runtime marks a change made while the job ran (set_weights), not by
-	// its config.
-	Runtime bool `json:"runtime,omitempty"`
-}
-
-// SchedulePoint is a point of a mixture schedule: from batch Step on the
-// weights are Weights (config order); with Linear they are reached at Step
-// along a straight line from the point before.
-type SchedulePoint struct {
-	Step    uint64    `json:"step"`
-	Weights []float64 `json:"weights"`
-	Linear  bool      `json:"linear,omitempty"`
-}
-
-// ScheduleWeights returns the weights of batch step under a schedule (points
-// in increasing step order, at least one), into dst.
-func ScheduleWeights(points []SchedulePoint, step uint64, dst []float64) []float64 {
-	dst = dst[:0]
-	i := 0
-	for i < len(points) && points[i].Step <= step {
-		i++
-	}
-	switch {
-	case i == 0:
-		return append(dst, points[0].Weights...)
-	case i == len(points) || !points[i].Linear:
-		return append(dst, points[i-1].Weights...)
-	}
-	a, b := points[i-1], points[i]
-	f := float64(step-a.Step) / float64(b.Step-a.Step)
-	for d := range a.Weights {
-		dst = append(dst, a.Weights[d]+(b.Weights[d]-a.Weights[d])*f)
-	}
-	return dst
-}
-
-// CheckMixture checks a mixture log read from a state against the number of
-// datasets: every weight vector of that length, of finite weights >= 0,
-// schedules in increasing step order. where names the log in errors.
-func CheckMixture(where string, m []MixChange, datasets int) error {
-	ok := func(ws []float64) bool {
-		if len(ws) != datasets {
-			return false
-		}
-		for _, w := range ws {
-			if !(w >= 0) || math.IsInf(w, 1) {
-				return false
-			}
-		}
-		return true
-	}
-	for i, c := range m {
-		if !ok(c.Weights) {
-			return fmt.Errorf("%w: %smixture[%d] has weights %v, want %d finite weights >= 0", ErrMismatch, where, i, c.Weights, datasets)
-		}
-		for j, p := range c.Schedule {
-			if !ok(p.Weights) || j > 0 && p.Step <= c.Schedule[j-1].Step {
-				return fmt.Errorf("%w: %smixture[%d] schedule point %d (step %d, weights %v) is out of order or not %d finite weights >= 0",
-					ErrMismatch, where, i, j, p.Step, p.Weights, datasets)
-			}
-		}
-	}
-	return nil
-}
-
-// SameMixture reports whether two log entries mix alike: the same schedule
-// (point for point, weights up to a factor), or without one the same weights.
-func SameMixture(a, b MixChange) bool {
-	if len(a.Schedule) != len(b.Schedule) {
-		return false
-	}
-	if len(a.Schedule) == 0 {
-		return SameWeights(a.Weights, b.Weights)
-	}
-	for i := range a.Schedule {
-		p, q := a.Schedule[i], b.Schedule[i]
-		if p.Step != q.Step || p.Linear != q.Linear || !SameWeights(p.Weights, q.Weights) {
-			return false
-		}
-	}
-	return true
-}
-
-// MaxMixLog bounds the mixture log a state keeps (the oldest entries go
-// first), so the state never grows with the number of changes.
-const MaxMixLog = 64
-
-// SameWeights reports whether two weight vectors give the same mixture: equal
-// up to a positive factor (3:1 is 6:2).
-func SameWeights(a, b []float64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	var sa, sb float64
-	for i := range a {
-		sa += a[i]
-		sb += b[i]
-	}
-	if sa <= 0 || sb <= 0 {
-		return sa == sb
-	}
-	for i := range a {
-		if d := a[i]/sa - b[i]/sb; d > 1e-12 || d < -1e-12 {
-			return false
-		}
-	}
-	return true
-}
-
 // ShardID names a logical shard: the dataset's index in the config and the
 // shard's index within the dataset.
 type ShardID struct {
@@ -196,8 +81,10 @@ type Rank struct {
 	Step   uint64
 	// Shards holds the owned shards of every dataset.
 	Shards map[ShardID]Shard
-	// Mixture is the log of mixing weights, oldest first; its last entry is
-	// in effect. Empty in states read from version 1 files.
+	// Mixture is the log of mixing weights, in step order: the entries at
+	// or before Step are the history (the last of them in effect), those
+	// after it the changes queued for later batches (see Queued). Empty in
+	// states read from version 1 files.
 	Mixture []MixChange
 }
 
@@ -210,20 +97,4 @@ func (r Rank) Clone() Rank {
 	}
 	c.Mixture = CloneMixture(r.Mixture)
 	return c
-}
-
-// CloneMixture returns a deep copy of a mixture log.
-func CloneMixture(m []MixChange) []MixChange {
-	if m == nil {
-		return nil
-	}
-	out := make([]MixChange, len(m))
-	for i, c := range m {
-		out[i] = MixChange{Step: c.Step, Weights: append([]float64(nil), c.Weights...), Runtime: c.Runtime}
-		for _, p := range c.Schedule {
-			p.Weights = append([]float64(nil), p.Weights...)
-			out[i].Schedule = append(out[i].Schedule, p)
-		}
-	}
-	return out
 }

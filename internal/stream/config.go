@@ -121,7 +121,7 @@ func (c Config) Validate() error {
 		return invalid("bos_id must be at most %d, got %d", math.MaxInt32, c.BOS)
 	}
 	seen := map[string]bool{}
-	positive := false
+	weights := make([]float64, len(c.Datasets))
 	for i, d := range c.Datasets {
 		format, known := files.Lookup(d.Format)
 		switch {
@@ -143,14 +143,13 @@ func (c Config) Validate() error {
 			return invalid("dataset %q: on_bad_record %q: want error or skip", d.Name, d.OnBadRecord)
 		case d.Field != "" && !files.HasField(format):
 			return invalid("dataset %q: field applies to %s only", d.Name, files.List(files.Names(files.HasField), "and"))
-		case math.IsNaN(d.Weight) || math.IsInf(d.Weight, 0) || d.Weight < 0:
-			return invalid("dataset %q: weight must be a finite number >= 0, got %v", d.Name, d.Weight)
 		}
 		seen[d.Name] = true
-		positive = positive || d.Weight > 0
+		weights[i] = d.Weight
 	}
-	if !positive && len(c.Schedule) == 0 {
-		return invalid("datasets: every weight is zero; at least one must be positive")
+	// Under a schedule the datasets' weights mix nothing and may all be 0.
+	if err := checkWeights(weights, c.Datasets, len(c.Schedule) == 0); err != nil {
+		return invalid("datasets: %v", err)
 	}
 	if err := c.validateSchedule(); err != nil {
 		return err
@@ -170,24 +169,34 @@ func (c Config) validateSchedule() error {
 		case len(p.Weights) != len(c.Datasets):
 			return invalid("schedule[%d]: %d weights for %d datasets", i, len(p.Weights), len(c.Datasets))
 		}
-		if err := checkWeights(p.Weights, c.Datasets); err != nil {
+		if err := checkWeights(p.Weights, c.Datasets, true); err != nil {
 			return invalid("schedule[%d] (step %d): %v", i, p.Step, err)
 		}
 	}
 	return nil
 }
 
-// checkWeights checks mixing weights given in dataset order: each a finite
-// number >= 0, one at least positive.
-func checkWeights(ws []float64, ds []Dataset) error {
-	positive := false
+// checkWeights checks mixing weights given in dataset order, wherever they
+// come from (the datasets of a config, the points of its schedule, a change
+// at run time): each a finite number >= 0, their sum at most
+// state.MaxWeightSum (1e308 and 1e308 sum to +Inf, which would starve a
+// dataset), and with positive set, one at least positive.
+func checkWeights(ws []float64, ds []Dataset, positive bool) error {
+	some := false
 	for d, w := range ws {
 		if math.IsNaN(w) || math.IsInf(w, 0) || w < 0 {
-			return fmt.Errorf("weight of dataset %q must be a finite number >= 0, got %v", ds[d].Name, w)
+			return fmt.Errorf("dataset %q: weight must be a finite number >= 0, got %v", ds[d].Name, w)
 		}
-		positive = positive || w > 0
+		some = some || w > 0
 	}
-	if !positive {
+	if err := state.CheckWeightSum(ws); err != nil {
+		named := make([]string, len(ws))
+		for d, w := range ws {
+			named[d] = fmt.Sprintf("%q %g", ds[d].Name, w)
+		}
+		return fmt.Errorf("weights %s: %v", strings.Join(named, ", "), err)
+	}
+	if positive && !some {
 		return errors.New("every weight is zero; at least one must be positive")
 	}
 	return nil

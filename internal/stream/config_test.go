@@ -5,6 +5,8 @@ import (
 	"math"
 	"strings"
 	"testing"
+
+	"github.com/dataloaderd/dataloaderd/internal/state"
 )
 
 func TestConfigErrors(t *testing.T) {
@@ -36,6 +38,15 @@ func TestConfigErrors(t *testing.T) {
 		{`dataset "b": weight must be a finite number >= 0, got -1`, func(c *Config) { c.Datasets[1].Weight = -1 }},
 		{"weight must be a finite number", func(c *Config) { c.Datasets[1].Weight = math.NaN() }},
 		{"every weight is zero", func(c *Config) { c.Datasets[0].Weight, c.Datasets[1].Weight = 0, 0 }},
+		// 1e308 and 1e308 sum to +Inf, which starved a dataset; 1e308 and
+		// 5e307 overflow when mixing multiplies them by counts of lines.
+		{`weights "a" 1e+308, "b" 1e+308: the weights sum to +Inf, more than 1e+100`, func(c *Config) {
+			c.Datasets[0].Weight, c.Datasets[1].Weight = 1e308, 1e308
+		}},
+		{`the weights sum to 1.5e+308, more than 1e+100`, func(c *Config) { c.Datasets[0].Weight, c.Datasets[1].Weight = 1e308, 5e307 }},
+		{`schedule[1] (step 9): weights "a" 1e+308, "b" 1e+308: the weights sum to +Inf`, func(c *Config) {
+			c.Schedule = []state.SchedulePoint{{Weights: []float64{1, 1}}, {Step: 9, Weights: []float64{1e308, 1e308}}}
+		}},
 		{`name "a" is used twice`, func(c *Config) { c.Datasets[1].Name = "a" }},
 		{"datasets[1]: name is empty", func(c *Config) { c.Datasets[1].Name = "" }},
 		{`dataset "a": path is empty`, func(c *Config) { c.Datasets[0].Path = "" }},
@@ -64,4 +75,50 @@ func TestConfigErrors(t *testing.T) {
 			t.Errorf("rank %d of %d: %v, want %q", rc.rank, rc.size, err, rc.want)
 		}
 	}
+}
+
+// TestWeightsThatOverflowRefused: a change of weights at run time whose sum
+// is not a number at most state.MaxWeightSum is refused naming the values
+// (1e308:1e308 used to sum to +Inf and starve a dataset), and so is a
+// restored mixture log holding such weights; large weights within the bound
+// mix as their ratio does.
+func TestWeightsThatOverflowRefused(t *testing.T) {
+	corpus, cfg := pipelineFixture(t, 0)
+	rank, _ := NewRank(corpus, 0, 1, nil)
+	n := len(cfg.Datasets)
+	huge := make([]float64, n)
+	for d := range huge {
+		huge[d] = 1e308
+	}
+	if err := rank.SetWeights(0, huge); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "sum to +Inf") ||
+		!strings.Contains(err.Error(), `"a" 1e+308`) {
+		t.Fatalf("set_weights 1e308 each: %v", err)
+	}
+	st := rank.State()
+	st.Mixture = []state.MixChange{{Weights: huge}}
+	if _, err := NewRank(corpus, 0, 1, saveWorldUnchecked(t, corpus.Fingerprint(), st)); !errors.Is(err, state.ErrMismatch) ||
+		!strings.Contains(err.Error(), "summing to at most 1e+100") {
+		t.Fatalf("a restored log of weights 1e308 each: %v", err)
+	}
+	large := make([]float64, n)
+	for d := range large {
+		large[d] = 1e99
+	}
+	if err := rank.SetWeights(0, large); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]float64, n)
+	runLines(t, rank, cfg, 12, got)
+	for d := range got {
+		if math.Abs(got[d]-got[0]) > 1 {
+			t.Fatalf("equal weights of 1e99 served lines %v", got)
+		}
+	}
+}
+
+// saveWorldUnchecked merges one rank's state as a resume does, without
+// Decode's checks: what a forged run part of a sharded state gives.
+func saveWorldUnchecked(t *testing.T, fp state.Fingerprint, st state.Rank) *state.Restored {
+	t.Helper()
+	return &state.Restored{Step: st.Step, Shards: st.Shards, FromSize: st.DPSize, Mixture: st.Mixture}
 }

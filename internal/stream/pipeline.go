@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 
 	"github.com/dataloaderd/dataloaderd/internal/mapped"
@@ -77,8 +76,10 @@ type Pipeline struct {
 	slotStep []uint64 // step held by each slot, 0 when free
 	next     []uint64 // per consumer: last step handed out
 	base     state.Rank
-	// mixture is the rank's mixture log, changes made at run time included
-	// (a state after step s holds the entries of steps <= s).
+	// mixture is the rank's mixture log, changes made at run time included,
+	// those queued for batches not made yet too: a state after step s holds
+	// the entries of steps <= s as its history and the later ones as its
+	// queue. Its history at the base step keeps MaxMixLog entries.
 	mixture []state.MixChange
 	// pause holds the producer before its next batch; busy is set while it
 	// makes one (SetWeights waits for it to finish).
@@ -380,120 +381,8 @@ func (p *Pipeline) stateAt(last, step uint64) state.Rank {
 		}
 	}
 	st.Step = step
-	st.Mixture = nil
-	for _, mc := range p.mixture {
-		if mc.Step <= step {
-			st.Mixture = append(st.Mixture, mc)
-		}
-	}
-	st.Mixture = state.CloneMixture(st.Mixture)
+	st.Mixture = state.CloneMixture(state.TrimMixture(p.mixture, step))
 	return st
-}
-
-// SetWeights changes the mixing weights from batch after+1 on, as
-// Rank.SetWeights does. Batches past `after` that were already made are
-// dropped and made again under the new weights, so none of them may have
-// reached a consumer: taken is the last step the consumer asking has read;
-// the consumers of a group must each ask (with the same weights) before
-// they read step after+1, and all but the first find the change made. A
-// stream of messages may have been handed batches past `after`, which its
-// consumer drops by their older generation (Generation). The producer is
-// held meanwhile.
-func (p *Pipeline) SetWeights(ctx context.Context, after, taken uint64, weights []float64) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	switch {
-	case p.closed:
-		return ErrClosed
-	case p.err != nil:
-		return p.err
-	case taken > after || after < p.base.Step:
-		return fmt.Errorf("%w: weights for the batches after step %d, but step %d was already read", ErrStep, after, max(taken, p.base.Step))
-	}
-	// The consumers of a group each ask for the change before they read the
-	// batch it starts at: the first makes it, the others find it made.
-	for _, mc := range p.mixture {
-		if mc.Step == after && mc.Runtime {
-			if slices.Equal(mc.Weights, weights) {
-				return nil
-			}
-			if p.consumers > 1 {
-				return fmt.Errorf("%w: the consumers of this group asked for different weights from step %d (%v, now %v); every consumer must ask for the same",
-					ErrStep, after+1, mc.Weights, weights)
-			}
-		}
-	}
-	p.pause = true
-	defer func() {
-		p.pause = false
-		p.broadcast()
-	}()
-	p.broadcast()
-	if err := p.wait(ctx, func() bool { return !p.busy || p.closed }); err != nil {
-		return err
-	}
-	if p.closed {
-		return ErrClosed
-	}
-	if after >= p.produced {
-		if err := p.rank.SetWeights(after, weights); err != nil {
-			return err
-		}
-		p.logChange(after, weights)
-		return nil
-	}
-	// Make the rank of step `after` again from its state, as a resume does,
-	// and change its weights there.
-	st := p.stateAt(after, after)
-	from := &state.Restored{Step: after, Shards: st.Shards, FromSize: p.rank.dpSize, Mixture: st.Mixture}
-	rank, err := NewRank(p.rank.corpus, p.rank.dpRank, p.rank.dpSize, from)
-	if err != nil {
-		return fmt.Errorf("making step %d's rank again: %w", after, err)
-	}
-	if err := rank.SetWeights(after, weights); err != nil {
-		return err
-	}
-	for s := after + 1; s <= p.produced; s++ {
-		if f := p.inFlight[s]; f != nil {
-			p.slotStep[f.Slot] = 0
-			delete(p.inFlight, s)
-		}
-	}
-	p.rank, p.produced, p.ended = rank, after, false
-	for c := range p.next {
-		p.next[c] = min(p.next[c], after)
-	}
-	p.gen++
-	p.logChange(after, weights)
-	if p.hooks.Remade != nil {
-		if err := p.hook(func() { p.hooks.Remade(after) }); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// logChange records a change made at run time in the pipeline's log,
-// dropping the entries it overrides; p.mu is held.
-func (p *Pipeline) logChange(after uint64, weights []float64) {
-	keep := p.mixture[:0]
-	for _, mc := range p.mixture {
-		if mc.Step < after || mc.Step == after && !mc.Runtime {
-			keep = append(keep, mc)
-		}
-	}
-	p.mixture = append(keep, state.MixChange{Step: after, Weights: slices.Clone(weights), Runtime: true})
-	if n := len(p.mixture); n > state.MaxMixLog {
-		p.mixture = p.mixture[n-state.MaxMixLog:]
-	}
-}
-
-// Generation counts the times batches were dropped to be made again; a
-// batch handed out carries the generation it was made in.
-func (p *Pipeline) Generation() uint64 {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.gen
 }
 
 // Ready is the number of produced batches consumer c has not been handed.

@@ -1,6 +1,7 @@
 package stream
 
 import (
+	"context"
 	"fmt"
 	"math/rand"
 	"path/filepath"
@@ -276,7 +277,7 @@ func TestSkipBatch(t *testing.T) {
 			run(t, a, cfg, k)
 			b, _ := NewRank(corpus, 0, 2, nil)
 			for i := 0; i < k; i++ {
-				if p, err := b.SkipBatch(); err != nil || p.Lines != int(cfg.BatchSize) {
+				if p, err := b.SkipBatch(context.Background()); err != nil || p.Lines != int(cfg.BatchSize) {
 					t.Fatalf("skip %d: %d lines, %v", i, p.Lines, err)
 				}
 			}

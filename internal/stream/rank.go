@@ -2,6 +2,7 @@ package stream
 
 import (
 	"container/heap"
+	"context"
 	"fmt"
 	"math/bits"
 	"slices"
@@ -25,14 +26,13 @@ type Rank struct {
 	datasets []*rankDataset
 	weights  []float64
 	mixture  []state.MixChange
-	// schedule, when the config has one, sets weights at every step; share
-	// sums each dataset's share of the weights over the steps since the
-	// mixture log's last change, up to shareStep (see pickDataset).
-	schedule  []state.SchedulePoint
-	share     []float64
-	shareStep uint64
+	// schedule, when the mixture in effect has one, sets weights at every
+	// step; share sums each dataset's share of the weights over the steps
+	// since the mixture log's last change (see pickDataset).
+	schedule []state.SchedulePoint
+	share    *shareSum
 	// pending are changes of weights made at run time for later batches,
-	// in step order.
+	// in step order (the log's queued entries).
 	pending []state.MixChange
 	// touched collects the shards a batch changed, for the state delta.
 	touched map[*shardRun]struct{}
@@ -69,6 +69,12 @@ type shardRun struct {
 // NewRank builds rank dpRank of dpSize over the corpus, starting from the
 // restored state (nil: from the beginning).
 func NewRank(c *Corpus, dpRank, dpSize uint32, from *state.Restored) (*Rank, error) {
+	return NewRankContext(context.Background(), c, dpRank, dpSize, from)
+}
+
+// NewRankContext is NewRank whose replay of a schedule up to the restored
+// step stops when ctx ends (a client gone, a daemon stopping).
+func NewRankContext(ctx context.Context, c *Corpus, dpRank, dpSize uint32, from *state.Restored) (*Rank, error) {
 	cfg := c.cfg
 	if err := cfg.ValidateRank(dpRank, dpSize); err != nil {
 		return nil, err
@@ -82,80 +88,9 @@ func NewRank(c *Corpus, dpRank, dpSize uint32, from *state.Restored) (*Rank, err
 		touched: map[*shardRun]struct{}{},
 		meta:    newMetaWriter(cfg),
 	}
-	weights := make([]float64, len(cfg.Datasets))
-	for i, d := range cfg.Datasets {
-		weights[i] = d.Weight
-	}
-	// The configured mixture from the restored step on, as the log records it.
-	var start uint64
-	if from != nil {
-		start = from.Step
-	}
-	configured := state.MixChange{Step: start, Weights: weights}
-	if len(cfg.Schedule) > 0 {
-		configured.Weights = state.ScheduleWeights(cfg.Schedule, start+1, nil)
-		configured.Schedule = cfg.Schedule
-	}
-	// A resume whose configured weights (or schedule) differ from those the
-	// saved run was configured with is a change of weights at the resumed
-	// step, over any change made at run time: mixing counts restart there.
-	// Otherwise the saved log's last entry stays in effect (a change made
-	// at run time included).
-	reweigh := false
-	switch {
-	case from == nil, len(from.Mixture) == 0: // the second: saved before the mixture log
-		r.mixture = []state.MixChange{configured}
-	default:
-		r.mixture = state.CloneMixture(from.Mixture)
-		last := r.mixture[len(r.mixture)-1]
-		switch {
-		case from.MixturesDiffer || !state.SameMixture(lastConfigured(r.mixture), configured):
-			r.appendMixture(configured)
-			reweigh = true
-		case len(last.Schedule) > 0 && from.FromSize != dpSize:
-			// Under a schedule a resume on another world size restarts the
-			// counts: the rule follows the schedule integrated over the
-			// steps of this rank's lines, and a rescale changes the lines a
-			// step.
-			last.Step = start
-			r.appendMixture(last)
-			reweigh = true
-		case last.Step == start && start > 0:
-			// A change made at run time for the batch after the saved step:
-			// its counts restart with that batch (again, if they did).
-			reweigh = true
-		}
-	}
-	current := r.mixture[len(r.mixture)-1]
-	r.schedule = current.Schedule
-	weights = current.Weights
-	if from != nil {
-		if from.Step > maxCount {
-			return nil, fmt.Errorf("%w: restored step %d is beyond %d", state.ErrMismatch, from.Step, uint64(maxCount))
-		}
-		if err := state.CheckMixture("restored ", from.Mixture, len(weights)); err != nil {
-			return nil, err
-		}
-		for _, mc := range from.Mixture {
-			if mc.Step > from.Step {
-				return nil, fmt.Errorf("%w: restored mixture log entry at step %d does not fit step %d",
-					state.ErrMismatch, mc.Step, from.Step)
-			}
-		}
-		r.step = from.Step
-	}
-	if len(r.schedule) > 0 {
-		// The schedule's shares since the log's last change, summed as the
-		// uninterrupted run summed them, step by step.
-		r.share = make([]float64, len(weights))
-		r.shareStep = r.mixture[len(r.mixture)-1].Step
-		if r.step-r.shareStep > maxScheduleReplay {
-			return nil, fmt.Errorf("%w: a schedule resumed %d steps after the mixture's last change (at most %d)",
-				state.ErrMismatch, r.step-r.shareStep, maxScheduleReplay)
-		}
-		for r.shareStep < r.step {
-			r.addShare(r.shareStep + 1)
-		}
+	reweigh, err := r.restoreMixture(ctx, from)
+	if err != nil {
+		return nil, err
 	}
 	lo, hi := state.Owned(dpRank, dpSize, cfg.LogicalShards)
 	for i, d := range c.datasets {
@@ -185,95 +120,7 @@ func NewRank(c *Corpus, dpRank, dpSize uint32, from *state.Restored) (*Rank, err
 		heap.Init(&rd.active)
 		r.datasets = append(r.datasets, rd)
 	}
-	r.weights = slices.Clone(weights)
-	if len(r.schedule) > 0 {
-		r.weights = state.ScheduleWeights(r.schedule, r.step+1, nil)
-	}
 	return r, nil
-}
-
-// lastConfigured is the last entry of a mixture log that came from a job
-// config (not from a change at run time), or the first entry.
-func lastConfigured(m []state.MixChange) state.MixChange {
-	for i := len(m) - 1; i > 0; i-- {
-		if !m[i].Runtime {
-			return m[i]
-		}
-	}
-	return m[0]
-}
-
-// appendMixture adds a change to the mixture log, which keeps its last
-// MaxMixLog entries.
-func (r *Rank) appendMixture(mc state.MixChange) {
-	r.mixture = append(r.mixture, mc)
-	if n := len(r.mixture); n > state.MaxMixLog {
-		r.mixture = r.mixture[n-state.MaxMixLog:]
-	}
-}
-
-// SetWeights changes the mixing weights from batch after+1 on (after >= the
-// rank's step): they replace the configured weights or schedule, the change
-// is logged (as made at run time), and the mixing counts restart there. It
-// also replaces the changes asked for earlier that would take effect from
-// that batch on: the newest call wins for the steps after its own.
-func (r *Rank) SetWeights(after uint64, weights []float64) error {
-	switch {
-	case after < r.step:
-		return fmt.Errorf("%w: weights for the batches after step %d, but the rank has produced step %d", ErrStep, after, r.step)
-	case len(weights) != len(r.weights):
-		return fmt.Errorf("%w: %d weights for %d datasets", ErrInvalidConfig, len(weights), len(r.weights))
-	}
-	if err := checkWeights(weights, r.corpus.cfg.Datasets); err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalidConfig, err)
-	}
-	keep := r.pending[:0]
-	for _, mc := range r.pending {
-		if mc.Step < after {
-			keep = append(keep, mc)
-		}
-	}
-	r.pending = append(keep, state.MixChange{Step: after, Weights: slices.Clone(weights), Runtime: true})
-	if after == r.step {
-		r.applyPending()
-	}
-	return nil
-}
-
-// applyPending puts the first pending change in effect: logged, the schedule (if
-// any) replaced, and every owned shard's count restarted (each shard goes
-// into the next delta, so the saved state has every base).
-func (r *Rank) applyPending() {
-	mc := r.pending[0]
-	r.pending = r.pending[1:]
-	r.appendMixture(mc)
-	r.schedule, r.share = nil, nil
-	r.weights = slices.Clone(mc.Weights)
-	for _, d := range r.datasets {
-		d.lines = 0
-		for _, sr := range d.all {
-			sr.st.Base = sr.st.Lines
-			r.touched[sr] = struct{}{}
-		}
-	}
-}
-
-// maxScheduleReplay bounds the steps a resumed schedule sums its shares
-// over at open (about 10 ms a million steps per dataset): far beyond any run.
-const maxScheduleReplay = 1 << 32
-
-// addShare sets the weights of batch step (under the schedule) and adds
-// each dataset's share of them to the sums.
-func (r *Rank) addShare(step uint64) {
-	r.weights = state.ScheduleWeights(r.schedule, step, r.weights)
-	var sum float64
-	for _, w := range r.weights {
-		sum += w
-	}
-	for d, w := range r.weights {
-		r.share[d] += w / sum
-	}
-	r.shareStep = step
 }
 
 // Step is the number of batches the rank has produced, counting from the
@@ -283,42 +130,6 @@ func (r *Rank) Step() uint64 { return r.step }
 // shardDone reports, without opening a window, whether a shard has served
 // its last line: its window cursor is past the last epoch.
 func (r *Rank) shardDone(s *shardRun) bool { return r.fr.ended(s.st.Window) }
-
-// pickDataset returns the active dataset furthest behind its share of the
-// weights after one more line: argmax over d of (n+1)·w_d/W − lines_d, where
-// n and W are the lines and weights of the active datasets. This largest-
-// deficit rule keeps every dataset within one line of its share.
-//
-// Under a schedule the share is that of the weights summed over the steps
-// since the mixture's last change (share), so each dataset stays within one
-// line of the schedule integrated over the steps; a dataset whose weight is
-// 0 at this step is left out.
-func (r *Rank) pickDataset() *rankDataset {
-	target := r.weights
-	if r.share != nil {
-		target = r.share
-	}
-	var n uint64
-	var sum float64
-	for i, d := range r.datasets {
-		if len(d.active) > 0 && r.weights[i] > 0 {
-			n += d.lines
-			sum += target[i]
-		}
-	}
-	var best *rankDataset
-	var bestScore float64
-	for i, d := range r.datasets {
-		if len(d.active) == 0 || r.weights[i] <= 0 {
-			continue
-		}
-		score := float64(n+1)*target[i]/sum - float64(d.lines)
-		if best == nil || score > bestScore {
-			best, bestScore = d, score
-		}
-	}
-	return best
-}
 
 // nextLine writes the rank's next line into dst (LineTokens long) and returns
 // its dataset; nil when every dataset of the rank has served its last epoch.
@@ -436,16 +247,20 @@ type Produced struct {
 }
 
 // NextBatch fills dst (BatchSize lines) with tokens alone.
-func (r *Rank) NextBatch(dst []int32) (Produced, error) { return r.nextBatch(dst, nil) }
+func (r *Rank) NextBatch(dst []int32) (Produced, error) {
+	return r.nextBatch(context.Background(), dst, nil)
+}
 
-// nextBatch fills dst, and with mw the batch's metadata.
-func (r *Rank) nextBatch(dst []int32, mw *metaWriter) (Produced, error) {
+// nextBatch fills dst, and with mw the batch's metadata; a skip (dst nil)
+// stops between two lines when stop ends.
+func (r *Rank) nextBatch(stop context.Context, dst []int32, mw *metaWriter) (Produced, error) {
 	line := r.corpus.cfg.LineTokens()
 	for len(r.pending) > 0 && r.pending[0].Step == r.step {
 		r.applyPending()
 	}
-	if r.share != nil && r.shareStep == r.step {
-		r.addShare(r.step + 1)
+	if r.share != nil && r.share.at == r.step {
+		_ = r.share.advance(context.Background(), r.step+1) // one step: never stopped
+		r.weights = r.share.weights
 	}
 	p := Produced{DatasetLines: make([]int, len(r.datasets))}
 	lines := len(dst) / line
@@ -456,6 +271,8 @@ func (r *Rank) nextBatch(dst []int32, mw *metaWriter) (Produced, error) {
 		var lt []int32
 		if dst != nil {
 			lt = dst[p.Lines*line : (p.Lines+1)*line]
+		} else if stop.Err() != nil {
+			return Produced{}, stop.Err()
 		}
 		d, err := r.nextLine(lt)
 		if err != nil {
@@ -494,8 +311,10 @@ func (r *Rank) nextBatch(dst []int32, mw *metaWriter) (Produced, error) {
 // SkipBatch moves the rank past its next batch as NextBatch would, without
 // reading or copying a token: the windows of the shards it reaches are laid
 // out from document lengths alone. A reopened session reaches the step its
-// client had read this way.
-func (r *Rank) SkipBatch() (Produced, error) { return r.nextBatch(nil, nil) }
+// client had read this way. It stops between two lines when ctx ends,
+// returning ctx's error: the rank is then half way through the batch and
+// of no further use.
+func (r *Rank) SkipBatch(ctx context.Context) (Produced, error) { return r.nextBatch(ctx, nil, nil) }
 
 // NextBatchBytes writes the next batch into a slot laid out as Layout
 // says: little-endian int32 tokens, then the config's metadata.
@@ -504,7 +323,7 @@ func (r *Rank) NextBatchBytes(slot []byte) (Produced, error) {
 		return r.NextBatch(int32s(slot))
 	}
 	r.meta.start(slot)
-	return r.nextBatch(r.meta.tokens(slot), r.meta)
+	return r.nextBatch(context.Background(), r.meta.tokens(slot), r.meta)
 }
 
 // int32s views a byte slot as tokens; slots are page-aligned.
@@ -515,10 +334,11 @@ func int32s(b []byte) []int32 {
 	return unsafe.Slice((*int32)(unsafe.Pointer(&b[0])), len(b)/4)
 }
 
-// State returns the rank's full state now.
+// State returns the rank's full state now, the changes of weights queued
+// for later batches included.
 func (r *Rank) State() state.Rank {
 	st := state.Rank{DPRank: r.dpRank, DPSize: r.dpSize, Step: r.step, Shards: map[state.ShardID]state.Shard{},
-		Mixture: state.CloneMixture(r.mixture)}
+		Mixture: state.CloneMixture(append(slices.Clip(r.mixture), r.pending...))}
 	for _, d := range r.datasets {
 		for _, s := range d.all {
 			st.Shards[state.ShardID{Dataset: s.ds.index, Shard: s.index}] = s.st

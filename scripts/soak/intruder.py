@@ -9,9 +9,12 @@ daemon's answer) and the id of the session it got.
 Argument: one JSON object with uid, socket, session, job (the victim's, at
 dp_rank 0 of 1), config and folder."""
 
+from __future__ import annotations
+
 import json
 import os
 import sys
+from typing import Any, Callable, Dict
 
 import grpc
 from dataloaderd import Loader
@@ -20,7 +23,7 @@ from dataloaderd._proto import dataloader_pb2 as pb
 from dataloaderd._proto import dataloader_pb2_grpc as pb_grpc
 
 
-def outcome(call):
+def outcome(call: Callable[[], object]) -> str:
     try:
         call()
         return "OK"
@@ -28,11 +31,11 @@ def outcome(call):
         return type(from_rpc_error(e)).__name__
 
 
-def main(a):
+def main(a: Dict[str, Any]) -> None:
     os.setgroups([])
     os.setgid(a["uid"])
     os.setuid(a["uid"])
-    got = {}
+    got: Dict[str, str] = {}
     with grpc.insecure_channel("unix://" + a["socket"]) as ch:
         stub = pb_grpc.LoaderStub(ch)
         sid = a["session"]

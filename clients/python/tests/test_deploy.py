@@ -89,6 +89,47 @@ def test_training_pod_choices():
         assert int(flag(side["args"], "--ring-budget-mb")) <= limit_gi * 1024
 
 
+def mib(quantity):
+    """A Kubernetes memory quantity (4Gi, 4096Mi, 4G, 4294967296) in MiB."""
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|k|M|G|T)?", str(quantity))
+    assert m, f"memory quantity {quantity!r}"
+    unit = {None: 1, "Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40,
+            "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}[m.group(2)]
+    return float(m.group(1)) * unit / (1 << 20)
+
+
+def readme_default(flag_name):
+    """The default the README's daemon flags table gives a flag, in MiB."""
+    with open(os.path.join(REPO, "README.md")) as f:
+        for line in f:
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if len(cells) >= 3 and cells[0] == f"`{flag_name}`":
+                m = re.match(r"(\d+)", cells[2])
+                assert m, f"the README gives {flag_name} no default in MiB: {cells[2]!r}"
+                return int(m.group(1))
+    raise AssertionError(f"the README's daemon flags table has no {flag_name}")
+
+
+def test_sidecar_memory_budgets_fit():
+    # The daemon's memory budgets, its reserve beside them, fit the
+    # container's memory limit: shm rings count there too (the daemon writes
+    # their pages, and the kernel charges them to its cgroup). The daemon
+    # refuses to start otherwise; the manifest gave 6,144 MiB of rings under
+    # 4 GiB (issue 23). Flags left out count at the README's defaults.
+    for path, doc in sidecar_pods():
+        side = next(c for c in pod_spec(doc)["initContainers"] if c["name"] == "dataloaderd")
+        args = side["args"]
+        ring = flag(args, "--ring-budget-mb")
+        assert ring is not None, f"{path}: give --ring-budget-mb (its default follows the node's RAM, not the pod's limit)"
+        total = int(ring)
+        total += int(flag(args, "--token-cache-mb") or readme_default("--token-cache-mb"))
+        if flag(args, "--object-cache-dir") is None:
+            total += int(flag(args, "--object-cache-mb") or readme_default("--object-cache-mb"))
+        total += int(flag(args, "--memory-reserve-mb") or readme_default("--memory-reserve-mb"))
+        limit = mib(side["resources"]["limits"]["memory"])
+        assert total <= limit, f"{path}: the sidecar's budgets and reserve are {total} MiB, over its memory limit of {limit:g} MiB"
+
+
 def walk(node):
     """Every (key, value) of the dicts in a YAML document."""
     if isinstance(node, dict):

@@ -58,3 +58,71 @@ def test_another_user_cannot_use_a_session_by_its_id(daemon, config, tmp_path):
         assert second["step"] == first["step"] + 1
         victim.save(str(tmp_path / "mine"))
     assert (tmp_path / "mine" / "dataloader" / "rank-0-of-1.json").is_file()
+
+
+# Run as root, then as the other user: saves a session of its own into each
+# folder of "save" and resumes from each of "resume", and prints each
+# outcome: "OK", or the exception's class and message.
+OTHER_USER = """
+import json, os, sys
+from dataloaderd import DataloaderdError, Loader
+a = json.loads(sys.argv[1])
+os.setgroups([])
+os.setgid(a["uid"])
+os.setuid(a["uid"])
+got = {}
+def outcome(call):
+    try:
+        call()
+        return "OK"
+    except DataloaderdError as e:
+        return f"{type(e).__name__}: {e}"
+with Loader(a["config"], socket=a["socket"], dp_rank=0, dp_size=1, job="mine", transport="inline") as mine:
+    next(iter(mine))
+    for f in a["save"]:
+        got["save " + f] = outcome(lambda: mine.save(f))
+for i, f in enumerate(a["resume"]):
+    with Loader(a["config"], socket=a["socket"], dp_rank=0, dp_size=1, job=f"r{i}", transport="inline",
+                resume_from=f) as r:
+        got["resume " + f] = outcome(lambda: next(iter(r)))
+print(json.dumps(got))
+"""
+
+
+def test_another_user_reads_and_writes_with_its_own_rights(daemon, config, tmp_path):
+    # With only a session of its own, the other user saved into the
+    # trainer's 0700 checkpoint folder (replacing the trainer's rank file)
+    # and resumed from a rank file it could not read: the daemon did both
+    # with its own rights. Now each is PathNotAllowedError naming the path
+    # and the user, and the trainer's file is untouched; a folder the other
+    # user may write takes its save, made its own.
+    open_to_others(tmp_path)
+    os.chmod(daemon.socket, 0o666)
+    private, readable, shared = tmp_path / "private", tmp_path / "readable", tmp_path / "shared"
+    with Loader(config, socket=daemon.socket, dp_rank=0, dp_size=1, job="trainer") as trainer:
+        it = iter(trainer)
+        for _ in range(5):
+            next(it)
+        trainer.save(str(private))
+        trainer.save(str(readable))
+    os.chmod(private, 0o700)
+    os.chmod(readable, 0o755)
+    os.chmod(readable / "dataloader", 0o755)  # the rank file stays 0600
+    rank_file = private / "dataloader" / "rank-0-of-1.json"
+    before = rank_file.read_bytes()
+    shared.mkdir()
+    os.chmod(shared, 0o777)
+    arg = {"uid": 65534, "socket": daemon.socket, "config": config,
+           "save": [str(private), str(shared / "ckpt")], "resume": [str(private), str(readable)]}
+    out = subprocess.run([sys.executable, "-c", OTHER_USER, json.dumps(arg)], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)
+    for call, path in [("save " + str(private), private), ("resume " + str(private), private),
+                       ("resume " + str(readable), readable / "dataloader" / "rank-0-of-1.json")]:
+        assert got[call].startswith("PathNotAllowedError: ") and str(path) in got[call] and "uid 65534" in got[call], \
+            f"{call}: {got[call]}"
+    assert got["save " + str(shared / "ckpt")] == "OK", got
+    assert rank_file.read_bytes() == before, "the other user's save replaced the trainer's rank file"
+    saved = shared / "ckpt" / "dataloader" / "rank-0-of-1.json"
+    assert (saved.stat().st_uid, saved.parent.stat().st_uid) == (65534, 65534)

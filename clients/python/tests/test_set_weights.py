@@ -79,3 +79,60 @@ def test_set_weights_refuses_bad_input(daemon, config):
             loader.set_weights({"d0": 0, "d1": 0})
         loader.set_weights({"d0": 1, "d1": 1}, step=10)  # a later step: taken when the rank gets there
         batches(it, 10)
+
+
+def inspect_json(folder):
+    return json.loads(subprocess.run([BIN, "inspect", "--json", folder], capture_output=True, text=True,
+                                     check=True).stdout)
+
+
+@pytest.mark.parametrize("queued", [1, 70])
+def test_queued_changes_kept_by_a_save(daemon, config, tmp_path, queued):
+    """The README's pattern: at step 10 a change for step 21 (and with 70,
+    changes for steps 21 to 90, more than the 64 entries of history a log
+    keeps), a save at step 15, a resume: the resumed run serves what the
+    uninterrupted one does. The state saved after step 15 used to lose the
+    queued change (5 of 15 batches equal), and 70 of them pushed the
+    weights in effect out of the saved log (0 of 20)."""
+    def changes(loader):
+        for i in range(queued):
+            loader.set_weights({"d0": i % 2, "d1": 1 - i % 2}, step=21 + i)
+
+    n = 20 + queued  # steps 16 to 35 + queued - 1
+    with Loader(config, socket=daemon.socket, dp_rank=0, dp_size=1, job="whole") as whole:
+        it = iter(whole)
+        batches(it, 10)
+        changes(whole)
+        want = batches(it, 5 + n)[5:]
+    folder = str(tmp_path / "ckpt")
+    with Loader(config, socket=daemon.socket, dp_rank=0, dp_size=1, job="saved") as loader:
+        it = iter(loader)
+        batches(it, 10)
+        changes(loader)
+        batches(it, 5)
+        loader.save(folder)
+    seen = inspect_json(folder)
+    assert [c["step"] for c in seen["queued"]] == list(range(20, 20 + queued)), seen["queued"]
+    assert not seen["mixture"][-1].get("runtime"), seen["mixture"]
+    with Loader(config, socket=daemon.socket, dp_rank=0, dp_size=1, job="resumed", resume_from=folder) as res:
+        got = batches(iter(res), n)
+    equal = sum(np.array_equal(a[0], b[0]) for a, b in zip(got, want))
+    assert equal == n, f"{equal} of {n} batches after the resume equal the uninterrupted run's"
+    assert all(ds == [1, 1, 1] for _, ds in got[5:6]), "step 21 should be of d1 alone"
+
+
+def test_queue_bounded_and_overflow_refused(daemon, config):
+    """At most 256 changes wait for later steps; one more is refused naming
+    the bound. Weights whose sum overflows (1e308 and 1e308) are refused
+    naming the sum."""
+    with Loader(config, socket=daemon.socket, dp_rank=0, dp_size=1, job="bounded") as loader:
+        it = iter(loader)
+        batches(it, 2)
+        for i in range(256):
+            loader.set_weights({"d0": 1, "d1": 1 + i % 2}, step=10 + i)
+        with pytest.raises(StateError, match="at most 256 may wait"):
+            loader.set_weights({"d0": 1, "d1": 1}, step=10 + 256)
+        loader.set_weights({"d0": 1, "d1": 3}, step=12)  # replaces the changes from step 12 on
+        with pytest.raises(ConfigError, match=r"sum to \+Inf, more than 1e\+100"):
+            loader.set_weights({"d0": 1e308, "d1": 1e308})
+        batches(it, 3)

@@ -4,8 +4,8 @@ memory shared over CUDA IPC."""
 
 from .batch import Batch, all_padding
 from .errors import (BatchTimeoutError, ConfigError, CudaError, CudaUnavailableError, DaemonUnavailableError,
-                     DataloaderdError, FileChangedError, PathNotAllowedError, ResourceExhaustedError, SessionExistsError,
-                     SessionNotFoundError, StateError, TransportUnavailableError)
+                     DataloaderdError, FileChangedError, ObjectStorageError, PathNotAllowedError, ResourceExhaustedError,
+                     SessionExistsError, SessionNotFoundError, StateError, TransportUnavailableError)
 from .loader import Loader
 
 __all__ = [
@@ -19,6 +19,7 @@ __all__ = [
     "StateError",
     "PathNotAllowedError",
     "DaemonUnavailableError",
+    "ObjectStorageError",
     "TransportUnavailableError",
     "CudaUnavailableError",
     "CudaError",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
 from ._proto import dataloader_pb2 as pb
@@ -164,3 +165,18 @@ def env_int(name: str, default: int) -> int:
 def optional_abspath(path: Optional[Union[str, os.PathLike[str]]]) -> str:
     """An absolute path for the daemon (it has another working directory); "" for None."""
     return "" if path is None else os.path.abspath(os.path.expanduser(os.fspath(path)))
+
+
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def local_folder(what: str, path: Optional[Union[str, os.PathLike[str]]]) -> str:
+    """optional_abspath of a checkpoint folder (``what``: "save folder",
+    "resume_from"), refusing a URL before it becomes a local path such as
+    ``./s3:/bucket/ckpt``: the daemon saves and resumes states in local (or
+    mounted) folders only."""
+    if path is not None and _URL.match(os.fspath(path)):
+        raise ConfigError(f"{what} {os.fspath(path)!r}: loader states are saved and resumed in a local (or mounted) "
+                          "folder, not object storage or another URL; save them with the model's checkpoint through "
+                          "state_dict() and torch.distributed.checkpoint to put them in object storage")
+    return optional_abspath(path)

@@ -16,6 +16,7 @@ __all__ = [
     "StateError",
     "PathNotAllowedError",
     "DaemonUnavailableError",
+    "ObjectStorageError",
     "TransportUnavailableError",
     "ResourceExhaustedError",
     "BatchTimeoutError",
@@ -37,7 +38,9 @@ class DataloaderdError(Exception):
 
 
 class ConfigError(DataloaderdError, ValueError):
-    """The job config, a request argument, or a dataset is invalid."""
+    """The job config, a request argument, or a dataset is invalid (for an
+    ``s3://`` dataset also: the store describes an object past the daemon's
+    bounds, lists without end, or gives an object no version)."""
 
 
 class SessionNotFoundError(DataloaderdError):
@@ -53,11 +56,28 @@ class StateError(DataloaderdError):
 
 
 class PathNotAllowedError(DataloaderdError, PermissionError):
-    """A path lies outside every --allow-root of the daemon."""
+    """A path the daemon may not use for this process (PERMISSION_DENIED):
+    it lies outside every --allow-root of the daemon; or this process's
+    user may not reach it with its own rights (a save folder it cannot
+    write, a rank file it cannot read: the daemon checks them for the
+    caller, docs/security.md); or the daemon itself cannot write it (a
+    read-only folder or file system); or the object store refused the
+    daemon's credentials for an ``s3://`` object (403). The message names
+    the path, and the user or the rights at fault."""
 
 
 class DaemonUnavailableError(DataloaderdError, ConnectionError):
     """The daemon is not running, not reachable, or shutting down."""
+
+
+class ObjectStorageError(DataloaderdError, ConnectionError):
+    """The object store of an ``s3://`` dataset could not serve it
+    (UNAVAILABLE): it could not be reached, or kept failing or answering
+    wrongly, for longer than the daemon's ``--object-retry-for``; or it
+    refused the request for good (a wrong region or endpoint); or object
+    storage is not enabled on this daemon. The daemon itself is up, so the
+    loader does not reconnect. The message names the object, the request
+    and the store's answer."""
 
 
 class TransportUnavailableError(DataloaderdError):
@@ -76,8 +96,8 @@ class ResourceExhaustedError(DataloaderdError):
 class FileChangedError(DataloaderdError):
     """A file the session reads changed under the daemon: a corpus file
     truncated or rewritten in place (``cp`` over it) while mapped, or the
-    session's own ring file cut short, or an ``s3://`` object replaced
-    after the session opened it. Only that session fails; the message
+    session's own ring file cut short, or an ``s3://`` object replaced or
+    deleted after the session opened it. Only that session fails; the message
     names the file. Replace files in use by writing a new file and renaming
     it over the old one."""
 
@@ -126,6 +146,11 @@ def from_rpc_error(err: grpc.RpcError) -> DataloaderdError:
     name = None if status is None else status.name
     if not details:
         details = f"dataloaderd request failed ({name or 'no status'})"
+    if status == grpc.StatusCode.UNAVAILABLE and "object storage" in details:
+        # The daemon's object store, not the daemon (whose own UNAVAILABLE
+        # makes the loader reconnect): the daemon's errors of object storage
+        # all say "object storage".
+        return ObjectStorageError(details, name)
     if status == grpc.StatusCode.RESOURCE_EXHAUSTED and "larger than max" in details:
         # gRPC's own limit on a message, not a resource of the daemon's.
         return ConfigError(f"the request is too large for the daemon ({details}): a job config must be under "

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import atexit
-import glob
-import json
 import os
 import sys
 import time
@@ -22,7 +20,7 @@ from ._proto import dataloader_pb2 as pb
 from ._proto import dataloader_pb2_grpc as pb_grpc
 from ._torchapi import Torch
 from .batch import DTYPES, Batch, make_batch, padding_arrays
-from .config import env_int, load_config, optional_abspath, to_proto
+from .config import env_int, load_config, local_folder, to_proto
 from .errors import (BatchTimeoutError, ConfigError, DaemonUnavailableError, DataloaderdError, StateError,
                      from_rpc_error, translate)
 
@@ -70,8 +68,10 @@ class _Session:
 
 R = TypeVar("R")
 
-# set_weights calls a loader remembers, to make them again on a reopened session.
-_MAX_CHANGES = 64
+# set_weights calls a loader remembers, to make them again on a reopened session:
+# as many as the daemon queues for later steps (state.MaxQueued), which the state
+# a session reopens from carries too.
+_MAX_CHANGES = 256
 
 # Batches between refreshes of the state a reconnect resumes from: a reopened
 # session takes at most this many batches again.
@@ -150,7 +150,7 @@ class Loader:
         self.device = env_int("LOCAL_RANK", 0) if device is None else int(device)
         if self.device < 0:
             raise ConfigError(f"device must be >= 0, got {self.device}")
-        self._resume_from = optional_abspath(resume_from)
+        self._resume_from = local_folder("resume_from", resume_from)
         self._resume_states: List[bytes] = []
 
         path = socket or os.environ.get("DATALOADERD_SOCKET")
@@ -168,8 +168,10 @@ class Loader:
         self._reconnect_step = 0  # a group consumer's last step, told to the next OpenSession
         self._live: Optional[_Session] = None
         self._last_step = 0
-        # Whether _last_step is the resumed step before a session said so.
-        self._step_known = not self._resume_from or self._read_resumed_step()
+        # Whether _last_step is the resumed step before a session said so:
+        # the step of a resume folder is the daemon's to read (OpenSession's
+        # start_step); the client opens no rank file.
+        self._step_known = not self._resume_from
         self._ended = False
         self._closed = False
 
@@ -413,19 +415,8 @@ class Loader:
         """The last step this loader yielded; before any, the step it resumes
         after (0 for a fresh run)."""
         if not self._step_known:
-            self._open()  # the resume folder could not be read here: the daemon says
+            self._open()  # the daemon reads the resume folder and says
         return self._last_step
-
-    def _read_resumed_step(self) -> bool:
-        """Sets _last_step to the step of the rank files in the resume folder;
-        False when they cannot be read from this process."""
-        files = sorted(glob.glob(os.path.join(self._resume_from, "dataloader", "rank-*-of-*.json")))
-        try:
-            with open(files[0], encoding="utf-8") as f:
-                self._last_step = int(json.load(f)["step"])
-        except (IndexError, OSError, ValueError, KeyError, TypeError):
-            return False
-        return True
 
     @translate
     def set_weights(self, weights: Mapping[str, float], step: Optional[int] = None) -> None:
@@ -460,13 +451,14 @@ class Loader:
     def save(self, folder: Union[str, os.PathLike[str]]) -> str:
         """Writes this rank's state after the last batch it yielded into
         ``<folder>/dataloader/rank-<r>-of-<W>.json``; returns the file's path."""
+        path = local_folder("save folder", folder)
         self._open()
 
         def call() -> str:
             s = self._session
             assert s is not None
             return self._stub.SaveState(pb.SaveStateRequest(
-                session_id=s.session_id, step=self._last_step, folder=optional_abspath(folder)),
+                session_id=s.session_id, step=self._last_step, folder=path),
                 timeout=self._timeout).path
         return self._after_reconnect(call)
 

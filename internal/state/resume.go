@@ -1,0 +1,123 @@
+package state
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+)
+
+// ReadOwned is how rank r of a world of w resumes from a checkpoint folder:
+// it reads, of the rank files in <folder>/dataloader/, only those whose
+// shards overlap its own, and returns their merged state, holding the
+// cursors of its own shards.
+//
+// Which files those are follows from their names: rank-q-of-W.json holds
+// the shards rank q of W owned (Owned), so a rank resuming onto as many
+// ranks reads one file and, onto fewer, about W/w; before, every rank read
+// every file, N ranks reading N^2 files. Each file is read only if its size
+// is within the largest state its rank could have written under the current
+// config (FileBound), and one at a time: a file past it is refused by name
+// before a byte of it is read. The world must be complete by name (every
+// rank-q-of-W for q < W): a rank does not read the files it does not need
+// to know they are there.
+//
+// The step and the mixture log come from the files read: every rank of a
+// world saves at the same step with the same log, and a rank that reads
+// files that differ treats its configured weights as a change, as Merge
+// does.
+func ReadOwned(folder Folder, cur Fingerprint, r, w uint32) (*Restored, error) {
+	files, world, err := listWorld(folder)
+	if err != nil {
+		return nil, err
+	}
+	s, err := measure(cur)
+	if err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(folder.Path(), Dir)
+	lo, hi := Owned(r, w, cur.LogicalShards)
+	m := newMerger(cur, lo, hi)
+	for q := uint32(0); q < world; q++ {
+		qlo, qhi := Owned(q, world, cur.LogicalShards)
+		if qhi <= lo || qlo >= hi || qlo == qhi {
+			continue
+		}
+		e := files[q]
+		path := filepath.Join(dir, e.Name())
+		bound := s.cursors(qhi-qlo) + MaxLogBytes
+		info, err := e.Info()
+		if err != nil {
+			return nil, fmt.Errorf("resume: %w", err)
+		}
+		if info.Size() > bound {
+			return nil, tooLarge(path, info.Size(), bound, q, world, qlo, qhi, len(cur.Datasets))
+		}
+		b, err := folder.ReadFile(filepath.Join(Dir, e.Name()))
+		if err != nil {
+			return nil, fmt.Errorf("resume: %w", err)
+		}
+		if int64(len(b)) > bound { // it grew after it was listed
+			return nil, tooLarge(path, int64(len(b)), bound, q, world, qlo, qhi, len(cur.Datasets))
+		}
+		st, err := m.add(path, b)
+		if err != nil {
+			return nil, err
+		}
+		if st.DPRank != q || st.DPSize != world {
+			return nil, fmt.Errorf("%w: %s holds the state of dp_rank %d of dp_size %d, not the one its name says", ErrMismatch, path, st.DPRank, st.DPSize)
+		}
+	}
+	return m.done(false)
+}
+
+func tooLarge(path string, size, bound int64, q, world, lo, hi uint32, datasets int) error {
+	return fmt.Errorf("%w: %s is %d bytes, more than the %d bytes (%s) the state of dp_rank %d of %d (shards %d to %d of %d datasets) can take under this config; it was not read",
+		ErrTooLarge, path, size, bound, mib(bound), q, world, lo, hi-1, datasets)
+}
+
+// listWorld lists the rank files of <folder>/dataloader/ by rank, and the
+// world's size; the files must be one complete world, by name: one dp_size,
+// every rank once.
+func listWorld(folder Folder) (map[uint32]fs.DirEntry, uint32, error) {
+	dir := filepath.Join(folder.Path(), Dir)
+	entries, err := folder.ReadDir(Dir)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, 0, fmt.Errorf("%w: resume folder %s has no %s/ directory of rank files", ErrMismatch, folder.Path(), Dir)
+		}
+		return nil, 0, fmt.Errorf("resume from %s: %w", folder.Path(), err)
+	}
+	files := map[uint32]fs.DirEntry{}
+	world := int64(-1)
+	for _, e := range entries {
+		m := fileNameRE.FindStringSubmatch(e.Name())
+		if m == nil {
+			continue
+		}
+		r, err1 := strconv.ParseUint(m[1], 10, 32)
+		w, err2 := strconv.ParseUint(m[2], 10, 32)
+		if err1 != nil || err2 != nil || r >= w {
+			return nil, 0, fmt.Errorf("%w: %s: %s is not the file of a rank of its world", ErrMismatch, dir, e.Name())
+		}
+		if world >= 0 && int64(w) != world {
+			return nil, 0, fmt.Errorf("%w: %s holds rank files of dp_size %d and %d", ErrMismatch, dir, world, w)
+		}
+		world = int64(w)
+		if _, dup := files[uint32(r)]; dup {
+			return nil, 0, fmt.Errorf("%w: %s holds two files of rank %d", ErrMismatch, dir, r)
+		}
+		files[uint32(r)] = e
+	}
+	if world < 0 {
+		return nil, 0, fmt.Errorf("%w: %s holds no rank-<r>-of-<w>.json files", ErrMismatch, dir)
+	}
+	for r := uint32(0); r < uint32(world); r++ {
+		if files[r] == nil {
+			return nil, 0, fmt.Errorf("%w: %s lacks %s: every rank of the saved world must have saved", ErrMismatch, dir, FileName(r, uint32(world)))
+		}
+	}
+	return files, uint32(world), nil
+}

@@ -1,0 +1,129 @@
+package stream
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/dataloaderd/dataloaderd/internal/state"
+)
+
+// SetWeights changes the mixing weights from batch after+1 on, as
+// Rank.SetWeights does. Batches past `after` that were already made are
+// dropped and made again under the new weights, so none of them may have
+// reached a consumer: taken is the last step the consumer asking has read;
+// the consumers of a group must each ask (with the same weights) before
+// they read step after+1, and all but the first find the change made. A
+// stream of messages may have been handed batches past `after`, which its
+// consumer drops by their older generation (Generation). The producer is
+// held meanwhile.
+func (p *Pipeline) SetWeights(ctx context.Context, after, taken uint64, weights []float64) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case p.closed:
+		return ErrClosed
+	case p.err != nil:
+		return p.err
+	case taken > after || after < p.base.Step:
+		return fmt.Errorf("%w: weights for the batches after step %d, but step %d was already read", ErrStep, after, max(taken, p.base.Step))
+	}
+	// The consumers of a group each ask for the change before they read the
+	// batch it starts at: the first makes it, the others find it made.
+	for _, mc := range p.mixture {
+		if mc.Step == after && mc.Runtime {
+			if slices.Equal(mc.Weights, weights) {
+				return nil
+			}
+			if p.consumers > 1 {
+				return fmt.Errorf("%w: the consumers of this group asked for different weights from step %d (%v, now %v); every consumer must ask for the same",
+					ErrStep, after+1, mc.Weights, weights)
+			}
+		}
+	}
+	if n := p.queuedBefore(after); n >= state.MaxQueued {
+		return queueFull(after, n)
+	}
+	p.pause = true
+	defer func() {
+		p.pause = false
+		p.broadcast()
+	}()
+	p.broadcast()
+	if err := p.wait(ctx, func() bool { return !p.busy || p.closed }); err != nil {
+		return err
+	}
+	if p.closed {
+		return ErrClosed
+	}
+	if after >= p.produced {
+		if err := p.rank.SetWeights(after, weights); err != nil {
+			return err
+		}
+		p.logChange(after, weights)
+		return nil
+	}
+	// Make the rank of step `after` again from its state, as a resume does,
+	// and change its weights there.
+	st := p.stateAt(after, after)
+	from := &state.Restored{Step: after, Shards: st.Shards, FromSize: p.rank.dpSize, Mixture: st.Mixture}
+	rank, err := NewRankContext(ctx, p.rank.corpus, p.rank.dpRank, p.rank.dpSize, from)
+	if err != nil {
+		return fmt.Errorf("making step %d's rank again: %w", after, err)
+	}
+	if err := rank.SetWeights(after, weights); err != nil {
+		return err
+	}
+	for s := after + 1; s <= p.produced; s++ {
+		if f := p.inFlight[s]; f != nil {
+			p.slotStep[f.Slot] = 0
+			delete(p.inFlight, s)
+		}
+	}
+	p.rank, p.produced, p.ended = rank, after, false
+	for c := range p.next {
+		p.next[c] = min(p.next[c], after)
+	}
+	p.gen++
+	p.logChange(after, weights)
+	if p.hooks.Remade != nil {
+		if err := p.hook(func() { p.hooks.Remade(after) }); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// logChange records a change made at run time in the pipeline's log,
+// dropping the entries it overrides and the oldest history; p.mu is held.
+func (p *Pipeline) logChange(after uint64, weights []float64) {
+	keep := p.mixture[:0]
+	for _, mc := range p.mixture {
+		if mc.Step < after || mc.Step == after && !mc.Runtime {
+			keep = append(keep, mc)
+		}
+	}
+	p.mixture = append(keep, state.MixChange{Step: after, Weights: slices.Clone(weights), Runtime: true})
+	p.mixture = state.TrimMixture(p.mixture, p.base.Step)
+}
+
+// queuedBefore counts the changes that a change for the batches after
+// `after` leaves queued in a state the pipeline may still give (after the
+// base step): those for earlier steps. p.mu is held.
+func (p *Pipeline) queuedBefore(after uint64) int {
+	n := 0
+	for _, mc := range p.mixture {
+		if mc.Step > p.base.Step && mc.Step < after {
+			n++
+		}
+	}
+	return n
+}
+
+// Generation counts the times batches were dropped to be made again; a
+// batch handed out carries the generation it was made in.
+func (p *Pipeline) Generation() uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.gen
+}
