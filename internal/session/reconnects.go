@@ -15,11 +15,14 @@ import (
 // session whose key it served before was not on the daemon before it, so
 // such a claim is not counted in dataloaderd_reconnects_total and
 // dataloaderd_reconnect_wait_seconds, only logged (a client faking
-// reconnects in a loop flooded both). And the lines an open logs per
-// (user, job) are bounded: a burst, then a few a second.
+// reconnects in a loop flooded both). And the lines an open logs are
+// bounded per user (a burst, then a few a second, over all its jobs) and
+// per (user, job) within that.
 
-// maxSeenKeys bounds the keys a daemon remembers having served. Past it,
-// claims for keys it does not know are not counted: it cannot tell.
+// maxSeenKeys bounds the keys a daemon remembers having served: two
+// generations of half as many each; when the newer fills, the older is
+// forgotten, so that a long-lived daemon's churn of jobs neither grows the
+// set nor stops it counting the reconnects of jobs opened since.
 const maxSeenKeys = 1 << 16
 
 // Open log lines per (user, job): a burst (every rank and consumer of a
@@ -30,12 +33,18 @@ const (
 	// maxLineKeys bounds the (user, job) pairs whose lines are counted;
 	// past it, pairs whose budget is full again are forgotten.
 	maxLineKeys = 4096
+	// A user's lines over all its jobs: a client that names a new job at
+	// every open gets userBurst lines, then userRate a second.
+	userBurst = 256
+	userRate  = 4.0
 )
 
-// lineKey is what open log lines are bounded by.
+// lineKey is what open log lines are bounded by: a (user, job) pair, and
+// with allJobs set, the user's lines over every job.
 type lineKey struct {
-	uid uint32
-	job string
+	uid     uint32
+	job     string
+	allJobs bool
 }
 
 // lineBudget is a token bucket of log lines, and the lines it suppressed
@@ -49,17 +58,18 @@ type lineBudget struct {
 // openLedger remembers the keys the daemon has served and bounds the log
 // lines of opens.
 type openLedger struct {
-	mu     sync.Mutex
-	seed   maphash.Seed
-	seen   map[uint64]struct{}
-	budget map[lineKey]*lineBudget
+	mu   sync.Mutex
+	seed maphash.Seed
+	// seen and older are the two generations of keys served.
+	seen, older map[uint64]struct{}
+	budget      map[lineKey]*lineBudget
 	// now is the clock of the line budgets (tests stop it).
 	now func() time.Time
 }
 
 func newOpenLedger() *openLedger {
-	return &openLedger{seed: maphash.MakeSeed(), seen: map[uint64]struct{}{}, budget: map[lineKey]*lineBudget{},
-		now: time.Now}
+	return &openLedger{seed: maphash.MakeSeed(), seen: map[uint64]struct{}{}, older: map[uint64]struct{}{},
+		budget: map[lineKey]*lineBudget{}, now: time.Now}
 }
 
 // served records that a session of key was opened, and reports whether
@@ -75,8 +85,15 @@ func (l *openLedger) served(key sessionKey) bool {
 	sum := h.Sum64()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if _, ok := l.seen[sum]; ok || len(l.seen) >= maxSeenKeys {
+	_, known := l.seen[sum]
+	if _, old := l.older[sum]; old {
+		known = true
+	}
+	if known {
 		return false
+	}
+	if len(l.seen) >= maxSeenKeys/2 {
+		l.older, l.seen = l.seen, map[uint64]struct{}{}
 	}
 	l.seen[sum] = struct{}{}
 	return true
@@ -88,32 +105,67 @@ func (l *openLedger) line(uid uint32, job string) (bool, int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.now()
-	k := lineKey{uid: uid, job: job}
+	// The user's bucket first: past it, no bucket of a job is made.
+	user := l.budgetLocked(lineKey{uid: uid, allJobs: true}, now)
+	if user == nil {
+		return false, 0
+	}
+	if user.tokens < 1 {
+		user.suppressed++
+		return false, 0
+	}
+	b := l.budgetLocked(lineKey{uid: uid, job: job}, now)
+	if b == nil {
+		user.suppressed++
+		return false, 0
+	}
+	if b.tokens < 1 {
+		b.suppressed++
+		return false, 0
+	}
+	user.tokens--
+	b.tokens--
+	n := user.suppressed + b.suppressed
+	user.suppressed, b.suppressed = 0, 0
+	return true, n
+}
+
+// budgetLocked is the refilled bucket of k, made when there is room (nil
+// when there is none: the line is not written).
+func (l *openLedger) budgetLocked(k lineKey, now time.Time) *lineBudget {
 	b := l.budget[k]
 	if b == nil {
 		if len(l.budget) >= maxLineKeys {
 			l.forgetFullLocked(now)
 		}
 		if len(l.budget) >= maxLineKeys {
-			return false, 0
+			return nil
 		}
-		b = &lineBudget{tokens: lineBurst, at: now}
+		b = &lineBudget{tokens: k.burst(), at: now}
 		l.budget[k] = b
 	}
-	b.refill(now)
-	if b.tokens < 1 {
-		b.suppressed++
-		return false, 0
-	}
-	b.tokens--
-	n := b.suppressed
-	b.suppressed = 0
-	return true, n
+	b.refill(now, k)
+	return b
 }
 
-func (b *lineBudget) refill(now time.Time) {
+// burst and rate are the bucket's size and refill a second.
+func (k lineKey) burst() float64 {
+	if k.allJobs {
+		return userBurst
+	}
+	return lineBurst
+}
+
+func (k lineKey) rate() float64 {
+	if k.allJobs {
+		return userRate
+	}
+	return lineRate
+}
+
+func (b *lineBudget) refill(now time.Time, k lineKey) {
 	if dt := now.Sub(b.at).Seconds(); dt > 0 {
-		b.tokens = min(lineBurst, b.tokens+dt*lineRate)
+		b.tokens = min(k.burst(), b.tokens+dt*k.rate())
 		b.at = now
 	}
 }
@@ -122,7 +174,7 @@ func (b *lineBudget) refill(now time.Time) {
 // suppressed nothing: they would start afresh the same.
 func (l *openLedger) forgetFullLocked(now time.Time) {
 	for k, b := range l.budget {
-		if b.refill(now); b.tokens >= lineBurst && b.suppressed == 0 {
+		if b.refill(now, k); b.tokens >= k.burst() && b.suppressed == 0 {
 			delete(l.budget, k)
 		}
 	}

@@ -2,6 +2,7 @@ package session
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -96,5 +97,61 @@ func TestGroupReconnectCounted(t *testing.T) {
 	mustOpen(t, m, Request{UID: 5, Job: "fresh", DPSize: 1, Transport: Inline, Config: cfg})
 	if n := reconnectWaits(t, m); n != 3 {
 		t.Errorf("%d reconnects observed after a fresh open, want 3", n)
+	}
+}
+
+// TestLinesBoundedPerUser: a client that names a new job at every open
+// gets its user's burst of lines, not one burst per job (4,096 jobs of 64
+// lines each before), and the user's lines come back at its rate.
+func TestLinesBoundedPerUser(t *testing.T) {
+	l := newOpenLedger()
+	now := time.Unix(1e9, 0)
+	l.now = func() time.Time { return now }
+	logged := 0
+	for i := 0; i < 10*maxLineKeys; i++ {
+		if ok, _ := l.line(7, fmt.Sprintf("job-%d", i)); ok {
+			logged++
+		}
+	}
+	if logged != userBurst {
+		t.Errorf("%d lines logged for %d jobs of one user, want its burst of %d", logged, 10*maxLineKeys, userBurst)
+	}
+	// Another user is not held back by this one.
+	if ok, _ := l.line(8, "job-0"); !ok {
+		t.Error("another user's first line was suppressed")
+	}
+	now = now.Add(10 * time.Second)
+	logged = 0
+	for i := 0; i < 1000; i++ {
+		if ok, _ := l.line(7, fmt.Sprintf("later-%d", i)); ok {
+			logged++
+		}
+	}
+	if want := int(10 * userRate); logged != want {
+		t.Errorf("%d lines logged 10 s later, want %d (the user's rate)", logged, want)
+	}
+}
+
+// TestServedForgetsOldest: the keys a daemon remembers stay bounded, and
+// once it has served more than it remembers, keys new to it still count
+// as first opens (before, every key past the 65,536th was "cannot tell"
+// for the daemon's life, so no reconnect was counted again), while a key
+// served recently is still known.
+func TestServedForgetsOldest(t *testing.T) {
+	l := newOpenLedger()
+	key := func(i int) sessionKey { return sessionKey{uid: 1, job: fmt.Sprintf("j%d", i)} }
+	for i := 0; i < 3*maxSeenKeys; i++ {
+		if !l.served(key(i)) {
+			t.Fatalf("key %d, new to the daemon, was not a first open", i)
+		}
+	}
+	if n := len(l.seen) + len(l.older); n > maxSeenKeys {
+		t.Errorf("%d keys remembered, want at most %d", n, maxSeenKeys)
+	}
+	if l.served(key(3*maxSeenKeys - 1)) {
+		t.Error("the key served last was not known")
+	}
+	if !l.served(key(0)) {
+		t.Error("the first key, served long ago, is still remembered")
 	}
 }
