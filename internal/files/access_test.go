@@ -169,7 +169,7 @@ func TestFolderForCaller(t *testing.T) {
 	}
 	denied("save into a 0700 folder", folder(private).MkdirAll("dataloader"), private)
 	denied("save into another's 0755 dataloader/", folder(filepath.Join(base, "mine")).WriteFileAtomic("dataloader/rank-0-of-1.json", []byte("{}")), mine)
-	_, err := folder(filepath.Join(base, "mine")).ReadFile("dataloader/rank-0-of-1.json")
+	_, err := folder(filepath.Join(base, "mine")).ReadFile("dataloader/rank-0-of-1.json", MaxStateFile)
 	denied("resume from a 0600 file", err, filepath.Join(mine, "rank-0-of-1.json"))
 	_, err = folder(base).ReadDir("private")
 	denied("list a 0700 directory", err, private)
@@ -182,7 +182,7 @@ func TestFolderForCaller(t *testing.T) {
 	if err := unix.Mkfifo(filepath.Join(fifo, "rank-0-of-1.json"), 0o666); err != nil {
 		t.Fatal(err)
 	}
-	_, err = folder(filepath.Join(base, "fifo")).ReadFile("dataloader/rank-0-of-1.json")
+	_, err = folder(filepath.Join(base, "fifo")).ReadFile("dataloader/rank-0-of-1.json", MaxStateFile)
 	if fe := (*FileError)(nil); !errors.As(err, &fe) || !strings.Contains(err.Error(), "not a regular file") {
 		t.Errorf("a FIFO rank file: %v, want a FileError", err)
 	}
@@ -306,7 +306,7 @@ func TestFolderFIFOsDoNotBlock(t *testing.T) {
 			t.Errorf("%s: a FIFO as dataloader/: %v, want ENOTDIR", c, err)
 		}
 		b, _ := roots.Folder("resume_from", filepath.Join(base, "b"))
-		if _, err := b.For(c).ReadFile("dataloader/rank-0-of-1.json"); err == nil || !strings.Contains(err.Error(), "not a regular file") {
+		if _, err := b.For(c).ReadFile("dataloader/rank-0-of-1.json", MaxStateFile); err == nil || !strings.Contains(err.Error(), "not a regular file") {
 			t.Errorf("%s: a FIFO as a rank file: %v", c, err)
 		}
 	}

@@ -8,7 +8,9 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -34,10 +36,13 @@ func (r *Roots) WriteFileAtomic(what, path string, data []byte) (err error) {
 
 // writeHooks are the checks and changes a write on a caller's behalf adds:
 // dir is called with the opened directory's description before anything
-// is written, file with the new file before it is linked in.
+// is written, file with the new file before it is linked in; caller, when
+// set, is the user on whose behalf the daemon writes, whose stale temp
+// files the write may sweep besides the daemon's own (sweepTemps).
 type writeHooks struct {
-	dir  func(fs.FileInfo) error
-	file func(*os.File) error
+	dir    func(fs.FileInfo) error
+	file   func(*os.File) error
+	caller *Caller
 }
 
 func (r *Roots) writeFileAtomic(what, path string, data []byte, hooks writeHooks) (err error) {
@@ -81,7 +86,11 @@ func (r *Roots) writeFileAtomic(what, path string, data []byte, hooks writeHooks
 	if err := d.Sync(); err != nil {
 		return err
 	}
-	sweepTemps(p, d, tmpName)
+	owners := []uint32{uint32(os.Geteuid())}
+	if hooks.caller != nil {
+		owners = append(owners, hooks.caller.UID)
+	}
+	sweepTemps(p, d, tmpName, owners)
 	return nil
 }
 
@@ -183,9 +192,12 @@ func writeNamed(tmp place, data []byte, own func(*os.File) error) (err error) {
 
 // sweepTemps removes the temp files that atomic writes into directory d (p)
 // left when they were killed (every file named .<name>.tmp<16 hex>), once
-// they are stale. Best effort: one that cannot be removed stays for the
-// next write.
-func sweepTemps(p place, d *os.File, own string) {
+// they are stale, and only those of owners: the daemon's own user and the
+// user it writes for. Another user's are not its to remove, though a daemon
+// running as root could (in a sticky dataloader/ shared by several users,
+// root may remove anyone's file). Best effort: one that cannot be removed
+// stays for the next write.
+func sweepTemps(p place, d *os.File, own string, owners []uint32) {
 	entries, err := d.ReadDir(-1)
 	if err != nil {
 		return
@@ -195,7 +207,11 @@ func sweepTemps(p place, d *os.File, own string) {
 		if name == own || !isTemp(name) {
 			continue
 		}
-		if info, err := e.Info(); err == nil && time.Since(info.ModTime()) > staleTemp {
+		info, err := e.Info() // the entry itself (lstat): its owner is the one a sticky directory asks for
+		if err != nil || time.Since(info.ModTime()) <= staleTemp {
+			continue
+		}
+		if st, ok := info.Sys().(*syscall.Stat_t); ok && slices.Contains(owners, st.Uid) {
 			_ = p.child(name).remove()
 		}
 	}

@@ -21,6 +21,8 @@ type Blob struct {
 	// Path is the file's path or s3:// URL.
 	Path string
 	obj  *objstore.Object
+	// ctx bounds the reads of an object: the Dataset's Context.
+	ctx context.Context
 }
 
 // Load maps one of the dataset's files, or opens one of its objects.
@@ -36,20 +38,22 @@ func (d Dataset) Load(path string) (*Blob, error) {
 	if err != nil {
 		return nil, err
 	}
-	obj, err := store.Open(context.Background(), loc)
+	ctx := d.ctx()
+	obj, err := store.Open(ctx, loc)
 	if err != nil {
 		return nil, err
 	}
-	return &Blob{Data: obj.Data(), Path: path, obj: obj}, nil
+	return &Blob{Data: obj.Data(), Path: path, obj: obj, ctx: ctx}, nil
 }
 
 // Dup is another reader of the same file: a new mapping of a local file,
-// another use of an object (no request). Each is closed on its own.
+// another use of an object (no request, its reads bounded by the same
+// context). Each is closed on its own.
 func (b *Blob) Dup(d Dataset) (*Blob, error) {
 	if b.obj == nil {
 		return d.Load(b.Path)
 	}
-	return &Blob{Data: b.Data, Path: b.Path, obj: b.obj.Dup()}, nil
+	return &Blob{Data: b.Data, Path: b.Path, obj: b.obj.Dup(), ctx: b.ctx}, nil
 }
 
 // Remote reports whether the blob is an object, read through the cache.
@@ -81,12 +85,13 @@ func (b *Blob) HoldWhole(why string) error {
 	return b.Hold(0, uint64(b.Size()))
 }
 
-// Hold makes Data[off:off+n] readable until Release(off, n).
+// Hold makes Data[off:off+n] readable until Release(off, n). For an
+// object it fails when the Dataset's Context ends first.
 func (b *Blob) Hold(off, n uint64) error {
 	if b.obj == nil || n == 0 {
 		return nil
 	}
-	return b.obj.Hold(context.Background(), int64(off), int64(n))
+	return b.obj.Hold(b.ctx, int64(off), int64(n))
 }
 
 // Release ends a Hold of the same range.
@@ -104,10 +109,11 @@ func (b *Blob) Prefetch(off, n uint64) {
 	}
 }
 
-// ReadAt copies bytes of the file into p.
+// ReadAt copies bytes of the file into p. For an object it fails when the
+// Dataset's Context ends first.
 func (b *Blob) ReadAt(p []byte, off int64) (int, error) {
 	if b.obj != nil {
-		n, err := b.obj.ReadAt(p, off)
+		n, err := b.obj.ReadAtContext(b.ctx, p, off)
 		// Readers through ReadAt (compressed JSONL, Parquet) go forward:
 		// the next blocks are fetched while these bytes are used.
 		if n > 0 {

@@ -25,6 +25,19 @@ const globMeta = "*?["
 type Dataset struct {
 	Roots *Roots
 	Name  string
+	// Context bounds the requests made to object storage for the dataset:
+	// its listings and HEADs, the opening of its objects and every read of
+	// their bytes through the Blobs that Load gives (which keep it). When
+	// it ends they fail with its error. Nil is context.Background().
+	Context context.Context
+}
+
+// ctx is d.Context, or context.Background() where it is nil.
+func (d Dataset) ctx() context.Context {
+	if d.Context == nil {
+		return context.Background()
+	}
+	return d.Context
 }
 
 func (d Dataset) pathWhat() string { return fmt.Sprintf("dataset %q path", d.Name) }
@@ -43,7 +56,7 @@ func (d Dataset) Stat(path string) (fs.FileInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	info, err := store.Head(context.Background(), loc)
+	info, err := store.Head(d.ctx(), loc)
 	if err != nil {
 		return nil, err
 	}
@@ -212,7 +225,7 @@ func (d Dataset) resolveObjects(f Format, path string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	ctx := context.Background()
+	ctx := d.ctx()
 	var paths []string
 	add := func(key string) error {
 		p := objstore.Location{Bucket: loc.Bucket, Key: key}.String()

@@ -3,6 +3,7 @@ package files
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -98,16 +99,22 @@ func (f *Folder) ReadDir(name string) ([]fs.DirEntry, error) {
 	return entries, nil
 }
 
-// MaxStateFile bounds a file a folder reads: a rank's state, a few dozen
-// bytes per shard and dataset (stream bounds those at 2^22).
+// MaxStateFile bounds a file a folder reads, whatever limit its reader
+// gives: a rank's state, a few dozen bytes per shard and dataset (stream
+// bounds those at 2^22).
 const MaxStateFile = 256 << 20
 
 // ReadFile reads the file name, which must be a regular file of at most
-// MaxStateFile bytes.
-func (f *Folder) ReadFile(name string) ([]byte, error) {
+// limit bytes (and MaxStateFile). Its size is read from the opened file,
+// through any link, before a byte of it is: a larger one is refused unread,
+// and one that grows past the bound while it is read is refused having
+// read no more than the bound and a byte (Roots.ReadRegular); either is a
+// *FileError whose Oversized gives its size and the bound.
+func (f *Folder) ReadFile(name string, limit int64) ([]byte, error) {
 	path := f.join(name)
+	limit = min(limit, MaxStateFile)
 	if f.caller == nil {
-		return f.roots.ReadRegular(f.what, path, MaxStateFile)
+		return f.roots.ReadRegular(f.what, path, limit)
 	}
 	at, err := f.reachExisting(path)
 	if err != nil {
@@ -116,13 +123,17 @@ func (f *Folder) ReadFile(name string) ([]byte, error) {
 	if !f.caller.Permits(inodeOf(&at.final), Read) {
 		return nil, f.denied(path, Read, &at.final)
 	}
-	return f.roots.readRegular(f.what, path, MaxStateFile, func(info fs.FileInfo) error {
+	return f.roots.readRegular(f.what, path, limit, func(info fs.FileInfo) error {
 		return f.same(path, &at.final)(info, nil)
 	})
 }
 
 // MkdirAll makes the directory name and its missing parents. For a caller,
-// the deepest directory that exists must grant it write and search; a
+// the deepest directory that exists must grant it write and search, and
+// the directories are made in that very directory: it is opened, checked
+// to be the one the walk as the caller found, and each missing directory
+// is made by the descriptor of the one before (makeMissing), so a path
+// component swapped for a symlink after the check is not followed. A
 // daemon running as root gives the directories it makes to the caller.
 func (f *Folder) MkdirAll(name string) error {
 	path := f.join(name)
@@ -136,19 +147,104 @@ func (f *Folder) MkdirAll(name string) error {
 	if err != nil {
 		return err
 	}
-	if len(at.missing) > 0 && !f.caller.Permits(inodeOf(&at.dir), Write|Search) {
+	if len(at.missing) == 0 {
+		if at.final.Mode&unix.S_IFMT != unix.S_IFDIR {
+			return &fs.PathError{Op: "mkdir", Path: path, Err: unix.ENOTDIR}
+		}
+		return nil
+	}
+	if !f.caller.Permits(inodeOf(&at.dir), Write|Search) {
 		return f.denied(at.dirPath, Write|Search, &at.dir)
 	}
-	made, err := f.roots.mkdirAll(f.what, path, 0o755)
+	d, err := f.roots.openDir(f.what, at.dirPath)
 	if err != nil {
 		return f.daemonFailed("write", err)
 	}
-	if f.gives() {
-		for _, d := range made {
-			if err := f.give(d); err != nil {
+	defer d.Close()
+	if err := f.same(at.dirPath, &at.dir)(d.Stat()); err != nil {
+		return err
+	}
+	if beforeMkdir != nil {
+		beforeMkdir()
+	}
+	return f.daemonFailed("write", f.makeMissing(d, at.dirPath, at.missing))
+}
+
+// beforeMkdir, when set (by tests), runs once the directory a caller's
+// MkdirAll makes its first directory in is opened and checked, before
+// anything is made.
+var beforeMkdir func()
+
+// makeMissing makes the directories missing names (a path's components
+// from the first that does not exist), each in the one before, the first
+// in d, the directory at dirPath: by mkdirat on the parent's descriptor,
+// then openat without following a link, so no name is looked up by path.
+// Each directory made is synced into its parent, so that a folder a save
+// made survives a power loss with the file written into it.
+func (f *Folder) makeMissing(d *os.File, dirPath string, missing []string) error {
+	parent, parentPath := d, dirPath
+	var opened []*os.File
+	defer func() {
+		for _, o := range opened {
+			o.Close()
+		}
+	}()
+	for i, name := range missing {
+		path := filepath.Join(parentPath, name)
+		switch name {
+		case ".":
+			continue
+		case "..": // a symlink's target climbing out of a directory that does not exist
+			return &fs.PathError{Op: "mkdir", Path: path, Err: unix.ENOENT}
+		}
+		made := true
+		if err := unix.Mkdirat(int(parent.Fd()), name, 0o755); errors.Is(err, unix.EEXIST) {
+			made = false
+		} else if err != nil {
+			return &fs.PathError{Op: "mkdir", Path: path, Err: err}
+		}
+		fd, err := unix.Openat(int(parent.Fd()), name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return &fs.PathError{Op: "open", Path: path, Err: err}
+		}
+		dir := os.NewFile(uintptr(fd), path)
+		opened = append(opened, dir)
+		if made {
+			if err := parent.Sync(); err != nil {
 				return err
 			}
 		}
+		if err := f.take(dir, parent, made, i == len(missing)-1); err != nil {
+			return err
+		}
+		parent, parentPath = dir, path
+	}
+	return nil
+}
+
+// take settles a directory makeMissing reached in parent: one the daemon
+// made (it did, and the directory is the daemon's, empty, on the parent's
+// device) a daemon running as root gives to the caller; one someone else
+// made meanwhile must grant the caller write and search, as the directory
+// checked did, when anything is to be made in it.
+func (f *Folder) take(dir, parent *os.File, made, last bool) error {
+	var st, pst unix.Stat_t
+	if err := unix.Fstat(int(dir.Fd()), &st); err != nil {
+		return &fs.PathError{Op: "stat", Path: dir.Name(), Err: err}
+	}
+	if err := unix.Fstat(int(parent.Fd()), &pst); err != nil {
+		return err
+	}
+	if made && st.Uid == f.daemonUID && st.Dev == pst.Dev {
+		if _, err := dir.Readdirnames(1); errors.Is(err, io.EOF) {
+			if f.gives() {
+				return f.chown(dir)
+			}
+			return nil
+		}
+	}
+	if !last && !f.caller.Permits(inodeOf(&st), Write|Search) {
+		return f.denied(dir.Name(), Write|Search, &st)
 	}
 	return nil
 }
@@ -178,7 +274,7 @@ func (f *Folder) WriteFileAtomic(name string, data []byte) error {
 		return &AccessError{What: f.what, Path: f.path, At: path, Caller: *f.caller, Reason: fmt.Sprintf(
 			"%s may not replace %s: it is another user's file in a sticky directory", f.caller, path)}
 	}
-	hooks := writeHooks{dir: func(info fs.FileInfo) error { return f.same(at.dirPath, &at.dir)(info, nil) }}
+	hooks := writeHooks{dir: func(info fs.FileInfo) error { return f.same(at.dirPath, &at.dir)(info, nil) }, caller: f.caller}
 	if f.gives() {
 		hooks.file = func(file *os.File) error { return f.chown(file) }
 	}
@@ -224,33 +320,6 @@ func (f *Folder) mayWrite() error {
 // gives reports whether what the daemon makes for the caller is given to
 // it: a daemon running as root makes it as root.
 func (f *Folder) gives() bool { return f.daemonUID == 0 && f.caller.UID != 0 }
-
-// give hands the directory dir, which the daemon just made, to the caller,
-// once a walk as the caller finds it in a directory the caller may write.
-func (f *Folder) give(dir string) error {
-	at, err := f.reach(dir, false)
-	if err != nil {
-		return err
-	}
-	if len(at.missing) > 0 {
-		return &fs.PathError{Op: "open", Path: dir, Err: fs.ErrNotExist}
-	}
-	if !f.caller.Permits(inodeOf(&at.dir), Write|Search) {
-		return f.denied(at.dirPath, Write|Search, &at.dir)
-	}
-	if at.final.Uid != f.daemonUID {
-		return nil // made by someone else meanwhile: not the daemon's to give
-	}
-	d, err := f.roots.openDir(f.what, dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := f.same(dir, &at.final)(d.Stat()); err != nil {
-		return err
-	}
-	return f.chown(d)
-}
 
 // chown gives file to the caller.
 func (f *Folder) chown(file *os.File) error {

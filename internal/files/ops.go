@@ -78,10 +78,17 @@ func (r *Roots) ReadFile(what, path string) ([]byte, error) {
 // bytes long. Files named in requests are input from outside: a FIFO would
 // block the open (it is opened without blocking, then refused), a device
 // such as /dev/zero would be read without end, a huge file would take the
-// daemon's memory.
+// daemon's memory. The size is read from the opened file (fstat), whatever
+// link led to it, before a byte is: a larger file is refused unread, with a
+// *FileError whose Oversized gives its size and limit; see readBounded for
+// one that grows while it is read.
 func (r *Roots) ReadRegular(what, path string, limit int64) ([]byte, error) {
 	return r.readRegular(what, path, limit, nil)
 }
+
+// afterStat, when set (by tests), runs once a file readRegular opened has
+// been described and found within its limit, before it is read.
+var afterStat func(*os.File)
 
 // readRegular is ReadRegular, and calls check, when set, with the opened
 // file's description before reading it.
@@ -109,16 +116,45 @@ func (r *Roots) readRegular(what, path string, limit int64, check func(fs.FileIn
 		return nil, &FileError{Path: path, Reason: fmt.Sprintf("not a regular file (mode %v)", info.Mode())}
 	}
 	if info.Size() > limit {
-		return nil, &FileError{Path: path, Reason: fmt.Sprintf("%d bytes, more than the %d this file may have", info.Size(), limit)}
+		return nil, &FileError{Path: path, Size: info.Size(), Limit: limit,
+			Reason: fmt.Sprintf("%d bytes, more than the %d this file may have; it was not read", info.Size(), limit)}
 	}
-	b, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return nil, err
+	if afterStat != nil {
+		afterStat(f)
 	}
-	if int64(len(b)) > limit {
-		return nil, &FileError{Path: path, Reason: fmt.Sprintf("grew past the %d bytes this file may have while read", limit)}
+	return readBounded(f, path, info.Size(), limit)
+}
+
+// readBounded reads f, which was size bytes (at most limit) when it was
+// described, into one buffer of that size and a byte more, so that a file
+// read whole costs its size once. A file that fills the buffer grew since:
+// it is described again and refused at once if it is now past limit, else
+// read on into a buffer of its new size (at least twice the last, at most
+// limit and a byte), and so on; one that fills limit and a byte is
+// refused. Either refusal gives the size it has grown to.
+func readBounded(f *os.File, path string, size, limit int64) ([]byte, error) {
+	b := make([]byte, size+1)
+	n, err := io.ReadFull(f, b)
+	for err == nil { // it filled the buffer: it grew
+		now := int64(n)
+		if info, err := f.Stat(); err == nil {
+			now = max(now, info.Size())
+		}
+		if now > limit {
+			return nil, &FileError{Path: path, Size: now, Limit: limit, Reason: fmt.Sprintf(
+				"grew from %d bytes when it was opened to %d while it was read, more than the %d this file may have", size, now, limit)}
+		}
+		grown := make([]byte, min(max(now+1, 2*int64(len(b)), 512), limit+1))
+		copy(grown, b)
+		b = grown
+		var m int
+		m, err = io.ReadFull(f, b[n:])
+		n += m
 	}
-	return b, nil
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return b[:n], nil // as long as it was, or shorter
+	}
+	return nil, err
 }
 
 // MkdirAll makes a directory and its missing parents.
@@ -188,10 +224,21 @@ func (r *Roots) syncDir(what, dir string) error {
 type FileError struct {
 	Path   string
 	Reason string
+	// Size and Limit are, for a file refused for its size, its size (at
+	// least) and the bound it is over; zero for any other refusal.
+	Size, Limit int64
 }
 
 // Error names the file and the reason.
 func (e *FileError) Error() string { return fmt.Sprintf("file %q: %s", e.Path, e.Reason) }
+
+// Oversized gives, for a file refused for its size, its size and the bound
+// it is over; ok is false for any other refusal. The state package, which
+// imports nothing of this one, knows a rank file refused for its size by
+// this method.
+func (e *FileError) Oversized() (size, limit int64, ok bool) {
+	return e.Size, e.Limit, e.Size > e.Limit
+}
 
 // Map memory-maps a whole regular file read-only, opened through the roots.
 // An empty file gives a nil mapping (mmap refuses zero lengths). Release it

@@ -162,7 +162,7 @@ func TestFolder(t *testing.T) {
 			if err := f.WriteFileAtomic("dataloader/s.json", []byte(content)); err != nil {
 				t.Fatal(err)
 			}
-			if b, err := f.ReadFile("dataloader/s.json"); err != nil || string(b) != content {
+			if b, err := f.ReadFile("dataloader/s.json", MaxStateFile); err != nil || string(b) != content {
 				t.Fatalf("read back %q, %v; want %q", b, err, content)
 			}
 		}
@@ -185,7 +185,7 @@ func TestFolder(t *testing.T) {
 	}
 	_, err = f.ReadDir("dataloader")
 	wantOutside(t, err, "resume_from", filepath.Join(root, "ckpt", "dataloader"))
-	_, err = f.ReadFile("dataloader/f")
+	_, err = f.ReadFile("dataloader/f", MaxStateFile)
 	wantOutside(t, err, "resume_from", filepath.Join(root, "ckpt", "dataloader", "f"))
 	err = f.WriteFileAtomic("dataloader/s.json", []byte("x"))
 	wantOutside(t, err, "resume_from", filepath.Join(root, "ckpt", "dataloader"))

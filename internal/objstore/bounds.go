@@ -25,9 +25,14 @@ const (
 	maxTokenBytes = 4096
 	// DefaultMaxListPages bounds the pages of one listing.
 	DefaultMaxListPages = 10_000
-	// DefaultMaxListKeys bounds the objects of one listing: with keys of at
-	// most MaxKeyBytes, it bounds what a listing holds in memory.
+	// DefaultMaxListKeys bounds the objects of one listing.
 	DefaultMaxListKeys = 1_000_000
+	// DefaultMaxListBytes bounds the bytes of the keys and ETags one listing
+	// holds, counted as its pages arrive: a million keys of 35 bytes with
+	// 32-byte ETags, or 64 thousand of the longest keys. (The key bound
+	// alone let a store that lies hold a GiB of keys per listing.) The
+	// objects the store remembers from listings are bounded by it too.
+	DefaultMaxListBytes = 64 << 20
 	// maxAnswerBytes bounds the body of any answer other than an object's
 	// bytes: a listing page (S3's hold 1,000 keys, about 300 KB), an error.
 	maxAnswerBytes = 16 << 20
@@ -74,15 +79,15 @@ func normETag(s string) string {
 	return strings.Trim(s, `"`)
 }
 
-// checkInfo checks what a listing or HEAD says of the object at url.
-func checkInfo(url string, size *int64, etag string) error {
+// checkInfo checks what a listing or HEAD says of the object at loc.
+func checkInfo(loc Location, size *int64, etag string) error {
 	switch {
 	case size == nil:
-		return badAnswer("%s: no size given", url)
+		return badAnswer("%s: no size given", loc)
 	case *size < 0 || *size > MaxObjectSize:
-		return badAnswer("%s: size %d bytes is outside [0, %d] (5 TiB, the largest object S3 stores)", url, *size, int64(MaxObjectSize))
+		return badAnswer("%s: size %d bytes is outside [0, %d] (5 TiB, the largest object S3 stores)", loc, *size, int64(MaxObjectSize))
 	case len(etag) > MaxETagBytes:
-		return badAnswer("%s: ETag of %d bytes, more than %d", url, len(etag), MaxETagBytes)
+		return badAnswer("%s: ETag of %d bytes, more than %d", loc, len(etag), MaxETagBytes)
 	}
 	return nil
 }

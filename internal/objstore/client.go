@@ -36,8 +36,9 @@ type client struct {
 	retryFor time.Duration
 	attempt  time.Duration
 	metrics  *Metrics
-	// maxPages and maxKeys bound one listing.
+	// maxPages, maxKeys and maxBytes bound one listing.
 	maxPages, maxKeys int
+	maxBytes          int64
 }
 
 // newClient loads the standard AWS configuration: credentials from the
@@ -85,7 +86,7 @@ func newClient(ctx context.Context, o Options, m *Metrics) (*client, error) {
 		return nil, pathErr
 	}
 	return &client{s3: c, idle: idle, retryFor: o.RetryFor, attempt: o.AttemptTimeout, metrics: m,
-		maxPages: o.MaxListPages, maxKeys: o.MaxListKeys}, nil
+		maxPages: o.MaxListPages, maxKeys: o.MaxListKeys, maxBytes: o.MaxListBytes}, nil
 }
 
 // boundedClient bounds the body of every answer but an object's bytes
@@ -247,7 +248,7 @@ func (c *client) head(ctx context.Context, loc Location) (Info, error) {
 		if err != nil {
 			return err
 		}
-		if err := checkInfo(url, out.ContentLength, aws.ToString(out.ETag)); err != nil {
+		if err := checkInfo(loc, out.ContentLength, aws.ToString(out.ETag)); err != nil {
 			return err
 		}
 		info = Info{Key: loc.Key, Size: *out.ContentLength, ETag: normETag(aws.ToString(out.ETag)), LastModified: aws.ToTime(out.LastModified)}

@@ -1,8 +1,24 @@
 package objstore
 
+import "time"
+
 // ChunksOf counts the chunks of o's block table that are made.
 func ChunksOf(o *Object) int {
 	o.store.mu.Lock()
 	defer o.store.mu.Unlock()
 	return o.blocks.chunksMade()
+}
+
+// ListedOf is how many objects s remembers from listings and HEADs, and
+// the bytes of their keys and ETags.
+func ListedOf(s *Store) (int, int64) { return s.listed.size() }
+
+// SetListedFor makes what s lists stand for a HEAD for d; before any List.
+func SetListedFor(s *Store, d time.Duration) { s.listed.ttl = d }
+
+// WaitingOn counts the reads of o waiting for another's fetch.
+func WaitingOn(o *Object) int {
+	o.store.mu.Lock()
+	defer o.store.mu.Unlock()
+	return o.waiting
 }

@@ -134,3 +134,21 @@ func httpDate(t time.Time) string {
 	}
 	return t.UTC().Format(http.TimeFormat)
 }
+
+// fetch reads blocks [i, j] from the store into the backing file; it ends
+// with ctx or the store.
+func (o *Object) fetch(ctx context.Context, i, j int) error {
+	if ctx != o.store.ctx {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		stop := context.AfterFunc(o.store.ctx, cancel)
+		defer func() { stop(); cancel() }()
+	}
+	buf := make([]byte, 256<<10)
+	return o.store.client.get(ctx, o.loc, o.ver, int64(i)*o.store.opts.BlockSize, o.runBytes(i, j), o.file, buf)
+}
+
+// ended reports whether err is that of a context that ended.
+func ended(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}

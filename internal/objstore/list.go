@@ -16,7 +16,8 @@ import (
 // directory listing would).
 //
 // A listing is bounded: it is refused (ErrBadAnswer, naming the prefix and
-// the bound) past maxPages pages or maxKeys keys, when a continuation token
+// the bound) past maxPages pages, maxKeys keys or maxBytes bytes of keys and
+// ETags (counted as the pages arrive), when a continuation token
 // comes again (a listing going round) or a page said to be truncated gives
 // none, and when a key is longer than MaxKeyBytes, lies outside the prefix
 // or comes twice, or an object's size or ETag is past its bound.
@@ -32,6 +33,7 @@ func (c *client) list(ctx context.Context, bucket, prefix string, flat bool) ([]
 	seed := maphash.MakeSeed()
 	tokens := map[uint64]int{} // hash of each continuation token: the page that gave it
 	var out []Info
+	var held int64 // bytes of the keys and ETags in out
 	for pages := 1; ; pages++ {
 		if pages > c.maxPages {
 			return nil, refuse("more than %d pages, the bound of a listing (one that never ends?)", c.maxPages)
@@ -56,7 +58,10 @@ func (c *client) list(ctx context.Context, bucket, prefix string, flat bool) ([]
 				return nil, refuse("more than %d keys, the bound of a listing", c.maxKeys)
 			}
 			etag := aws.ToString(o.ETag)
-			if err := checkInfo(Location{Bucket: bucket, Key: key}.String(), o.Size, etag); err != nil {
+			if held += int64(len(key) + len(etag)); held > c.maxBytes {
+				return nil, refuse("more than %d bytes of keys and ETags (at key %d), the bound of a listing", c.maxBytes, len(out)+1)
+			}
+			if err := checkInfo(Location{Bucket: bucket, Key: key}, o.Size, etag); err != nil {
 				return nil, &ObjectError{URL: url, Op: "list", Err: err}
 			}
 			out = append(out, Info{Key: key, Size: *o.Size, ETag: normETag(etag), LastModified: aws.ToTime(o.LastModified)})
@@ -94,11 +99,15 @@ func (o *Options) listBounds() error {
 	if o.MaxListKeys == 0 {
 		o.MaxListKeys = DefaultMaxListKeys
 	}
+	if o.MaxListBytes == 0 {
+		o.MaxListBytes = DefaultMaxListBytes
+	}
 	if o.MaxMappedBytes == 0 {
 		o.MaxMappedBytes = DefaultMaxMappedBytes
 	}
-	if o.MaxListPages < 0 || o.MaxListKeys < 0 || o.MaxMappedBytes < 0 {
-		return fmt.Errorf("object store bounds: pages %d, keys %d, mapped bytes %d: want positive", o.MaxListPages, o.MaxListKeys, o.MaxMappedBytes)
+	if o.MaxListPages < 0 || o.MaxListKeys < 0 || o.MaxListBytes < 0 || o.MaxMappedBytes < 0 {
+		return fmt.Errorf("object store bounds: pages %d, keys %d, listed bytes %d, mapped bytes %d: want positive",
+			o.MaxListPages, o.MaxListKeys, o.MaxListBytes, o.MaxMappedBytes)
 	}
 	return nil
 }

@@ -62,6 +62,7 @@ type Object struct {
 	runs     map[int]*run // the GET bringing each block being fetched
 	present  int          // blocks not absent (fetching or present)
 	refs     int          // Open without Close
+	waiting  int          // reads waiting for another's fetch
 	replaced bool         // a newer ETag was opened; drop when refs reach 0
 	freed    bool
 }
@@ -100,7 +101,9 @@ func (o *Object) span(off, n int64) (first, last int, err error) {
 // Hold fetches the blocks of bytes [off, off+n) that are not in the cache
 // (consecutive ones in one GET), waits for those being fetched, and keeps
 // them all until Release(off, n). It fails, holding nothing, when a block
-// cannot be fetched (after the retries) or the context ends.
+// cannot be fetched (after the retries), or ctx ends, or the store closes.
+// A fetch it waits for that ended with its own reader's context is made
+// again for this one.
 func (o *Object) Hold(ctx context.Context, off, n int64) error {
 	if n == 0 {
 		return nil
@@ -135,15 +138,18 @@ func (o *Object) Hold(ctx context.Context, off, n int64) error {
 			continue
 		case fetching:
 			r := o.runs[i]
+			o.waiting++
 			s.mu.Unlock()
 			select {
 			case <-r.done:
 			case <-ctx.Done():
 				s.mu.Lock()
+				o.waiting--
 				return fail(ctx.Err())
 			}
 			s.mu.Lock()
-			if r.err != nil && o.blocks.get(i).state == absent {
+			o.waiting--
+			if r.err != nil && o.blocks.get(i).state == absent && (ctx.Err() != nil || !ended(r.err)) {
 				return fail(r.err)
 			}
 			continue
@@ -320,19 +326,19 @@ func (o *Object) punch(i, j int) {
 	}
 }
 
-// fetch reads blocks [i, j] from the store into the backing file.
-func (o *Object) fetch(ctx context.Context, i, j int) error {
-	buf := make([]byte, 256<<10)
-	return o.store.client.get(ctx, o.loc, o.ver, int64(i)*o.store.opts.BlockSize, o.runBytes(i, j), o.file, buf)
+// ReadAt copies bytes of the object into p, through the cache. It ends
+// when the store closes; ReadAtContext ends also with a context.
+func (o *Object) ReadAt(p []byte, off int64) (int, error) {
+	return o.ReadAtContext(o.store.ctx, p, off)
 }
 
-// ReadAt copies bytes of the object into p, through the cache.
-func (o *Object) ReadAt(p []byte, off int64) (int, error) {
+// ReadAtContext is ReadAt that fails, reading nothing, when ctx ends first.
+func (o *Object) ReadAtContext(ctx context.Context, p []byte, off int64) (int, error) {
 	if off >= o.size {
 		return 0, io.EOF
 	}
 	n := min(int64(len(p)), o.size-off)
-	if err := o.Hold(context.Background(), off, n); err != nil {
+	if err := o.Hold(ctx, off, n); err != nil {
 		return 0, err
 	}
 	copy(p, o.data[off:off+n])

@@ -52,8 +52,12 @@ type Options struct {
 	// ErrUnversioned.
 	AllowUnversioned bool
 	// MaxListPages and MaxListKeys bound one listing (defaults
-	// DefaultMaxListPages, DefaultMaxListKeys).
+	// DefaultMaxListPages, DefaultMaxListKeys); so does MaxListBytes, the
+	// bytes of its keys and ETags (default DefaultMaxListBytes). What the
+	// store remembers of listings is bounded by MaxListKeys objects and
+	// MaxListBytes too.
 	MaxListPages, MaxListKeys int
+	MaxListBytes              int64
 	// MaxMappedBytes bounds the sizes of the objects mapped at once
 	// (default DefaultMaxMappedBytes).
 	MaxMappedBytes int64

@@ -24,10 +24,7 @@ type Store struct {
 
 	mu      sync.Mutex
 	objects map[string]*Object // by URL; each the latest ETag seen
-	// listed is what the latest listings (and HEADs) said of each object,
-	// so that opening a dataset just listed makes no HEAD request per object.
-	listed map[string]listing
-	lru    list.List // present blocks read and no longer held, oldest first
+	lru     list.List          // present blocks read and no longer held, oldest first
 	// aheadLRU holds the present blocks fetched ahead and not yet read.
 	aheadLRU list.List
 	used     int64 // bytes of present and in-flight blocks
@@ -38,23 +35,15 @@ type Store struct {
 	aheadBytes int64
 
 	queue chan runRef
+	// listed is what the latest listings (and HEADs) said of each object
+	// (listed.go); it has its own lock.
+	listed *listed
 
 	punchOnce sync.Once
 	ctx       context.Context
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
 }
-
-// listing is an object's description from a listing, and when it was made.
-type listing struct {
-	info   Info
-	at     time.Time
-	headed bool // from a HEAD request
-}
-
-// listedFor is how long a listing stands in for a HEAD request: long enough
-// for the opening of the dataset that listed it.
-const listedFor = time.Minute
 
 // blockRef names block i of an object, in an LRU; at is when a block
 // fetched ahead came in.
@@ -83,7 +72,7 @@ func New(opts Options) (*Store, error) {
 		cancel()
 		return nil, err
 	}
-	s := &Store{opts: opts, client: c, objects: map[string]*Object{}, listed: map[string]listing{},
+	s := &Store{opts: opts, client: c, objects: map[string]*Object{}, listed: newListed(opts.MaxListKeys, opts.MaxListBytes),
 		queue: make(chan runRef, DefaultPrefetchQueue), ctx: ctx, cancel: cancel}
 	s.budget = opts.MemoryBytes
 	if opts.Dir != "" {
@@ -101,6 +90,7 @@ func (s *Store) Close() error {
 	s.cancel()
 	s.wg.Wait()
 	s.client.idle.close()
+	s.listed.close()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var errs []error
@@ -117,23 +107,14 @@ func (s *Store) Close() error {
 func (s *Store) BlockSize() int64 { return s.opts.BlockSize }
 
 // List lists the objects under prefix (sorted by key). Flat lists every key
-// under it; otherwise one level, as a directory.
+// under it; otherwise one level, as a directory. A listing is bounded
+// (Options.MaxListPages, MaxListKeys, MaxListBytes) and ends with ctx.
 func (s *Store) List(ctx context.Context, bucket, prefix string, flat bool) ([]Info, error) {
 	infos, err := s.client.list(ctx, bucket, prefix, flat)
 	if err != nil {
 		return nil, err
 	}
-	now := time.Now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for url, l := range s.listed {
-		if now.Sub(l.at) > listedFor {
-			delete(s.listed, url)
-		}
-	}
-	for _, info := range infos {
-		s.listed[Location{Bucket: bucket, Key: info.Key}.String()] = listing{info: info, at: now}
-	}
+	s.listed.put(bucket, infos, false)
 	return infos, nil
 }
 
@@ -146,17 +127,13 @@ func (s *Store) Head(ctx context.Context, loc Location) (Info, error) {
 // head is Head; with headers set, an object a listing gave no ETag is
 // described by a HEAD request all the same.
 func (s *Store) head(ctx context.Context, loc Location, headers bool) (Info, error) {
-	s.mu.Lock()
-	l, ok := s.listed[loc.String()]
-	s.mu.Unlock()
-	if ok && time.Since(l.at) <= listedFor && (!headers || l.info.ETag != "" || l.headed) {
+	l, ok := s.listed.get(loc)
+	if ok && (!headers || l.info.ETag != "" || l.headed) {
 		return l.info, nil
 	}
 	info, err := s.client.head(ctx, loc)
 	if err == nil {
-		s.mu.Lock()
-		s.listed[loc.String()] = listing{info: info, at: time.Now(), headed: true}
-		s.mu.Unlock()
+		s.listed.put(loc.Bucket, []Info{info}, true)
 	}
 	return info, err
 }

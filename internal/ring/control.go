@@ -109,13 +109,16 @@ func (c *Control) Publish(step uint64, slot, lines, segments, maxSeqlen int) {
 }
 
 // Unpublish takes back the announcements of the steps after `after` (their
-// batches are being made again): clients wait for them to be published anew.
+// batches are being made again), and the end if it was announced (the
+// iteration goes on with them): clients wait for them to be published anew.
+// A failed or closed state stays.
 func (c *Control) Unpublish(after uint64) {
 	if !c.use() {
 		return
 	}
 	defer c.mu.RUnlock()
 	atomic.StoreUint64(c.u64(HeaderPublished), after)
+	atomic.CompareAndSwapUint32(c.u32(HeaderState), StateEnded, StateRunning)
 }
 
 // Finish sets the final state (ended after endStep, failed, or closed) and

@@ -84,6 +84,39 @@ func TestControlLayout(t *testing.T) {
 	}
 }
 
+// TestControlUnpublishTakesTheEndBack: a change of weights that remakes
+// the batches after step 2 of a ring whose end was announced after step 4
+// takes the end back with them (it used to stay: a client waiting for step
+// 3 read "ended" and lost steps 3 and 4); a failed or closed ring stays so.
+func TestControlUnpublishTakesTheEndBack(t *testing.T) {
+	for _, final := range []uint32{StateEnded, StateFailed, StateClosed} {
+		r, err := NewShmRing(t.TempDir(), "ring", 4, 100, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := mapClient(t, r)
+		ctl := r.Control()
+		for s := uint64(1); s <= 4; s++ {
+			ctl.Publish(s, int(s-1), 1, 0, 0)
+		}
+		if final == StateClosed {
+			ctl.MarkClosed()
+		} else {
+			ctl.Finish(final, 4)
+		}
+		ctl.Unpublish(2)
+		want := final
+		if final == StateEnded {
+			want = StateRunning
+		}
+		if c.u64(HeaderPublished) != 2 || c.u32(HeaderState) != want {
+			t.Errorf("state %d after the steps after 2 were taken back: published %d, state %d; want 2, %d",
+				final, c.u64(HeaderPublished), c.u32(HeaderState), want)
+		}
+		r.Close()
+	}
+}
+
 // TestControlWakeups: a release watcher sleeping on the release futex is
 // woken by a client's bump and wake (through the client's own mapping), and
 // a client sleeping on the publish futex is woken by Publish when it says it

@@ -17,7 +17,9 @@ type batchStream = grpc.BidiStreamingServer[pb.BatchesRequest, pb.Batch]
 
 // Batches implements Loader: the first message attaches a consumer, later
 // ones release slots; the server sends each batch in step order, then one
-// message with end set when the rank's iteration is over. A consumer that
+// message with end set when the rank's iteration is over (a change of
+// weights may take that end back: the batches made again follow, and their
+// end, in a newer generation). A consumer that
 // attached with shm_control takes batches from the ring's control block and
 // gets only the end message. A consumer whose stream breaks without
 // CloseSession has disappeared: its session and ring are reclaimed.
@@ -89,8 +91,11 @@ func (s *Server) Batches(bs batchStream) error {
 	return s.fail(err)
 }
 
-// send hands the consumer every batch in step order; nil after the end
-// message.
+// send hands the consumer every batch in step order, and the end message
+// after the last. It goes on after the end: a change of weights that remakes
+// batches past the consumer's step takes the end back (the consumer drops
+// that end by its older generation), and the batches made again and their
+// end follow. It returns when the stream or the session ends.
 func send(ctx context.Context, bs batchStream, feed *session.Feed) error {
 	for {
 		b, err := feed.Next(ctx)
@@ -98,7 +103,10 @@ func send(ctx context.Context, bs batchStream, feed *session.Feed) error {
 			return err
 		}
 		if b.End {
-			return bs.Send(&pb.Batch{Step: b.Step, End: true})
+			if err := bs.Send(&pb.Batch{Step: b.Step, End: true, Generation: b.Generation}); err != nil {
+				return err
+			}
+			continue
 		}
 		// The message is serialized before Send returns, while the consumer
 		// still holds the slot Data points into.

@@ -1,6 +1,8 @@
 package server
 
 import (
+	"fmt"
+
 	"google.golang.org/grpc/encoding"
 	protoenc "google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/mem"
@@ -70,16 +72,23 @@ func (c batchCodec) Marshal(v any) (mem.BufferSlice, error) {
 	return mem.BufferSlice{mem.SliceBuffer(buf), mem.SliceBuffer(b.Data)}, nil
 }
 
-// Unmarshal implements encoding.CodecV2. An OpenSessionRequest is looked
-// over before it is decoded (openRequestWire, limits.go).
+// Unmarshal implements encoding.CodecV2. A request is bounded before it is
+// decoded (requestWire, wire.go): gRPC's limit is OpenSession's
+// (MaxRequestBytes), so any other request past MaxOtherRequestBytes is
+// left unread, only the reason decoded, for the interceptors to refuse.
 func (c batchCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	req, ok := v.(*pb.OpenSessionRequest)
+	req, ok := v.(proto.Message)
 	if !ok {
 		return c.proto.Unmarshal(data, v)
 	}
+	if _, open := req.(*pb.OpenSessionRequest); !open && data.Len() > MaxOtherRequestBytes {
+		why := fmt.Sprintf("the %s is %.1f MiB, more than the %d MiB a request other than OpenSession may be (server.MaxOtherRequestBytes); it was not decoded",
+			req.ProtoReflect().Descriptor().Name(), float64(data.Len())/(1<<20), MaxOtherRequestBytes>>20)
+		return proto.Unmarshal(appendRefusal(nil, why), req)
+	}
 	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
 	defer buf.Free()
-	return proto.Unmarshal(openRequestWire(buf.ReadOnlyData()), req)
+	return proto.Unmarshal(requestWire(buf.ReadOnlyData(), req), req)
 }
 
 // Name implements encoding.CodecV2: it is the proto codec, on the wire.

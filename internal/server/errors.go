@@ -64,7 +64,7 @@ func toStatus(err error) error {
 		code = codes.PermissionDenied
 	case errors.As(err, new(*files.FileError)):
 		code = codes.InvalidArgument
-	case errors.Is(err, session.ErrShuttingDown), errors.Is(err, stream.ErrClosed):
+	case errors.Is(err, session.ErrShuttingDown), errors.Is(err, stream.ErrClosed), errors.Is(err, session.ErrDaemonRestarted):
 		code = codes.Unavailable
 	case errors.Is(err, session.ErrNoTransport), errors.Is(err, cuda.ErrNoDriver):
 		code = codes.Unimplemented

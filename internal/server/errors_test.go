@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/dataloaderd/dataloaderd/internal/objstore"
+	"github.com/dataloaderd/dataloaderd/internal/session"
 	"github.com/dataloaderd/dataloaderd/internal/source"
 )
 
@@ -56,5 +57,20 @@ func TestObjectErrorCodes(t *testing.T) {
 				t.Fatalf("errors_total kind %q, want %q", got, c.code.String())
 			}
 		})
+	}
+}
+
+// TestSessionOfAnEarlierRunIsUnavailable: a request naming a session that
+// an earlier run of the daemon opened gets Unavailable, as the daemon's
+// absence does (a loader then reopens its session), not NotFound; an
+// unknown session stays NotFound.
+func TestSessionOfAnEarlierRunIsUnavailable(t *testing.T) {
+	for err, want := range map[error]codes.Code{
+		fmt.Errorf("%w: session %q", session.ErrDaemonRestarted, "0123"): codes.Unavailable,
+		fmt.Errorf("%w: %q", session.ErrNoSession, "0123"):               codes.NotFound,
+	} {
+		if got := status.Code(toStatus(err)); got != want {
+			t.Errorf("%v: %s, want %s", err, got, want)
+		}
 	}
 }

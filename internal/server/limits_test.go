@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/dataloaderd/dataloaderd/internal/server"
 	"github.com/dataloaderd/dataloaderd/internal/session"
 	"github.com/dataloaderd/dataloaderd/internal/state"
+	dlstream "github.com/dataloaderd/dataloaderd/internal/stream"
 )
 
 // TestLargestStateGoesBack: whatever the daemon writes, it takes back. A
@@ -113,5 +115,117 @@ func TestConfigTooLarge(t *testing.T) {
 	_, err := d.client.OpenSession(ctxT(t), &pb.OpenSessionRequest{Job: "huge", Config: cfg, DpSize: 1})
 	if code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "too large for the daemon: a job config must be under 4 MiB") {
 		t.Fatalf("a config of %d bytes: %v", proto.Size(cfg), err)
+	}
+}
+
+// TestEntryCountsRefusedByName: a request with more entries than a bound
+// allows is refused, InvalidArgument, naming the field, the count and the
+// bound, and counted; a request of another method than OpenSession past
+// MaxOtherRequestBytes likewise, a batch stream's message included (it
+// ends the stream). Before, all went to the decoder, and the daemon took
+// 37 MiB requests of every method (issue 23).
+func TestEntryCountsRefusedByName(t *testing.T) {
+	d := startDaemon(t, session.Config{})
+	ctx := ctxT(t)
+	cfg := d.config(t)
+	open := func(f func(*pb.OpenSessionRequest)) error {
+		req := &pb.OpenSessionRequest{Job: "j", Config: proto.Clone(cfg).(*pb.JobConfig), DpSize: 1}
+		f(req)
+		_, err := d.client.OpenSession(ctx, req)
+		return err
+	}
+	many := func(n int) map[string]float64 {
+		w := map[string]float64{}
+		for i := 0; i < n; i++ {
+			w[fmt.Sprintf("d%d", i)] = 1
+		}
+		return w
+	}
+	huge := strings.Repeat("s", server.MaxOtherRequestBytes)
+	for want, err := range map[string]error{
+		fmt.Sprintf("resume_states holds %d states, more than the ranks of any saved world this config resumes (%d", cfg.GetLogicalShards()+1, cfg.GetLogicalShards()): open(func(r *pb.OpenSessionRequest) {
+			r.ResumeStates = make([][]byte, cfg.GetLogicalShards()+1)
+		}),
+		fmt.Sprintf("resume_states holds %d states, more than the ranks of any saved world this config resumes (%d", dlstream.MaxLogicalShards+1, dlstream.MaxLogicalShards): open(func(r *pb.OpenSessionRequest) {
+			r.Config.LogicalShards = dlstream.MaxLogicalShards + 1 // refused, so not the bound
+			r.ResumeStates = make([][]byte, dlstream.MaxLogicalShards+1)
+		}),
+		fmt.Sprintf("config.datasets holds %d datasets, more than the %d a job config may have", server.MaxDatasets+1, server.MaxDatasets): open(func(r *pb.OpenSessionRequest) {
+			for len(r.Config.Datasets) <= server.MaxDatasets {
+				r.Config.Datasets = append(r.Config.Datasets, &pb.Dataset{})
+			}
+		}),
+		fmt.Sprintf("config.schedule holds %d points, more than the %d", server.MaxSchedulePoints+1, server.MaxSchedulePoints): open(func(r *pb.OpenSessionRequest) {
+			for i := 0; i <= server.MaxSchedulePoints; i++ {
+				r.Config.Schedule = append(r.Config.Schedule, &pb.SchedulePoint{Step: uint64(i), Weights: map[string]float64{"web": 1}})
+			}
+		}),
+		fmt.Sprintf("config.schedule[1].weights holds %d entries, more than the %d", server.MaxDatasets+1, server.MaxDatasets): open(func(r *pb.OpenSessionRequest) {
+			r.Config.Schedule = []*pb.SchedulePoint{{Weights: map[string]float64{"web": 1}}, {Step: 5, Weights: many(server.MaxDatasets + 1)}}
+		}),
+		fmt.Sprintf("weights holds %d entries, more than the %d datasets", server.MaxDatasets+1, server.MaxDatasets): func() error {
+			_, err := d.client.SetWeights(ctx, &pb.SetWeightsRequest{SessionId: "s", Weights: many(server.MaxDatasets + 1)})
+			return err
+		}(),
+		"the SetWeightsRequest is 4.0 MiB, more than the 4 MiB a request other than OpenSession may be": func() error {
+			_, err := d.client.SetWeights(ctx, &pb.SetWeightsRequest{SessionId: huge})
+			return err
+		}(),
+		"the GetStateRequest is 4.0 MiB": func() error {
+			_, err := d.client.GetState(ctx, &pb.GetStateRequest{SessionId: huge})
+			return err
+		}(),
+		"the SaveStateRequest is 4.0 MiB": func() error {
+			_, err := d.client.SaveState(ctx, &pb.SaveStateRequest{Folder: huge})
+			return err
+		}(),
+		"the CloseSessionRequest is 4.0 MiB": func() error {
+			_, err := d.client.CloseSession(ctx, &pb.CloseSessionRequest{SessionId: huge})
+			return err
+		}(),
+		"the BatchesRequest is 4.0 MiB": func() error {
+			bs, err := d.client.Batches(ctx)
+			if err != nil {
+				return err
+			}
+			if err := bs.Send(&pb.BatchesRequest{Kind: &pb.BatchesRequest_Attach{Attach: &pb.Attach{SessionId: huge}}}); err != nil {
+				return err
+			}
+			_, err = bs.Recv()
+			return err
+		}(),
+	} {
+		if code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), want) {
+			t.Errorf("want InvalidArgument %q, got %v", want, err)
+		}
+	}
+	if n := d.errorsByKind(t)[codes.InvalidArgument.String()]; n != 11 {
+		t.Errorf("%v refusals counted, want 11", n)
+	}
+}
+
+// TestWireBoundsPassNothingThatOpens: the counts bounded before decoding
+// refuse no config that could open a session. Past each of them, a config
+// is refused at open anyway (state.CheckLargest: its mixture log could
+// outgrow state.MaxLogBytes), at one shard a rank, the geometry that
+// leaves the log the most room.
+func TestWireBoundsPassNothingThatOpens(t *testing.T) {
+	fp := func(datasets int) state.Fingerprint {
+		f := state.Fingerprint{SeqLen: 1, LogicalShards: 1}
+		for i := 0; i < datasets; i++ {
+			f.Datasets = append(f.Datasets, state.DatasetPrint{Name: fmt.Sprint(i), Format: "megatron"})
+		}
+		return f
+	}
+	refuses := func(datasets, points int) {
+		t.Helper()
+		if err := state.CheckLargest(fp(datasets), 0, 1, points); !errors.Is(err, state.ErrTooLarge) {
+			t.Errorf("%d datasets, a schedule of %d points: %v; the bounds before decoding would refuse a config that opens", datasets, points, err)
+		}
+	}
+	refuses(server.MaxDatasets+1, 1)
+	refuses(1, server.MaxSchedulePoints+1)
+	for _, datasets := range []int{1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144, 233, 377, 610, 987, server.MaxDatasets} {
+		refuses(datasets, server.MaxScheduleWeights/datasets+1)
 	}
 }

@@ -17,7 +17,7 @@ import (
 // Unavailable) and waits up to the StopTimeout for the streams to end, then
 // stops hard. It returns ctx's error after a stop asked for.
 func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
-	g := grpc.NewServer(serverOptions()...)
+	g := grpc.NewServer(s.serverOptions()...)
 	s.register(g)
 	served := make(chan error, 1)
 	go func() { served <- g.Serve(lis) }()

@@ -1,7 +1,9 @@
 package session
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -23,8 +25,21 @@ type corpora struct {
 type sharedCorpus struct {
 	corpus *stream.Corpus
 	refs   int
-	ready  chan struct{} // closed once opening finished
-	err    error
+	// readers are the uses that have not left: when none is left, the
+	// corpus's reads end and new sessions get a corpus of their own.
+	readers int
+	ready   chan struct{} // closed once opening finished
+	err     error
+}
+
+// corpusUse is one session's use of a shared corpus: leave when its
+// producer stops (the corpus's reads in object storage end if no other
+// session reads it), release once the producer is done (the last closes it).
+type corpusUse struct {
+	c          *corpora
+	key        string
+	sc         *sharedCorpus
+	left, gone bool // guarded by c.mu
 }
 
 func newCorpora(res *stream.Resources) *corpora {
@@ -33,44 +48,105 @@ func newCorpora(res *stream.Resources) *corpora {
 
 // acquire returns the corpus of cfg, opening it if no session holds it.
 // Corpora are shared by the whole config: a job's ranks ask for the same.
-func (c *corpora) acquire(cfg stream.Config) (*stream.Corpus, func(), error) {
+// It fails with ctx's error when ctx ends first, whether this call opens
+// the corpus or waits for another's opening; an opening that another
+// caller's context ended is made again for this one.
+func (c *corpora) acquire(ctx context.Context, cfg stream.Config) (*stream.Corpus, *corpusUse, error) {
 	b, err := json.Marshal(cfg)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: %v", ErrBadRequest, err)
 	}
 	key := string(b)
-	c.mu.Lock()
-	sc := c.open[key]
-	if sc == nil {
-		sc = &sharedCorpus{ready: make(chan struct{})}
-		c.open[key] = sc
-		sc.refs++
-		c.mu.Unlock()
-		sc.corpus, sc.err = stream.OpenCorpusWith(cfg, c.res)
-		if sc.err == nil && c.opened != nil {
-			c.opened(sc.corpus)
-		}
-		close(sc.ready)
-	} else {
-		sc.refs++
-		c.mu.Unlock()
-		<-sc.ready
-	}
-	release := func() {
+	for {
 		c.mu.Lock()
-		sc.refs--
-		last := sc.refs == 0
-		if last {
-			delete(c.open, key)
+		sc := c.open[key]
+		opener := sc == nil
+		if opener {
+			sc = &sharedCorpus{ready: make(chan struct{})}
+			c.open[key] = sc
 		}
+		sc.refs++
+		sc.readers++
 		c.mu.Unlock()
-		if last && sc.corpus != nil {
-			sc.corpus.Close()
+		use := &corpusUse{c: c, key: key, sc: sc}
+		if opener {
+			corpus, err := stream.OpenCorpusContext(ctx, cfg, c.res)
+			c.mu.Lock()
+			sc.corpus, sc.err = corpus, err
+			if err != nil && c.open[key] == sc {
+				delete(c.open, key) // callers from now on open it again
+			}
+			c.mu.Unlock()
+			if err == nil && c.opened != nil {
+				c.opened(corpus)
+			}
+			close(sc.ready)
+		} else {
+			select {
+			case <-sc.ready:
+			case <-ctx.Done():
+				use.release()
+				return nil, nil, ctx.Err()
+			}
 		}
+		if sc.err != nil {
+			use.release()
+			if !opener && ctx.Err() == nil && ended(sc.err) {
+				continue // the opener went: open it for this caller
+			}
+			return nil, nil, sc.err
+		}
+		return sc.corpus, use, nil
 	}
-	if sc.err != nil {
-		release()
-		return nil, nil, sc.err
+}
+
+// ended reports whether err is that of a context that ended.
+func ended(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// leave says the session no longer reads the corpus: when no other session
+// does, its reads of objects in flight end (the producer stops sooner) and
+// sessions opened from now on get a corpus of their own.
+func (u *corpusUse) leave() {
+	c := u.c
+	c.mu.Lock()
+	if u.left {
+		c.mu.Unlock()
+		return
 	}
-	return sc.corpus, release, nil
+	u.left = true
+	u.sc.readers--
+	last := u.sc.readers == 0
+	if last && c.open[u.key] == u.sc {
+		delete(c.open, u.key)
+	}
+	corpus := u.sc.corpus
+	c.mu.Unlock()
+	if last && corpus != nil {
+		corpus.StopReads()
+	}
+}
+
+// release gives the corpus back (leaving it first); the last release closes
+// it.
+func (u *corpusUse) release() {
+	u.leave()
+	c := u.c
+	c.mu.Lock()
+	if u.gone {
+		c.mu.Unlock()
+		return
+	}
+	u.gone = true
+	u.sc.refs--
+	last := u.sc.refs == 0
+	if last && c.open[u.key] == u.sc {
+		delete(c.open, u.key)
+	}
+	corpus := u.sc.corpus
+	c.mu.Unlock()
+	if last && corpus != nil {
+		corpus.Close()
+	}
 }

@@ -75,3 +75,33 @@ func TestDuplicateSays(t *testing.T) {
 		}
 	}
 }
+
+// TestSessionOfAnEarlierRun: a session id that an earlier run of the
+// daemon gave (a daemon restarted since, its client not yet aware) is told
+// apart from an unknown one: ErrDaemonRestarted, which the client takes as
+// the daemon's absence and reopens its session (it used to be ErrNoSession,
+// and a set_weights or save right after a restart raised
+// SessionNotFoundError). An id of this run, or not of the form, stays
+// ErrNoSession.
+func TestSessionOfAnEarlierRun(t *testing.T) {
+	cfg := jobConfig(t, t.TempDir(), 0)
+	before := newManager(t, Config{})
+	o := mustOpen(t, before, Request{Job: "j", DPSize: 1, Config: cfg})
+	before.Shutdown()
+	m := newManager(t, Config{})
+	mine := mustOpen(t, m, Request{Job: "j", DPSize: 1, Config: cfg})
+	if len(o.ID) != 24 || len(mine.ID) != 24 || o.ID[:runTagLen] == mine.ID[:runTagLen] {
+		t.Fatalf("session ids %q and %q of two runs", o.ID, mine.ID)
+	}
+	if _, err := m.State(0, o.ID, 0); !errors.Is(err, ErrDaemonRestarted) || errors.Is(err, ErrNoSession) || !strings.Contains(err.Error(), o.ID) {
+		t.Errorf("the state of a session of an earlier run: %v, want ErrDaemonRestarted naming it", err)
+	}
+	if _, err := m.Attach(0, o.ID, 0, false); !errors.Is(err, ErrDaemonRestarted) {
+		t.Errorf("an attach to a session of an earlier run: %v, want ErrDaemonRestarted", err)
+	}
+	for _, id := range []string{mine.ID[:runTagLen] + strings.Repeat("0", 24-runTagLen), "nope", strings.Repeat("z", 24)} {
+		if _, err := m.State(0, id, 0); !errors.Is(err, ErrNoSession) {
+			t.Errorf("the state of session %q: %v, want ErrNoSession", id, err)
+		}
+	}
+}

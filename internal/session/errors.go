@@ -22,6 +22,9 @@ var (
 	ErrConfigDiffers = errors.New("session open with another config")
 	// ErrTooMany: every consumer the session declared has joined.
 	ErrTooMany = errors.New("more consumers than the session declared")
+	// ErrDaemonRestarted: the session was opened by an earlier run of the
+	// daemon, which restarted since; its client opens it again.
+	ErrDaemonRestarted = errors.New("the daemon restarted since the session was opened")
 	// ErrShuttingDown: the daemon is stopping and opens nothing new.
 	ErrShuttingDown = errors.New("daemon is shutting down")
 	// ErrBadRequest: a request argument is out of range or inconsistent.

@@ -44,14 +44,16 @@ func (m *Manager) Attach(uid uint32, id string, consumer int, control bool) (*Fe
 
 // Next blocks until the consumer's next batch is ready: its slot, and on
 // the inline transport its bytes, which stay valid until the consumer
-// releases the slot. After the rank's last batch it returns End.
+// releases the slot. After the rank's last batch it returns End, once: the
+// next call waits until a change of weights takes that end back (the
+// batches made again then come, in a newer Generation) or the session ends.
 func (f *Feed) Next(ctx context.Context) (Batch, error) {
 	b, err := f.ss.pipeline.Next(ctx, f.c)
 	if err != nil {
 		return Batch{}, f.why(err)
 	}
 	if b.End {
-		return Batch{Step: b.Step, End: true}, nil
+		return Batch{Step: b.Step, End: true, Generation: b.Generation}, nil
 	}
 	out := Batch{Step: b.Step, Slot: b.Slot, Lines: b.Lines, Segments: b.Segments, MaxSeqlen: b.MaxSeqlen,
 		Generation: b.Generation}

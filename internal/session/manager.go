@@ -101,6 +101,8 @@ type Manager struct {
 	// closed, oldest first: a consumer's attach or close that arrives
 	// after the session went (its own close raced it) is no failure.
 	closedByConsumers []string
+	// run tags the ids of the sessions this run of the daemon opens.
+	run string
 }
 
 // closedMemory is how many closed session ids a Manager remembers.
@@ -140,6 +142,7 @@ func New(cfg Config) (*Manager, error) {
 		cfg: cfg, log: cfg.Logger, roots: r, metrics: newMetrics(cfg.Registry),
 		corpora: newCorpora(cfg.Resources), opens: newOpenLedger(),
 		sessions: map[sessionKey]*session{}, byID: map[string]*session{}, opening: map[sessionKey]chan struct{}{},
+		run: newRunTag(),
 	}
 	m.metrics.registerResources(cfg.Registry, cfg.Resources)
 	cfg.Resources.OnSkip = skipLogger(cfg.Logger, m.metrics)
@@ -263,6 +266,9 @@ func (m *Manager) lookup(uid uint32, id string) (*session, error) {
 	case ss != nil:
 	case slices.Contains(m.closedByConsumers, id):
 		return nil, fmt.Errorf("%w: %q", ErrSessionClosed, id)
+	case m.ofEarlierRun(id):
+		return nil, fmt.Errorf("%w: session %q was opened by an earlier run of the daemon; open it again (a Loader does, with reconnect_timeout > 0)",
+			ErrDaemonRestarted, id)
 	}
 	return nil, fmt.Errorf("%w: %q (closed, reclaimed, or never opened)", ErrNoSession, id)
 }

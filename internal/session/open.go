@@ -197,10 +197,14 @@ func (m *Manager) stopped() error {
 // newSession opens (or shares) the corpus, restores the state to resume
 // from, makes the ring and starts the producer.
 func (m *Manager) newSession(ctx context.Context, key sessionKey, req Request, group string) (*session, error) {
-	corpus, release, err := m.corpora.acquire(req.Config)
+	corpus, use, err := m.corpora.acquire(ctx, req.Config)
 	if err != nil {
+		if stop := m.stopped(); stop != nil && ctx.Err() != nil {
+			return nil, stop
+		}
 		return nil, err
 	}
+	release := use.release
 	from, err := restore(corpus.Fingerprint(), m.roots, req)
 	if err == nil {
 		err = checkStateSize(corpus.Fingerprint(), req, from) // budget.go
@@ -228,7 +232,7 @@ func (m *Manager) newSession(ctx context.Context, key sessionKey, req Request, g
 		}
 		return nil, err
 	}
-	id := newSessionID()
+	id := m.newSessionID()
 	r, err := m.newRing(ringSpec{transport: req.Transport, device: req.Device, slots: req.Slots,
 		slotBytes: cfg.Layout().Bytes, consumers: req.Consumers})
 	if err != nil {
@@ -239,7 +243,7 @@ func (m *Manager) newSession(ctx context.Context, key sessionKey, req Request, g
 	produce, cancel := context.WithCancel(context.Background())
 	ss := &session{
 		id: id, key: key, groupKey: group, transport: req.Transport,
-		corpus: corpus, releaseCorpus: release, ring: r, ctl: r.Control(), datasets: corpus.DatasetNames(),
+		corpus: corpus, releaseCorpus: release, leaveCorpus: use.leave, ring: r, ctl: r.Control(), datasets: corpus.DatasetNames(),
 		cancel: cancel, done: make(chan struct{}),
 		attached: make([]bool, req.Consumers), closed: make([]bool, req.Consumers), opened: time.Now(),
 		log: m.log.With(zap.String("session", id), zap.String("job", key.job), zap.Uint32("dp_rank", key.dpRank)),

@@ -34,8 +34,10 @@ type session struct {
 	groupKey  string
 	transport Transport
 	corpus    *stream.Corpus
-	// releaseCorpus gives the shared corpus back.
+	// releaseCorpus gives the shared corpus back; leaveCorpus, before it,
+	// ends its reads in object storage when no other session reads it.
 	releaseCorpus func()
+	leaveCorpus   func()
 	pipeline      *stream.Pipeline
 	ring          ring.Ring
 	// ctl is the ring's control block (shm, cuda); nil when batches go by
@@ -91,6 +93,28 @@ func newSessionID() string {
 	var b [12]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
+}
+
+// A session's id is its daemon run's tag (runTagLen hex digits, random for
+// each run) and 16 random hex digits: a request naming a session that an
+// earlier run of the daemon opened (the daemon restarted since) is told so,
+// not that the session is unknown, and its client opens the session again.
+const runTagLen = 8
+
+// newRunTag is the tag of a run of the daemon (a Manager).
+func newRunTag() string { return newSessionID()[:runTagLen] }
+
+// newSessionID is the id of a session this run opens.
+func (m *Manager) newSessionID() string { return m.run + newSessionID()[runTagLen:] }
+
+// ofEarlierRun reports whether id has the form of a session id and another
+// run's tag.
+func (m *Manager) ofEarlierRun(id string) bool {
+	if len(id) != 24 || id[:runTagLen] == m.run {
+		return false
+	}
+	_, err := hex.DecodeString(id)
+	return err == nil
 }
 
 // join adds one consumer; it fails when all declared consumers are in.
@@ -191,6 +215,7 @@ func (s *session) stale(now time.Time, d time.Duration) bool {
 func (s *session) stop(waits *waitHistogram) {
 	s.pipeline.Close()
 	s.cancel()
+	s.leaveCorpus() // a producer waiting on object storage stops now
 	<-s.done
 	if s.ctl != nil {
 		// A control block its client cut short faults: nobody reads it then.

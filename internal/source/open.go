@@ -1,6 +1,7 @@
 package source
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
@@ -24,7 +25,7 @@ func Open(spec Spec) (Source, error) {
 		return nil, fmt.Errorf("%w: dataset %q: format %q: want %s",
 			ErrInvalid, spec.Name, spec.Format, files.List(files.Quote(files.Names(files.IsTokens)), "or"))
 	}
-	fs := files.Dataset{Roots: spec.Roots, Name: spec.Name}
+	fs := files.Dataset{Roots: spec.Roots, Name: spec.Name, Context: spec.Context}
 	var open func(path string) (fileUnits, error)
 	switch format.Name {
 	case files.Megatron:
@@ -68,8 +69,10 @@ func DatasetError(dataset string, err error) error {
 	switch {
 	case err == nil || errors.Is(err, files.ErrOutsideRoots):
 		return err
-	case errors.Is(err, objstore.ErrObject) && !errors.Is(err, objstore.ErrNotFound):
-		// Object storage failed, after its retries: not bad input.
+	case errors.Is(err, objstore.ErrObject) && !errors.Is(err, objstore.ErrNotFound),
+		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		// Object storage failed, after its retries, or the open's context
+		// ended first: not bad input.
 		return holdError(dataset, err)
 	}
 	return fmt.Errorf("%w: dataset %q: %w", ErrInvalid, dataset, err)

@@ -9,6 +9,7 @@
 package source
 
 import (
+	"context"
 	"errors"
 
 	"github.com/dataloaderd/dataloaderd/internal/files"
@@ -76,4 +77,8 @@ type Spec struct {
 	Column string
 	// Roots confines the files the dataset may open; nil confines nothing.
 	Roots *files.Roots
+	// Context bounds the requests to object storage made for the dataset
+	// (files.Dataset.Context): its listing, HEADs and opens, and every read
+	// of its objects' bytes. Nil is context.Background().
+	Context context.Context
 }

@@ -116,8 +116,12 @@ type Folder interface {
 	Path() string
 	// ReadDir lists the directory name, sorted by name.
 	ReadDir(name string) ([]fs.DirEntry, error)
-	// ReadFile reads the file name.
-	ReadFile(name string) ([]byte, error)
+	// ReadFile reads the file name, which may be at most limit bytes: its
+	// size is read from the opened file, through any link, before a byte of
+	// it is, and a larger one is refused unread (one that grows past limit
+	// while read, having read no more than limit and a byte), with an error
+	// that has, in its chain, an Oversized method giving the size and limit.
+	ReadFile(name string, limit int64) ([]byte, error)
 	// MkdirAll makes the directory name and its missing parents.
 	MkdirAll(name string) error
 	// WriteFileAtomic replaces the file name's contents so that a reader
@@ -171,7 +175,7 @@ func ReadFolder(folder Folder) ([][]byte, []string, error) {
 		}
 		world = w
 		seen[r] = true
-		b, err := folder.ReadFile(filepath.Join(Dir, e.Name()))
+		b, err := folder.ReadFile(filepath.Join(Dir, e.Name()), MaxFileBytes)
 		if err != nil {
 			return nil, nil, fmt.Errorf("resume: %w", err)
 		}

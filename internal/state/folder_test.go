@@ -1,6 +1,8 @@
 package state
 
 import (
+	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -16,9 +18,35 @@ func (d dirFolder) ReadDir(name string) ([]fs.DirEntry, error) {
 	return os.ReadDir(filepath.Join(string(d), name))
 }
 
-func (d dirFolder) ReadFile(name string) ([]byte, error) {
-	return os.ReadFile(filepath.Join(string(d), name))
+// ReadFile keeps the Folder's bound as the file layer's does: by the
+// opened file's size, before reading.
+func (d dirFolder) ReadFile(name string, limit int64) ([]byte, error) {
+	f, err := os.Open(filepath.Join(string(d), name))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if info.Size() > limit {
+		return nil, &sizeError{path: f.Name(), size: info.Size(), limit: limit}
+	}
+	return io.ReadAll(io.LimitReader(f, limit))
 }
+
+// sizeError is dirFolder's refusal of a file larger than its limit.
+type sizeError struct {
+	path        string
+	size, limit int64
+}
+
+func (e *sizeError) Error() string {
+	return fmt.Sprintf("%s: %d bytes, more than %d", e.path, e.size, e.limit)
+}
+
+func (e *sizeError) Oversized() (size, limit int64, ok bool) { return e.size, e.limit, true }
 
 func (d dirFolder) MkdirAll(name string) error {
 	return os.MkdirAll(filepath.Join(string(d), name), 0o755)

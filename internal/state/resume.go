@@ -19,8 +19,10 @@ import (
 // ranks reads one file and, onto fewer, about W/w; before, every rank read
 // every file, N ranks reading N^2 files. Each file is read only if its size
 // is within the largest state its rank could have written under the current
-// config (FileBound), and one at a time: a file past it is refused by name
-// before a byte of it is read. The world must be complete by name (every
+// config (FileBound), and one at a time: the Folder reads the size of the
+// opened file, a link's target's, and refuses a file past the bound before
+// a byte of it is read, or, grown while read, having read no more than the
+// bound; either is refused by name. The world must be complete by name (every
 // rank-q-of-W for q < W): a rank does not read the files it does not need
 // to know they are there.
 //
@@ -48,19 +50,18 @@ func ReadOwned(folder Folder, cur Fingerprint, r, w uint32) (*Restored, error) {
 		e := files[q]
 		path := filepath.Join(dir, e.Name())
 		bound := s.cursors(qhi-qlo) + MaxLogBytes
-		info, err := e.Info()
+		b, err := folder.ReadFile(filepath.Join(Dir, e.Name()), bound)
+		var big oversized
+		if errors.As(err, &big) {
+			switch size, limit, ok := big.Oversized(); {
+			case ok && limit < bound: // the folder's own cap on any file
+				return nil, fmt.Errorf("%w: %w", ErrTooLarge, err)
+			case ok:
+				return nil, tooLarge(path, size, bound, q, world, qlo, qhi, len(cur.Datasets))
+			}
+		}
 		if err != nil {
 			return nil, fmt.Errorf("resume: %w", err)
-		}
-		if info.Size() > bound {
-			return nil, tooLarge(path, info.Size(), bound, q, world, qlo, qhi, len(cur.Datasets))
-		}
-		b, err := folder.ReadFile(filepath.Join(Dir, e.Name()))
-		if err != nil {
-			return nil, fmt.Errorf("resume: %w", err)
-		}
-		if int64(len(b)) > bound { // it grew after it was listed
-			return nil, tooLarge(path, int64(len(b)), bound, q, world, qlo, qhi, len(cur.Datasets))
 		}
 		st, err := m.add(path, b)
 		if err != nil {
@@ -73,8 +74,14 @@ func ReadOwned(folder Folder, cur Fingerprint, r, w uint32) (*Restored, error) {
 	return m.done(false)
 }
 
+// oversized is the error of a Folder's ReadFile refusing a file larger
+// than the limit it was given (the file layer's *files.FileError).
+type oversized interface {
+	Oversized() (size, limit int64, ok bool)
+}
+
 func tooLarge(path string, size, bound int64, q, world, lo, hi uint32, datasets int) error {
-	return fmt.Errorf("%w: %s is %d bytes, more than the %d bytes (%s) the state of dp_rank %d of %d (shards %d to %d of %d datasets) can take under this config; it was not read",
+	return fmt.Errorf("%w: %s is %d bytes, more than the %d bytes (%s) the state of dp_rank %d of %d (shards %d to %d of %d datasets) can take under this config; it was not read past the bound",
 		ErrTooLarge, path, size, bound, mib(bound), q, world, lo, hi-1, datasets)
 }
 

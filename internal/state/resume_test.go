@@ -11,15 +11,24 @@ import (
 	"testing"
 )
 
-// countingFolder is a dirFolder that records the files read.
+// countingFolder is a dirFolder that records the files read, and the
+// limit each read was given.
 type countingFolder struct {
 	dirFolder
-	read []string
+	read   []string
+	limits map[string]int64
 }
 
-func (c *countingFolder) ReadFile(name string) ([]byte, error) {
-	c.read = append(c.read, filepath.Base(name))
-	return c.dirFolder.ReadFile(name)
+func (c *countingFolder) ReadFile(name string, limit int64) ([]byte, error) {
+	if c.limits == nil {
+		c.limits = map[string]int64{}
+	}
+	c.limits[filepath.Base(name)] = limit
+	b, err := c.dirFolder.ReadFile(name, limit)
+	if err == nil {
+		c.read = append(c.read, filepath.Base(name))
+	}
+	return b, err
 }
 
 // saveWorld saves a world of w ranks over `shards` shards of one dataset,
@@ -120,8 +129,8 @@ func TestReadOwnedBoundsFiles(t *testing.T) {
 	if !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), big) || !strings.Contains(err.Error(), fmt.Sprintf("more than the %d bytes", bound)) {
 		t.Fatalf("an oversized rank file: %v", err)
 	}
-	if len(f.read) != 0 {
-		t.Fatalf("the oversized file was read: %v", f.read)
+	if len(f.read) != 0 || f.limits["rank-1-of-2.json"] != bound {
+		t.Fatalf("the oversized file was read (%v), or its read was given the limit %d, not the bound %d", f.read, f.limits["rank-1-of-2.json"], bound)
 	}
 }
 

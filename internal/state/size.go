@@ -21,6 +21,11 @@ const (
 	// from the geometry (the schedules of up to MaxMixLog entries of
 	// history, and up to MaxQueued queued changes).
 	MaxLogBytes = 8 << 20
+	// MaxFileBytes bounds a rank file read with no config to bound it by
+	// (ReadFolder, for dataloaderd inspect): the daemon writes none larger
+	// than MaxBytes; the rest is room for the files of earlier daemons,
+	// which bounded their states only so.
+	MaxFileBytes = 256 << 20
 )
 
 // ErrTooLarge marks a config whose state could outgrow MaxBytes, and a rank

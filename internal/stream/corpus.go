@@ -1,6 +1,7 @@
 package stream
 
 import (
+	"context"
 	"fmt"
 	"sort"
 
@@ -22,6 +23,9 @@ type Corpus struct {
 	fp       state.Fingerprint
 	// ownRes is the private Resources of a corpus opened without any.
 	ownRes *Resources
+	// stopReads ends the requests to object storage of the datasets'
+	// reads (their Context): at Close, or StopReads.
+	stopReads context.CancelFunc
 }
 
 type dataset struct {
@@ -48,9 +52,37 @@ func OpenCorpus(cfg Config) (*Corpus, error) { return OpenCorpusWith(cfg, nil) }
 // OpenCorpusWith is OpenCorpus with the tokenizers, workers and cache of res
 // for text datasets; res may be nil.
 func OpenCorpusWith(cfg Config, res *Resources) (*Corpus, error) {
+	return OpenCorpusContext(context.Background(), cfg, res)
+}
+
+// OpenCorpusContext is OpenCorpusWith for a request: opening fails with
+// ctx's error when ctx ends first (the client gone, the daemon stopping),
+// however long the datasets' listings, HEADs and reads in object storage
+// would have taken (throttled, retried). Once open, the corpus's reads of
+// objects no longer depend on ctx: they end at Close or StopReads.
+func OpenCorpusContext(ctx context.Context, cfg Config, res *Resources) (*Corpus, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	reads, stopReads := context.WithCancel(context.Background())
+	detach := context.AfterFunc(ctx, stopReads)
+	c, err := openCorpus(reads, cfg, res)
+	if err == nil && !detach() {
+		c.Close() // ctx ended as the open did: its reads are ended too
+		c, err = nil, ctx.Err()
+	}
+	if err != nil {
+		detach()
+		stopReads()
+		return nil, err
+	}
+	c.stopReads = stopReads
+	return c, nil
+}
+
+// openCorpus opens cfg's datasets, whose requests to object storage end
+// with reads.
+func openCorpus(reads context.Context, cfg Config, res *Resources) (*Corpus, error) {
 	c := &Corpus{cfg: cfg}
 	for _, d := range cfg.Datasets {
 		if isText(d.Format) && res == nil {
@@ -71,9 +103,9 @@ func OpenCorpusWith(cfg Config, res *Resources) (*Corpus, error) {
 			textual = isText(d.Format)
 		)
 		if textual {
-			src, tokID, err = res.openText(cfg, d)
+			src, tokID, err = res.openText(reads, cfg, d)
 		} else {
-			src, err = openDataset(cfg, d, res.roots())
+			src, err = openDataset(reads, cfg, d, res.roots())
 		}
 		if err != nil {
 			c.Close()
@@ -130,8 +162,9 @@ const unitsPerShard = 4
 // with smaller blocks when the default gives too few units for the shards;
 // the block size is then a function of the file sizes and logical_shards,
 // both in the fingerprint, so every run and rank agrees on the units.
-func openDataset(cfg Config, d Dataset, roots *files.Roots) (source.Source, error) {
-	spec := source.Spec{Name: d.Name, Path: d.Path, Format: d.Format, Dtype: d.Dtype, EOS: cfg.EOS, Column: d.Field, Roots: roots}
+func openDataset(ctx context.Context, cfg Config, d Dataset, roots *files.Roots) (source.Source, error) {
+	spec := source.Spec{Name: d.Name, Path: d.Path, Format: d.Format, Dtype: d.Dtype, EOS: cfg.EOS, Column: d.Field, Roots: roots,
+		Context: ctx}
 	src, err := openSource(spec)
 	if err != nil || !src.Delimited() {
 		return src, err
@@ -280,6 +313,7 @@ func (c *Corpus) DatasetNames() []string {
 
 // Close unmaps every dataset.
 func (c *Corpus) Close() error {
+	c.StopReads()
 	var first error
 	for _, d := range c.datasets {
 		if err := d.src.Close(); err != nil && first == nil {
@@ -290,6 +324,15 @@ func (c *Corpus) Close() error {
 		c.ownRes.Close()
 	}
 	return first
+}
+
+// StopReads ends the reads of the corpus's objects, those waiting on the
+// store and those to come (they fail with context.Canceled): for a corpus
+// no session will read again, whose producers are stopping. Close does it.
+func (c *Corpus) StopReads() {
+	if c.stopReads != nil {
+		c.stopReads()
+	}
 }
 
 // CompressedStats describes a text dataset's compressed JSONL files.

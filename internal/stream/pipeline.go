@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/dataloaderd/dataloaderd/internal/mapped"
 	"github.com/dataloaderd/dataloaderd/internal/state"
 )
 
@@ -75,7 +74,10 @@ type Pipeline struct {
 	inFlight map[uint64]*inFlight
 	slotStep []uint64 // step held by each slot, 0 when free
 	next     []uint64 // per consumer: last step handed out
-	base     state.Rank
+	// endSeen is, per consumer, 1 + the generation of the end Next handed
+	// it (0: none): the end of a generation is handed once.
+	endSeen []uint64
+	base    state.Rank
 	// mixture is the rank's mixture log, changes made at run time included,
 	// those queued for batches not made yet too: a state after step s holds
 	// the entries of steps <= s as its history and the later ones as its
@@ -93,14 +95,17 @@ type Pipeline struct {
 type Hooks struct {
 	// Produced is called after a batch is written into its slot, in step order.
 	Produced func(Batch)
-	// Finished is called once when the producer stops: after the rank's last
-	// batch (err nil, step the last step), or on an error.
+	// Finished is called when the producer finds the end of the rank's
+	// iteration (err nil, step the last step), again after a change of
+	// weights took that end back (Remade) and the batches made again end, or
+	// once when production fails (err).
 	Finished func(step uint64, err error)
 	// SlotWait is called with true before the producer waits for a slot to be
 	// released, and with false when it has one.
 	SlotWait func(waiting bool)
 	// Remade is called, with the producer held, when the batches after step
-	// `after` were dropped to be made again (a change of weights).
+	// `after` were dropped to be made again (a change of weights); an end
+	// announced after them (Finished) is taken back with them.
 	Remade func(after uint64)
 }
 
@@ -123,6 +128,7 @@ func NewPipeline(rank *Rank, ring Slots, consumers int) *Pipeline {
 		inFlight: map[uint64]*inFlight{},
 		slotStep: make([]uint64, ring.Slots()),
 		next:     make([]uint64, consumers),
+		endSeen:  make([]uint64, consumers),
 		base:     rank.State(),
 	}
 	p.mixture = state.CloneMixture(p.base.Mixture)
@@ -159,120 +165,16 @@ func (p *Pipeline) wait(ctx context.Context, cond func() bool) error {
 	return nil
 }
 
-// Run produces batches until the rank is done, ctx ends or the pipeline is
-// closed. A production error is returned and handed to every consumer.
-func (p *Pipeline) Run(ctx context.Context) (err error) {
-	n := uint64(len(p.slotStep))
-	defer func() {
-		if p.hooks.Finished != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, ErrClosed) {
-			_ = p.hook(func() { p.hooks.Finished(p.produced, err) }) // a ring cut short has no reader
-		}
-	}()
-	for {
-		p.mu.Lock()
-		slot := int(p.produced % n)
-		waited := false
-		if p.slotStep[slot] != 0 && !p.closed && p.hooks.SlotWait != nil {
-			p.mu.Unlock()
-			if err := p.hook(func() { p.hooks.SlotWait(true) }); err != nil {
-				return p.fail(p.produced+1, err)
-			}
-			waited = true
-			p.mu.Lock()
-		}
-		err := p.wait(ctx, func() bool { return p.closed || !p.pause && p.slotStep[int(p.produced%n)] == 0 })
-		if err == nil && p.closed {
-			err = ErrClosed
-		}
-		step := p.produced + 1
-		slot = int((step - 1) % n)
-		p.busy = err == nil
-		p.mu.Unlock()
-		if waited {
-			if err := p.hook(func() { p.hooks.SlotWait(false) }); err != nil {
-				return p.fail(step, err)
-			}
-		}
-		if err != nil {
-			return err
-		}
-		// The batch is copied from mapped corpus files into a slot that may
-		// be a mapped file too: either cut short under the daemon faults,
-		// which fails this pipeline alone.
-		var prod Produced
-		err = guardMapped(func() error {
-			var gerr error
-			prod, gerr = p.rank.NextBatchBytes(p.ring.Slot(slot))
-			return gerr
-		})
-		if c, ok := p.ring.(committer); ok && err == nil && prod.Lines > 0 {
-			if cerr := c.Commit(slot); cerr != nil {
-				err = fmt.Errorf("copying the batch to its device slot: %w", cerr)
-			}
-		}
-		p.mu.Lock()
-		p.busy = false
-		var b Batch
-		switch {
-		case err != nil:
-			p.err = fmt.Errorf("producing step %d: %w", step, err)
-		case prod.Lines == 0:
-			p.ended = true
-		default:
-			b = Batch{Step: step, Slot: slot, Lines: prod.Lines, DatasetLines: prod.DatasetLines,
-				Segments: prod.Segments, MaxSeqlen: prod.MaxSeqlen, Weights: prod.Weights}
-			p.produced = step
-			p.slotStep[slot] = step
-			p.inFlight[step] = &inFlight{
-				Batch:    b,
-				delta:    prod.Delta,
-				released: make([]bool, p.consumers),
-				left:     p.consumers,
-			}
-		}
-		done, perr := p.ended, p.err
-		p.broadcast()
-		p.mu.Unlock()
-		if perr != nil {
-			return perr
-		}
-		if done {
-			return nil
-		}
-		if p.hooks.Produced != nil {
-			if err := p.hook(func() { p.hooks.Produced(b) }); err != nil {
-				return p.fail(step, err)
-			}
-		}
-	}
-}
-
-// hook runs a hook that may write the ring's control block, a mapped file.
-func (p *Pipeline) hook(fn func()) error {
-	return guardMapped(func() error { fn(); return nil })
-}
-
-// guardMapped runs the pipeline's accesses to mapped memory; a variable so
-// that a benchmark can measure the guard's cost against a plain call.
-var guardMapped = mapped.Guard
-
-// fail ends production with err, which consumers get from Next.
-func (p *Pipeline) fail(step uint64, err error) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.err == nil {
-		p.err = fmt.Errorf("producing step %d: %w", step, err)
-	}
-	p.broadcast()
-	return p.err
-}
-
-// Next blocks until consumer c's next batch is ready and returns it.
+// Next blocks until consumer c's next batch is ready and returns it; after
+// the rank's last batch, an End batch. The end is handed once: a change of
+// weights may take it back (its Generation is then older than the
+// pipeline's), and the next call waits for the batches made again and
+// their end, or for the pipeline's close.
 func (p *Pipeline) Next(ctx context.Context, c int) (Batch, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	err := p.wait(ctx, func() bool {
-		return p.closed || p.err != nil || p.ended || p.produced > p.next[c]
+		return p.closed || p.err != nil || p.produced > p.next[c] || p.ended && p.endSeen[c] != p.gen+1
 	})
 	switch {
 	case err != nil:
@@ -287,7 +189,8 @@ func (p *Pipeline) Next(ctx context.Context, c int) (Batch, error) {
 	case p.err != nil:
 		return Batch{}, p.err
 	default:
-		return Batch{Step: p.produced, End: true}, nil
+		p.endSeen[c] = p.gen + 1
+		return Batch{Step: p.produced, End: true, Generation: p.gen}, nil
 	}
 }
 
@@ -393,12 +296,13 @@ func (p *Pipeline) Ready(c int) int {
 }
 
 // Wait blocks until the producer has stopped for good: it returns the last
-// step and nil after the rank's last batch, the production error, or
-// ErrClosed / ctx's error.
+// step and nil once the rank's iteration ended and every consumer released
+// its last batch (before that a change of weights may take the end back),
+// the production error, or ErrClosed / ctx's error.
 func (p *Pipeline) Wait(ctx context.Context) (uint64, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	err := p.wait(ctx, func() bool { return p.closed || p.err != nil || p.ended })
+	err := p.wait(ctx, func() bool { return p.closed || p.err != nil || p.endFinal() })
 	switch {
 	case err != nil:
 		return 0, err

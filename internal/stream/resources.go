@@ -1,6 +1,7 @@
 package stream
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -114,7 +115,8 @@ func isText(format string) bool {
 // opened again with smaller blocks when the default gives too few units for
 // the shards; the block size is then a function of the file sizes and
 // logical_shards, both in the fingerprint, so every run agrees on the units.
-func (r *Resources) openText(cfg Config, d Dataset) (source.Source, string, error) {
+// Its requests to object storage end with ctx.
+func (r *Resources) openText(ctx context.Context, cfg Config, d Dataset) (source.Source, string, error) {
 	tok, id, err := r.tokenizer(d.Name, d.Tokenizer)
 	if err != nil {
 		return nil, "", err
@@ -123,7 +125,8 @@ func (r *Resources) openText(cfg Config, d Dataset) (source.Source, string, erro
 	// logical shard leave room for a file shared by two shards and for
 	// the decoders left behind where a shard's part of a file ends.
 	spec := text.Spec{Name: d.Name, Path: d.Path, Format: d.Format, Field: d.Field, OnBadRecord: d.OnBadRecord,
-		BlockBytes: textBlockBytes, Decoders: max(text.DefaultDecoders, 2*int(cfg.LogicalShards)), Roots: r.Roots}
+		BlockBytes: textBlockBytes, Decoders: max(text.DefaultDecoders, 2*int(cfg.LogicalShards)), Roots: r.Roots,
+		Context: ctx}
 	if r.OnSkip != nil {
 		name := d.Name
 		spec.OnSkip = func(err error) { r.OnSkip(name, err) }

@@ -14,9 +14,11 @@ import (
 // reached a consumer: taken is the last step the consumer asking has read;
 // the consumers of a group must each ask (with the same weights) before
 // they read step after+1, and all but the first find the change made. A
-// stream of messages may have been handed batches past `after`, which its
-// consumer drops by their older generation (Generation). The producer is
-// held meanwhile.
+// stream of messages may have been handed batches past `after`, and the
+// end after them, which its consumer drops by their older generation
+// (Generation). The producer is held meanwhile; a rank that had found its
+// end is made again too (the end is taken back: see Run), so no line of it
+// is lost.
 func (p *Pipeline) SetWeights(ctx context.Context, after, taken uint64, weights []float64) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -53,8 +55,11 @@ func (p *Pipeline) SetWeights(ctx context.Context, after, taken uint64, weights 
 	if err := p.wait(ctx, func() bool { return !p.busy || p.closed }); err != nil {
 		return err
 	}
-	if p.closed {
+	switch {
+	case p.closed:
 		return ErrClosed
+	case p.err != nil:
+		return p.err
 	}
 	if after >= p.produced {
 		if err := p.rank.SetWeights(after, weights); err != nil {

@@ -29,7 +29,7 @@ func Open(spec Spec) (Dataset, error) {
 	if field == "" {
 		field = format.Field
 	}
-	fs := files.Dataset{Roots: spec.Roots, Name: spec.Name}
+	fs := files.Dataset{Roots: spec.Roots, Name: spec.Name, Context: spec.Context}
 	var (
 		open func(path string) (part, error)
 		pool *decoderPool

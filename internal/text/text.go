@@ -21,6 +21,7 @@
 package text
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -77,6 +78,10 @@ type Spec struct {
 	OnSkip func(error)
 	// Roots confines the files the dataset may open; nil confines nothing.
 	Roots *files.Roots
+	// Context bounds the requests to object storage made for the dataset
+	// (files.Dataset.Context): its listing, HEADs and opens, and every read
+	// of its objects' bytes. Nil is context.Background().
+	Context context.Context
 }
 
 // Dataset is a text corpus as units of whole documents, concatenated over

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"net/http"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -29,6 +30,11 @@ type Lies struct {
 	Sizes map[string]int64
 	// Listing makes every page of a listing say it goes on.
 	Listing ListingLie
+	// LongKeys, when positive, makes every page of a listing hold 1,000
+	// made-up objects (S3's most per page) in place of the server's, with
+	// keys of LongKeys bytes under the prefix listed, new on every page:
+	// with Listing, a listing of as many long keys as a reader will take.
+	LongKeys int
 	// IgnoreRange answers a ranged GET with 200 and the whole object.
 	IgnoreRange bool
 	// ShiftRange answers a ranged GET with the bytes this many further on
@@ -88,7 +94,7 @@ func NewLyingProxy(t testing.TB, s *Server) *FaultProxy {
 
 // SetLies makes the proxy tell lies l from now on; Lies{} tells the truth.
 func (p *FaultProxy) SetLies(l Lies) {
-	if l.Listing == ListingTrue && !l.IgnoreRange && l.ShiftRange == 0 && !l.ExtraByte && !l.StripETag &&
+	if l.Listing == ListingTrue && l.LongKeys == 0 && !l.IgnoreRange && l.ShiftRange == 0 && !l.ExtraByte && !l.StripETag &&
 		!l.StripLastModified && !l.IgnoreConditions && len(l.Sizes) == 0 && len(l.Replaced) == 0 {
 		p.lies.Store(nil)
 		return
@@ -100,8 +106,11 @@ func (p *FaultProxy) SetLies(l Lies) {
 // Lied counts the answers a lie changed.
 func (p *FaultProxy) Lied() int64 { return p.lied.Load() }
 
-// pages numbers the tokens of ListingEndless.
+// pages numbers the tokens of ListingEndless and the pages of LongKeys.
 var pages atomic.Int64
+
+// keysPerPage is how many made-up objects a page of LongKeys holds.
+const keysPerPage = 1000
 
 // serveLies forwards r, changed by l, and answers with the server's answer
 // changed by l.
@@ -149,7 +158,7 @@ func (p *FaultProxy) serveLies(w http.ResponseWriter, r *http.Request, l *Lies) 
 			w.WriteHeader(http.StatusBadGateway)
 			return
 		}
-		lied := rewriteListing(b, bucket, l)
+		lied := rewriteListing(b, bucket, r.URL.Query().Get("prefix"), l)
 		changed = changed || !bytes.Equal(lied, b)
 		h.Set("Content-Length", strconv.Itoa(len(lied)))
 		body = bytes.NewReader(lied)
@@ -243,8 +252,9 @@ var (
 	tokenRE    = regexp.MustCompile(`(?s)<NextContinuationToken>.*?</NextContinuationToken>`)
 )
 
-// rewriteListing tells l's lies in the body of a ListObjectsV2 answer.
-func rewriteListing(b []byte, bucket string, l *Lies) []byte {
+// rewriteListing tells l's lies in the body of a ListObjectsV2 answer to a
+// listing of prefix.
+func rewriteListing(b []byte, bucket, prefix string, l *Lies) []byte {
 	b = contentsRE.ReplaceAllFunc(b, func(c []byte) []byte {
 		if m := keyRE.FindSubmatch(c); m != nil {
 			if size, ok := l.Sizes[bucket+"/"+html.UnescapeString(string(m[1]))]; ok {
@@ -259,6 +269,13 @@ func rewriteListing(b []byte, bucket string, l *Lies) []byte {
 		}
 		return c
 	})
+	if l.LongKeys > 0 {
+		b = contentsRE.ReplaceAll(b, nil)
+		end := bytes.LastIndex(b, []byte("</ListBucketResult>"))
+		if end >= 0 {
+			b = append(longKeys(b[:end:end], prefix, l.LongKeys), b[end:]...)
+		}
+	}
 	if l.Listing == ListingTrue {
 		return b
 	}
@@ -275,6 +292,29 @@ func rewriteListing(b []byte, bucket string, l *Lies) []byte {
 		return truncRE.ReplaceAll(b, goesOn)
 	}
 	return bytes.Replace(b, []byte("</ListBucketResult>"), append(goesOn, "</ListBucketResult>"...), 1)
+}
+
+// longKeys appends to b a page of keysPerPage made-up objects with keys of
+// n bytes (or just longer, for a long prefix) under prefix, new on every
+// page.
+func longKeys(b []byte, prefix string, n int) []byte {
+	page := pages.Add(1)
+	prefix = html.EscapeString(prefix)
+	b = slices.Grow(b, keysPerPage*(n+200))
+	for i := range int64(keysPerPage) {
+		b = append(b, "<Contents><Key>"...)
+		start := len(b)
+		b = append(b, prefix...)
+		b = strconv.AppendInt(b, page, 10)
+		b = append(b, '-')
+		b = strconv.AppendInt(b, i, 10)
+		for len(b)-start < n {
+			b = append(b, 'k')
+		}
+		b = fmt.Appendf(b, "</Key><LastModified>2025-01-01T00:00:00.000Z</LastModified><ETag>&#34;%032x&#34;</ETag>"+
+			"<Size>1</Size><StorageClass>STANDARD</StorageClass></Contents>", page*keysPerPage+i)
+	}
+	return b
 }
 
 // sign signs r anew for the server.

@@ -1261,14 +1261,18 @@ type Batch struct {
 	// Inline transport: lines * line_tokens little-endian int32, or with
 	// metadata the whole slot (OpenSessionResponse.fields).
 	Data []byte `protobuf:"bytes,4,opt,name=data,proto3" json:"data,omitempty"`
-	// Set on the message after the last batch: the iteration has ended.
+	// Set on the message after the last batch: the iteration has ended
+	// (unless a SetWeights takes that end back: see generation).
 	End bool `protobuf:"varint,5,opt,name=end,proto3" json:"end,omitempty"`
 	// With cu_seqlens in the config: the batch's segments (cu_seqlens holds
 	// segments + 1 offsets) and the longest segment's length.
 	Segments  uint32 `protobuf:"varint,6,opt,name=segments,proto3" json:"segments,omitempty"`
 	MaxSeqlen uint32 `protobuf:"varint,7,opt,name=max_seqlen,json=maxSeqlen,proto3" json:"max_seqlen,omitempty"`
 	// Batches made again after a SetWeights have a higher generation; a
-	// consumer drops the ones of a generation older than SetWeights returned.
+	// consumer drops the messages of a generation older than SetWeights
+	// returned whose step is past the step the change was asked after (the
+	// batches up to it stay good), end messages included: the batches made
+	// again, and their end, follow.
 	Generation    uint64 `protobuf:"varint,8,opt,name=generation,proto3" json:"generation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

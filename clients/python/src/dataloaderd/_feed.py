@@ -13,7 +13,7 @@ import queue
 import threading
 import time
 import weakref
-from typing import Callable, Iterator, NamedTuple, NoReturn, Optional, Protocol, cast
+from typing import Callable, Iterator, List, NamedTuple, NoReturn, Optional, Protocol, Tuple, cast
 
 import grpc
 
@@ -63,9 +63,11 @@ class Feed(Protocol):
     def release(self, held: Held) -> None:
         """Gives a slot back to the daemon."""
 
-    def drop_older(self, generation: int) -> None:
-        """Batches of an older generation (made before a change of weights
-        that remade them) are to be dropped, not yielded."""
+    def drop_older(self, generation: int, after: int) -> None:
+        """A change of weights from the batch after step ``after`` returned
+        ``generation``: the batches past that step of an older generation
+        (made before the change, and made again since), and their end, are
+        to be dropped, not yielded; those up to it stay good."""
 
     def close(self) -> None:
         """Ends the stream (the daemon then reclaims the session) and unmaps
@@ -167,7 +169,7 @@ class ControlFeed:
     def release(self, held: Held) -> None:
         self.control.release(held.step, held.wait_ns)
 
-    def drop_older(self, generation: int) -> None:
+    def drop_older(self, generation: int, after: int) -> None:
         pass  # the daemon takes the announcements of remade batches back in the block
 
     def close(self) -> None:
@@ -191,7 +193,10 @@ class StreamFeed:
         self.waiting_since: Optional[float] = None  # monotonic, while next() waits on a message
         self.timed_out = False
         self.closed = False
-        self._generation = 0
+        # Changes of weights whose generation the stream has not shown yet:
+        # (generation, after step); a message of an older generation past
+        # one's step was made again.
+        self._changes: List[Tuple[int, int]] = []
 
     def start(self) -> None:
         if self._stream is not None:
@@ -210,8 +215,8 @@ class StreamFeed:
         self.waiting_since = time.monotonic()
         try:
             msg = next(stream.responses)
-            while not msg.end and msg.generation < self._generation:
-                msg = next(stream.responses)  # made before a change of weights, and made again since
+            while self._remade(msg):
+                msg = next(stream.responses)
         except grpc.RpcError as err:
             if self.timed_out:
                 time_out(None)
@@ -229,8 +234,17 @@ class StreamFeed:
         assert self._stream is not None, "start() first"
         self._stream.release(held)
 
-    def drop_older(self, generation: int) -> None:
-        self._generation = max(self._generation, generation)
+    def drop_older(self, generation: int, after: int) -> None:
+        self._changes.append((generation, after))
+
+    def _remade(self, msg: pb.Batch) -> bool:
+        """Whether msg was made before a change of weights and made again
+        since (the end too: the batches made again and their end follow).
+        The batches up to a change's step were not: those the daemon had
+        sent before it stay good. Messages come in generation order, so the
+        changes of msg's generation or older matter no more."""
+        self._changes = [c for c in self._changes if c[0] > msg.generation]
+        return any(msg.step > after for _, after in self._changes)
 
     def close(self) -> None:
         self.closed = True

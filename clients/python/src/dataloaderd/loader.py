@@ -7,22 +7,21 @@ import os
 import sys
 import time
 import weakref
-from typing import Any, Callable, Dict, Iterator, List, Mapping, NoReturn, Optional, Tuple, TypeVar, Union, cast
+from typing import Any, Dict, Iterator, List, Mapping, NoReturn, Optional, Union, cast
 
 import grpc
 import numpy as np
 
 from . import _control, _cuda, _state
-from ._delivery import DELIVERIES, CudaDelivery, Delivery, PinnedDelivery
-from ._feed import Announced, ControlFeed, Feed, Held, open_feed
+from ._delivery import DELIVERIES, CudaDelivery, PinnedDelivery
+from ._feed import ControlFeed, Feed, Held, open_feed
 from ._job import default_job
 from ._proto import dataloader_pb2 as pb
-from ._proto import dataloader_pb2_grpc as pb_grpc
+from ._reconnect import RECOVERY_STEPS, Reconnecting, Session, connect
 from ._torchapi import Torch
 from .batch import DTYPES, Batch, make_batch, padding_arrays
 from .config import env_int, load_config, local_folder, to_proto
-from .errors import (BatchTimeoutError, ConfigError, DaemonUnavailableError, DataloaderdError, StateError,
-                     from_rpc_error, translate)
+from .errors import BatchTimeoutError, ConfigError, DaemonUnavailableError, DataloaderdError, StateError, translate
 
 
 def _optional_torch() -> Optional[Torch]:
@@ -54,37 +53,7 @@ def _close_open_loaders() -> None:
             pass
 
 
-class _Session:
-    """An open session: the daemon's reply, how its batches are announced
-    (feed) and how a slot becomes tokens (delivery)."""
-
-    __slots__ = ("reply", "feed", "delivery", "reopened_as")
-
-    def __init__(self, reply: pb.OpenSessionResponse, feed: Feed, delivery: Delivery):
-        self.reply, self.feed, self.delivery = reply, feed, delivery
-        # The session that took this one's place on a restarted daemon.
-        self.reopened_as: Optional[_Session] = None
-
-
-R = TypeVar("R")
-
-# set_weights calls a loader remembers, to make them again on a reopened session:
-# as many as the daemon queues for later steps (state.MaxQueued), which the state
-# a session reopens from carries too.
-_MAX_CHANGES = 256
-
-# Batches between refreshes of the state a reconnect resumes from: a reopened
-# session takes at most this many batches again.
-_RECOVERY_STEPS = 32
-
-
-def _connect(path: str) -> Tuple[grpc.Channel, pb_grpc.LoaderStub]:
-    channel = grpc.insecure_channel("unix://" + path, options=[
-        ("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)])
-    return channel, pb_grpc.LoaderStub(channel)
-
-
-class Loader:
+class Loader(Reconnecting):
     """Batches of packed token lines for one data-parallel rank.
 
     ``config`` is a dict or the path of a YAML/JSON file (keys in the README).
@@ -128,14 +97,7 @@ class Loader:
             raise ConfigError(f"batch_timeout must be > 0 seconds or None, got {batch_timeout!r}")
         if not reconnect_timeout >= 0:
             raise ConfigError(f"reconnect_timeout must be >= 0 seconds (0: off), got {reconnect_timeout!r}")
-        self._reconnect_timeout = float(reconnect_timeout)
-        # The state a session reopened on a restarted daemon resumes from:
-        # (step, the rank's sharded state at that step), refreshed every
-        # _RECOVERY_STEPS batches; None: the session's own start.
-        self._recovery: Optional[Tuple[int, pb.ShardedState]] = None
-        self._recovery_prev: Optional[Tuple[int, pb.ShardedState]] = None  # the one before (groups)
-        self._changes: List[Tuple[int, Dict[str, float]]] = []  # set_weights calls: (after step, weights)
-        self.reconnects = 0
+        self._init_reconnect(reconnect_timeout)  # see _reconnect.py
         if end not in ("stop", "pad"):
             raise ConfigError(f"end {end!r}: want 'stop' (iteration ends after the rank's last batch) or 'pad'")
         self._end = end
@@ -160,13 +122,11 @@ class Loader:
         if not os.path.exists(path):
             raise DaemonUnavailableError(f"no daemon socket at {path}: is 'dataloaderd serve --socket {path}' running?")
         self.socket = path
-        self._channel, self._stub = _connect(path)
+        self._channel, self._stub = connect(path)
         _open_loaders.add(self)
         self._resume_sharded: Optional[pb.ShardedState] = None
-        self._reopened_after = 0.0  # seconds without a daemon, told to the next OpenSession
-        self._skip_to = 0  # the step the next OpenSession moves past (reopening a session)
-        self._reconnect_step = 0  # a group consumer's last step, told to the next OpenSession
-        self._live: Optional[_Session] = None
+        self._reopened_after, self._skip_to, self._reconnect_step = 0.0, 0, 0
+        self._live: Optional[Session] = None
         self._last_step = 0
         # Whether _last_step is the resumed step before a session said so:
         # the step of a resume folder is the daemon's to read (OpenSession's
@@ -207,7 +167,7 @@ class Loader:
                 self._stub.CloseSession(pb.CloseSessionRequest(session_id=s.session_id, consumer=s.consumer),
                                         timeout=self._timeout)
                 raise
-            self._live = _Session(s, feed, delivery)
+            self._live = Session(s, feed, delivery)
             self._last_step, self._step_known = s.start_step, True
             self._ended = False
         return self._live.reply
@@ -256,97 +216,11 @@ class Loader:
             arrays = live.delivery.take(got)
             tokens = arrays.pop("tokens")
             self._last_step = got.held.step
-            if self._reconnects() and self._last_step % _RECOVERY_STEPS == 0:
+            if self._reconnects() and self._last_step % RECOVERY_STEPS == 0:
                 self._keep_recovery(live)
             yield make_batch(tokens, got.held.step, self._dtype, torch, metadata=arrays, max_seqlen=got.max_seqlen)
 
-    def _next_announced(self, live: _Session) -> Optional[Announced]:
-        live.delivery.give_back()
-        return live.feed.next(self._last_step + 1, live.delivery.give_back_finished, self._time_out)
-
-    def _reconnects(self) -> bool:
-        """Whether a lost daemon is waited for."""
-        return self._reconnect_timeout > 0
-
-    def _keep_recovery(self, live: _Session) -> None:
-        """Keeps the rank's state at the last yielded step, for a session
-        reopened on a restarted daemon (best effort: a daemon already gone
-        leaves the previous one)."""
-        try:
-            resp = self._stub.GetState(pb.GetStateRequest(session_id=live.reply.session_id, step=self._last_step),
-                                       timeout=self._timeout)
-        except grpc.RpcError:
-            return
-        self._recovery_prev, self._recovery = self._recovery, (self._last_step, resp.sharded)
-
-    def _reconnect(self, live: _Session) -> _Session:
-        """The daemon went away: waits up to reconnect_timeout for it to come
-        back (a supervisor restarts it), opens the session again from the
-        kept state, moved on to the last step yielded (by the daemon, or for
-        a group's consumer by reading up to it: the same batches, the stream
-        being a function of the state) and returns the new session, whose
-        next batch is the one the old would have given."""
-        lost = time.monotonic()
-        last = self._last_step
-        self._live = None
-        try:
-            live.delivery.close()
-        finally:
-            live.feed.close()
-        # A group's consumers may be a step or two apart: the first back opens
-        # the session from the state it kept before its latest, which every
-        # consumer has read past, and each then reads up to its own step.
-        kept = self._recovery if self._consumers == 1 else self._recovery_prev
-        if kept is not None:
-            self._resume_from, self._resume_states = "", []
-            self._resume_sharded = kept[1]
-        deadline = lost + self._reconnect_timeout
-        while True:
-            self._channel.close()
-            self._channel, self._stub = _connect(self.socket)
-            try:
-                self._reopened_after = time.monotonic() - lost
-                self._skip_to = last if self._consumers == 1 else 0
-                self._reconnect_step = last if self._consumers > 1 else 0
-                self._open()
-                break
-            except DaemonUnavailableError:
-                if time.monotonic() > deadline:
-                    raise DaemonUnavailableError(
-                        f"the daemon at {self.socket} went away and did not come back within "
-                        f"reconnect_timeout={self._reconnect_timeout:g} s; resume from the last checkpoint") from None
-                time.sleep(0.01)
-        new = cast(_Session, self._live)  # set by _open(); mypy keeps the None assigned above
-        for after, weights in self._changes:  # made since the state reopened from: made again
-            if after >= self._last_step:
-                self._stub.SetWeights(pb.SetWeightsRequest(
-                    session_id=new.reply.session_id, after_step=after, taken_step=self._last_step,
-                    weights={k: float(v) for k, v in weights.items()}), timeout=self._timeout)
-        new.feed.start()
-        while self._last_step < last:  # a daemon that did not skip to it: take them again
-            got = self._next_announced(new)
-            if got is None:
-                break
-            new.delivery.take(got)
-            self._last_step = got.held.step
-        self.reconnects += 1
-        live.reopened_as = new
-        return new
-
-    def _after_reconnect(self, call: Callable[[], R]) -> R:
-        """call(), and when the daemon went away, call() again on the session
-        reopened on the restarted one (save and state_dict carry on too)."""
-        try:
-            return call()
-        except grpc.RpcError as err:
-            e = from_rpc_error(err)
-            live = self._live
-            if not isinstance(e, DaemonUnavailableError) or not self._reconnects() or live is None:
-                raise
-        self._reconnect(live)
-        return call()
-
-    def _padding(self, live: _Session) -> Iterator[Batch]:
+    def _padding(self, live: Session) -> Iterator[Batch]:
         """end="pad": after the rank's last batch, batches of pad_id flagged
         as padding, one step after another, for as long as the trainer asks
         (until every rank pads: see all_padding). The daemon saves the state
@@ -428,8 +302,10 @@ class Loader:
         it; a config changed at resume overrides it) and adds no
         communication: ranks that decide weights together (after an
         all-reduce they already do) call this on every rank with the same
-        step. README, "Changing the mixture while the job runs"."""
-        s = self._open()
+        step. README, "Changing the mixture while the job runs". Like
+        save(), it waits through a restart of the daemon (reconnect_timeout),
+        and the reopened session gets the change once."""
+        self._open()
         first = self._last_step + 1 if step is None else int(step)
         if first <= self._last_step:
             raise StateError(f"set_weights for step {first}, but this loader already yielded step {self._last_step}")
@@ -437,15 +313,17 @@ class Loader:
                if not isinstance(k, str) or isinstance(v, bool) or not isinstance(v, (int, float))]
         if bad:
             raise ConfigError(f"set_weights: weights must map dataset names to numbers, got {', '.join(bad)}")
-        live = self._live
-        assert live is not None
-        resp = self._stub.SetWeights(pb.SetWeightsRequest(
-            session_id=s.session_id, after_step=first - 1, taken_step=self._last_step,
-            weights={k: float(v) for k, v in weights.items()}), timeout=self._timeout)
-        live.feed.drop_older(resp.generation)
-        self._changes = [c for c in self._changes if c[0] < first - 1][-(_MAX_CHANGES - 1):] + [(first - 1, dict(weights))]
-        if self._reconnects():
-            self._keep_recovery(live)  # a reopened session must know the change
+        ws = {k: float(v) for k, v in weights.items()}
+
+        def call() -> None:  # on the session open now: reopened if the daemon went away
+            live = self._live
+            assert live is not None
+            resp = self._stub.SetWeights(pb.SetWeightsRequest(
+                session_id=live.reply.session_id, after_step=first - 1, taken_step=self._last_step,
+                weights=ws), timeout=self._timeout)
+            live.feed.drop_older(resp.generation, first - 1)
+        self._after_reconnect(call)
+        self._remember_change(first - 1, dict(weights))
 
     @translate
     def save(self, folder: Union[str, os.PathLike[str]]) -> str:

@@ -652,7 +652,9 @@ class Batch(_message.Message):
     metadata the whole slot (OpenSessionResponse.fields).
     """
     end: _builtins.bool
-    """Set on the message after the last batch: the iteration has ended."""
+    """Set on the message after the last batch: the iteration has ended
+    (unless a SetWeights takes that end back: see generation).
+    """
     segments: _builtins.int
     """With cu_seqlens in the config: the batch's segments (cu_seqlens holds
     segments + 1 offsets) and the longest segment's length.
@@ -660,7 +662,10 @@ class Batch(_message.Message):
     max_seqlen: _builtins.int
     generation: _builtins.int
     """Batches made again after a SetWeights have a higher generation; a
-    consumer drops the ones of a generation older than SetWeights returned.
+    consumer drops the messages of a generation older than SetWeights
+    returned whose step is past the step the change was asked after (the
+    batches up to it stay good), end messages included: the batches made
+    again, and their end, follow.
     """
     def __init__(
         self,
