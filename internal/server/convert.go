@@ -149,7 +149,7 @@ func openedTo(o session.Opened) *pb.OpenSessionResponse {
 			DataOffset: uint64(l.DataOffset), IpcHandle: l.IPCHandle, Device: uint32(l.Device),
 			ControlPath: l.ControlPath, ControlBytes: uint64(l.ControlBytes),
 		},
-		LineTokens: uint32(o.LineTokens), BatchSize: o.BatchSize, StartStep: o.StartStep, Fields: fieldsTo(o.Fields),
+		LineTokens: uint32(o.LineTokens), BatchSize: o.BatchSize, StartStep: o.StartStep, MaxSkipSteps: o.MaxSkipSteps, Fields: fieldsTo(o.Fields),
 	}
 }
 

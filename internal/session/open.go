@@ -142,48 +142,6 @@ func (m *Manager) join(ss *session, group string, device int) (Opened, error) {
 	return ss.describe(c, device), nil
 }
 
-// Bounds of the skip at open (SkipToStep): a client reopening its session
-// skips at most the few batches since the state it kept. A skip lays out
-// the lines it passes from document lengths, at a cost that grows with
-// their tokens, so it is bounded by tokens as well as by batches.
-const (
-	MaxSkip       = 1 << 16
-	MaxSkipTokens = 1 << 30
-)
-
-// skipTo moves a new session's rank to step to (0: where it is), without
-// copying tokens; a rank that ends before it stays at its end. batchTokens
-// is the tokens of a batch. Before each batch it asks stop, whose error
-// ends the skip (the daemon stopping); it ends between two lines when ctx
-// does (the client gone).
-func skipTo(ctx context.Context, rank *stream.Rank, to, batchTokens uint64, stop func() error) error {
-	switch from := rank.Step(); {
-	case to == 0 || to == from:
-		return nil
-	case to < from:
-		return fmt.Errorf("%w: skip_to_step %d is before the resumed step %d", ErrBadRequest, to, from)
-	case to-from > MaxSkip:
-		return fmt.Errorf("%w: skip_to_step %d is %d steps past the resumed step %d, more than %d (MaxSkip)", ErrBadRequest,
-			to, to-from, from, MaxSkip)
-	case to-from > MaxSkipTokens/batchTokens:
-		return fmt.Errorf("%w: skip_to_step %d is %d batches of %d tokens past the resumed step %d, more than %d tokens (MaxSkipTokens)",
-			ErrBadRequest, to, to-from, batchTokens, from, MaxSkipTokens)
-	}
-	for rank.Step() < to {
-		if err := stop(); err != nil {
-			return err
-		}
-		p, err := rank.SkipBatch(ctx)
-		if err != nil {
-			return err
-		}
-		if p.Lines == 0 {
-			return nil
-		}
-	}
-	return nil
-}
-
 // stopped is ErrShuttingDown once Shutdown began: the work of an open (a
 // skip, a schedule's replay) then ends, and so does one whose ctx ended
 // because the daemon is stopping.
@@ -268,7 +226,7 @@ func (s *session) describe(c, device int) Opened {
 	cfg := s.corpus.Config()
 	return Opened{ID: s.id, Consumer: c, Transport: s.transport, Ring: s.ring.Layout(device),
 		LineTokens: cfg.LineTokens(), BatchSize: cfg.BatchSize, StartStep: s.pipeline.StartStep(),
-		Fields: cfg.Layout().Fields}
+		MaxSkipSteps: MaxSkipSteps(uint64(cfg.BatchSize) * uint64(cfg.LineTokens())), Fields: cfg.Layout().Fields}
 }
 
 // resumeSource names where a restored state came from, for an error that a

@@ -89,6 +89,9 @@ type Opened struct {
 	BatchSize  uint32
 	// StartStep is the step the session starts after (the resumed one).
 	StartStep uint64
+	// MaxSkipSteps is the most batches a reopened session of this geometry
+	// may skip past its resumed step (MaxSkipSteps).
+	MaxSkipSteps uint64
 	// Fields is where a batch's arrays lie in a slot.
 	Fields []stream.Field
 	// reconnect: the open is a reconnect the daemon counts (reconnects.go).

@@ -77,3 +77,32 @@ func TestSkipStopsWhenCancelled(t *testing.T) {
 		t.Fatalf("a skip across Shutdown: %v, at step %d", err, rank.Step())
 	}
 }
+
+// TestMaxSkipStepsTold: the bound on a skip is one function of a batch's
+// tokens, and the open's reply tells it, so that a client keeps the state
+// it reopens from close enough: with batches over 2^25 tokens a client
+// that kept its state every 32 batches was refused its reopen after a
+// daemon restart (with 2^26-token batches the bound is 16 batches).
+func TestMaxSkipStepsTold(t *testing.T) {
+	for _, c := range []struct{ batch, want uint64 }{
+		{1, MaxSkip}, {MaxSkipTokens / MaxSkip, MaxSkip}, {MaxSkipTokens/MaxSkip + 1, MaxSkipTokens / (MaxSkipTokens/MaxSkip + 1)},
+		{1 << 26, 16}, {MaxSkipTokens, 2}, {1 << 40, 2}, {0, MaxSkip},
+	} {
+		if got := MaxSkipSteps(c.batch); got != c.want {
+			t.Errorf("MaxSkipSteps(%d) = %d, want %d", c.batch, got, c.want)
+		}
+	}
+	m := newManager(t, Config{})
+	cfg := jobConfig(t, t.TempDir(), 0)
+	cfg.SeqLen = 1 << 20
+	o := mustOpen(t, m, Request{Job: "told", DPRank: 0, DPSize: 1, Transport: Inline, Config: cfg})
+	batch := uint64(cfg.BatchSize) * uint64(cfg.LineTokens())
+	if o.MaxSkipSteps != MaxSkipTokens/batch {
+		t.Fatalf("the reply tells max_skip_steps %d for batches of %d tokens, want %d", o.MaxSkipSteps, batch, MaxSkipTokens/batch)
+	}
+	// Two batches are always allowed, however large.
+	rank, small := skipRank(t)
+	if err := skipTo(context.Background(), rank, 2, MaxSkipTokens*4, func() error { return nil }); err != nil || rank.Step() != 2 {
+		t.Fatalf("a skip of 2 huge batches: %v, at step %d (batches of %d tokens here)", err, rank.Step(), small)
+	}
+}

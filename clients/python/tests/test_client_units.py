@@ -228,3 +228,14 @@ def test_public_names():
     assert all(getattr(dataloaderd, name) is getattr(errors, name) for name in raised)
     assert set(dataloaderd.Batch.__annotations__) == {"tokens", "input_ids", "labels", "shift_labels", "step", "lines",
                                                       "padding"}
+
+
+@pytest.mark.parametrize("max_skip, want", [(0, 32), (65536, 32), (64, 32), (32, 16), (16, 8), (3, 1), (2, 1)])
+def test_recovery_kept_within_the_daemons_skip(max_skip, want):
+    """The loader keeps the state a reconnect reopens from at most half the
+    batches the daemon says it may skip at a reopen (max_skip_steps; 0 from
+    older daemons: every 32), so a reopen after a daemon restart is never
+    refused for skipping too far (with batches over 2^25 tokens it was)."""
+    from dataloaderd._proto import dataloader_pb2 as pb
+    from dataloaderd._reconnect import recovery_steps
+    assert recovery_steps(pb.OpenSessionResponse(max_skip_steps=max_skip)) == want

@@ -877,7 +877,12 @@ type OpenSessionResponse struct {
 	StartStep uint64 `protobuf:"varint,7,opt,name=start_step,json=startStep,proto3" json:"start_step,omitempty"`
 	// Where each array of a batch lies in its slot: tokens first, then the
 	// config's metadata, in the order of the README's slot layout.
-	Fields        []*SlotField `protobuf:"bytes,8,rep,name=fields,proto3" json:"fields,omitempty"`
+	Fields []*SlotField `protobuf:"bytes,8,rep,name=fields,proto3" json:"fields,omitempty"`
+	// The most batches a session of this geometry may skip past its resumed
+	// step (skip_to_step): 65,536, fewer when batches are so large that 2^30
+	// tokens bind, never fewer than 2. A client keeps the state it reopens
+	// from at most half as many batches apart. 0 from daemons before it.
+	MaxSkipSteps  uint64 `protobuf:"varint,9,opt,name=max_skip_steps,json=maxSkipSteps,proto3" json:"max_skip_steps,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -966,6 +971,13 @@ func (x *OpenSessionResponse) GetFields() []*SlotField {
 		return x.Fields
 	}
 	return nil
+}
+
+func (x *OpenSessionResponse) GetMaxSkipSteps() uint64 {
+	if x != nil {
+		return x.MaxSkipSteps
+	}
+	return 0
 }
 
 // One array of a batch in its slot.
@@ -1885,7 +1897,7 @@ const file_dataloader_v1_dataloader_proto_rawDesc = "" +
 	"ipc_handle\x18\x06 \x01(\fR\tipcHandle\x12\x16\n" +
 	"\x06device\x18\a \x01(\rR\x06device\x12!\n" +
 	"\fcontrol_path\x18\b \x01(\tR\vcontrolPath\x12#\n" +
-	"\rcontrol_bytes\x18\t \x01(\x04R\fcontrolBytes\"\xc2\x02\n" +
+	"\rcontrol_bytes\x18\t \x01(\x04R\fcontrolBytes\"\xe8\x02\n" +
 	"\x13OpenSessionResponse\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1a\n" +
@@ -1898,7 +1910,8 @@ const file_dataloader_v1_dataloader_proto_rawDesc = "" +
 	"batch_size\x18\x06 \x01(\rR\tbatchSize\x12\x1d\n" +
 	"\n" +
 	"start_step\x18\a \x01(\x04R\tstartStep\x120\n" +
-	"\x06fields\x18\b \x03(\v2\x18.dataloader.v1.SlotFieldR\x06fields\"c\n" +
+	"\x06fields\x18\b \x03(\v2\x18.dataloader.v1.SlotFieldR\x06fields\x12$\n" +
+	"\x0emax_skip_steps\x18\t \x01(\x04R\fmaxSkipSteps\"c\n" +
 	"\tSlotField\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x04R\x06offset\x12\x14\n" +

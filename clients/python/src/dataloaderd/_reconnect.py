@@ -23,7 +23,7 @@ from ._proto import dataloader_pb2 as pb
 from ._proto import dataloader_pb2_grpc as pb_grpc
 from .errors import DaemonUnavailableError, from_rpc_error
 
-__all__ = ["Session", "Reconnecting", "connect", "MAX_CHANGES", "RECOVERY_STEPS"]
+__all__ = ["Session", "Reconnecting", "connect", "MAX_CHANGES", "RECOVERY_STEPS", "recovery_steps"]
 
 R = TypeVar("R")
 
@@ -35,6 +35,16 @@ MAX_CHANGES = 256
 # Batches between refreshes of the state a reconnect resumes from: a reopened
 # session takes at most this many batches again.
 RECOVERY_STEPS = 32
+
+
+def recovery_steps(reply: pb.OpenSessionResponse) -> int:
+    """Batches between refreshes of the state a reconnect resumes from, for
+    a session: RECOVERY_STEPS, fewer when the daemon says it skips fewer
+    batches of this size at a reopen (max_skip_steps; a group's consumers
+    may reopen from the refresh before the last, so half of it)."""
+    if reply.max_skip_steps == 0:  # a daemon from before the field
+        return RECOVERY_STEPS
+    return max(1, min(RECOVERY_STEPS, reply.max_skip_steps // 2))
 
 
 def connect(path: str) -> Tuple[grpc.Channel, pb_grpc.LoaderStub]:

@@ -17,7 +17,7 @@ from ._delivery import DELIVERIES, CudaDelivery, PinnedDelivery
 from ._feed import ControlFeed, Feed, Held, open_feed
 from ._job import default_job
 from ._proto import dataloader_pb2 as pb
-from ._reconnect import RECOVERY_STEPS, Reconnecting, Session, connect
+from ._reconnect import Reconnecting, Session, connect, recovery_steps
 from ._torchapi import Torch
 from .batch import DTYPES, Batch, make_batch, padding_arrays
 from .config import env_int, load_config, local_folder, to_proto
@@ -216,7 +216,7 @@ class Loader(Reconnecting):
             arrays = live.delivery.take(got)
             tokens = arrays.pop("tokens")
             self._last_step = got.held.step
-            if self._reconnects() and self._last_step % RECOVERY_STEPS == 0:
+            if self._reconnects() and self._last_step % recovery_steps(live.reply) == 0:
                 self._keep_recovery(live)
             yield make_batch(tokens, got.held.step, self._dtype, torch, metadata=arrays, max_seqlen=got.max_seqlen)
 

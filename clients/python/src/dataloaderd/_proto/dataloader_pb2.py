@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#dataloaderd/_proto/dataloader.proto\x12\rdataloader.v1\"\x8d\x01\n\x07\x44\x61taset\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04path\x18\x02 \x01(\t\x12\x0e\n\x06\x66ormat\x18\x03 \x01(\t\x12\x0e\n\x06weight\x18\x04 \x01(\x01\x12\r\n\x05\x64type\x18\x05 \x01(\t\x12\r\n\x05\x66ield\x18\x06 \x01(\t\x12\x11\n\ttokenizer\x18\x07 \x01(\t\x12\x15\n\ron_bad_record\x18\x08 \x01(\t\"\xcf\x02\n\tJobConfig\x12\x0f\n\x07seq_len\x18\x01 \x01(\r\x12\x12\n\nbatch_size\x18\x02 \x01(\r\x12\x0c\n\x04seed\x18\x03 \x01(\x04\x12\x16\n\x0elogical_shards\x18\x04 \x01(\r\x12\x0e\n\x06\x65os_id\x18\x05 \x01(\x03\x12\x0e\n\x06\x62os_id\x18\x06 \x01(\x03\x12\x0e\n\x06pad_id\x18\x07 \x01(\x03\x12\x0e\n\x06\x65pochs\x18\x08 \x01(\r\x12\x16\n\x0eshuffle_window\x18\t \x01(\r\x12(\n\x08\x64\x61tasets\x18\n \x03(\x0b\x32\x16.dataloader.v1.Dataset\x12\x10\n\x08metadata\x18\x0b \x03(\t\x12\x11\n\tpositions\x18\x0c \x01(\t\x12 \n\x18mask_document_boundaries\x18\r \x01(\x08\x12.\n\x08schedule\x18\x0e \x03(\x0b\x32\x1c.dataloader.v1.SchedulePoint\"\x99\x01\n\rSchedulePoint\x12\x0c\n\x04step\x18\x01 \x01(\x04\x12:\n\x07weights\x18\x02 \x03(\x0b\x32).dataloader.v1.SchedulePoint.WeightsEntry\x12\x0e\n\x06linear\x18\x03 \x01(\x08\x1a.\n\x0cWeightsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"\xf9\x02\n\x12OpenSessionRequest\x12\x0b\n\x03job\x18\x01 \x01(\t\x12(\n\x06\x63onfig\x18\x02 \x01(\x0b\x32\x18.dataloader.v1.JobConfig\x12\x0f\n\x07\x64p_rank\x18\x03 \x01(\r\x12\x0f\n\x07\x64p_size\x18\x04 \x01(\r\x12\x11\n\tconsumers\x18\x05 \x01(\r\x12+\n\ttransport\x18\x06 \x01(\x0e\x32\x18.dataloader.v1.Transport\x12\x13\n\x0bresume_from\x18\x07 \x01(\t\x12\x15\n\rresume_states\x18\x08 \x03(\x0c\x12\r\n\x05slots\x18\t \x01(\r\x12\x0e\n\x06\x64\x65vice\x18\n \x01(\r\x12\x33\n\x0eresume_sharded\x18\x0b \x01(\x0b\x32\x1b.dataloader.v1.ShardedState\x12\x1c\n\x14reconnected_after_ns\x18\x0c \x01(\x04\x12\x14\n\x0cskip_to_step\x18\r \x01(\x04\x12\x16\n\x0ereconnect_step\x18\x0e \x01(\x04\"F\n\x0cShardedState\x12\x0b\n\x03run\x18\x01 \x01(\x0c\x12)\n\x06shards\x18\x02 \x03(\x0b\x32\x19.dataloader.v1.ShardState\"\x84\x01\n\nShardState\x12\x0f\n\x07\x64\x61taset\x18\x01 \x01(\r\x12\r\n\x05shard\x18\x02 \x01(\r\x12\r\n\x05lines\x18\x03 \x01(\x04\x12\r\n\x05\x65poch\x18\x04 \x01(\x04\x12\x0b\n\x03pos\x18\x05 \x01(\x04\x12\x0e\n\x06offset\x18\x06 \x01(\x04\x12\r\n\x05taken\x18\x07 \x01(\x04\x12\x0c\n\x04\x62\x61se\x18\x08 \x01(\x04\"\xb2\x01\n\x04Ring\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\r\n\x05slots\x18\x02 \x01(\r\x12\x12\n\nslot_bytes\x18\x03 \x01(\x04\x12\x13\n\x0bslot_stride\x18\x04 \x01(\x04\x12\x13\n\x0b\x64\x61ta_offset\x18\x05 \x01(\x04\x12\x12\n\nipc_handle\x18\x06 \x01(\x0c\x12\x0e\n\x06\x64\x65vice\x18\x07 \x01(\r\x12\x14\n\x0c\x63ontrol_path\x18\x08 \x01(\t\x12\x15\n\rcontrol_bytes\x18\t \x01(\x04\"\xf2\x01\n\x13OpenSessionResponse\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x10\n\x08\x63onsumer\x18\x02 \x01(\r\x12!\n\x04ring\x18\x03 \x01(\x0b\x32\x13.dataloader.v1.Ring\x12+\n\ttransport\x18\x04 \x01(\x0e\x32\x18.dataloader.v1.Transport\x12\x13\n\x0bline_tokens\x18\x05 \x01(\r\x12\x12\n\nbatch_size\x18\x06 \x01(\r\x12\x12\n\nstart_step\x18\x07 \x01(\x04\x12(\n\x06\x66ields\x18\x08 \x03(\x0b\x32\x18.dataloader.v1.SlotField\"G\n\tSlotField\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06offset\x18\x02 \x01(\x04\x12\r\n\x05\x64type\x18\x03 \x01(\t\x12\r\n\x05shape\x18\x04 \x03(\x04\"C\n\x06\x41ttach\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x10\n\x08\x63onsumer\x18\x02 \x01(\r\x12\x13\n\x0bshm_control\x18\x03 \x01(\x08\"6\n\x07Release\x12\x0c\n\x04slot\x18\x01 \x01(\r\x12\x0c\n\x04step\x18\x02 \x01(\x04\x12\x0f\n\x07wait_ns\x18\x03 \x01(\x04\"l\n\x0e\x42\x61tchesRequest\x12\'\n\x06\x61ttach\x18\x01 \x01(\x0b\x32\x15.dataloader.v1.AttachH\x00\x12)\n\x07release\x18\x02 \x01(\x0b\x32\x16.dataloader.v1.ReleaseH\x00\x42\x06\n\x04kind\"\x87\x01\n\x05\x42\x61tch\x12\x0c\n\x04step\x18\x01 \x01(\x04\x12\x0c\n\x04slot\x18\x02 \x01(\r\x12\r\n\x05lines\x18\x03 \x01(\r\x12\x0c\n\x04\x64\x61ta\x18\x04 \x01(\x0c\x12\x0b\n\x03\x65nd\x18\x05 \x01(\x08\x12\x10\n\x08segments\x18\x06 \x01(\r\x12\x12\n\nmax_seqlen\x18\x07 \x01(\r\x12\x12\n\ngeneration\x18\x08 \x01(\x04\"\xbf\x01\n\x11SetWeightsRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x12\n\nafter_step\x18\x02 \x01(\x04\x12\x12\n\ntaken_step\x18\x03 \x01(\x04\x12>\n\x07weights\x18\x04 \x03(\x0b\x32-.dataloader.v1.SetWeightsRequest.WeightsEntry\x1a.\n\x0cWeightsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"(\n\x12SetWeightsResponse\x12\x12\n\ngeneration\x18\x01 \x01(\x04\"D\n\x10SaveStateRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x04\x12\x0e\n\x06\x66older\x18\x03 \x01(\t\"0\n\x11SaveStateResponse\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\r\n\x05\x62ytes\x18\x02 \x01(\x04\"3\n\x0fGetStateRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x04\"q\n\x10GetStateResponse\x12\r\n\x05state\x18\x01 \x01(\x0c\x12\x0f\n\x07\x64p_rank\x18\x02 \x01(\r\x12\x0f\n\x07\x64p_size\x18\x03 \x01(\r\x12,\n\x07sharded\x18\x04 \x01(\x0b\x32\x1b.dataloader.v1.ShardedState\";\n\x13\x43loseSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x10\n\x08\x63onsumer\x18\x02 \x01(\r\"\x16\n\x14\x43loseSessionResponse*c\n\tTransport\x12\x19\n\x15TRANSPORT_UNSPECIFIED\x10\x00\x12\x11\n\rTRANSPORT_SHM\x10\x01\x12\x14\n\x10TRANSPORT_INLINE\x10\x02\x12\x12\n\x0eTRANSPORT_CUDA\x10\x03\x32\xeb\x03\n\x06Loader\x12T\n\x0bOpenSession\x12!.dataloader.v1.OpenSessionRequest\x1a\".dataloader.v1.OpenSessionResponse\x12\x42\n\x07\x42\x61tches\x12\x1d.dataloader.v1.BatchesRequest\x1a\x14.dataloader.v1.Batch(\x01\x30\x01\x12N\n\tSaveState\x12\x1f.dataloader.v1.SaveStateRequest\x1a .dataloader.v1.SaveStateResponse\x12K\n\x08GetState\x12\x1e.dataloader.v1.GetStateRequest\x1a\x1f.dataloader.v1.GetStateResponse\x12W\n\x0c\x43loseSession\x12\".dataloader.v1.CloseSessionRequest\x1a#.dataloader.v1.CloseSessionResponse\x12Q\n\nSetWeights\x12 .dataloader.v1.SetWeightsRequest\x1a!.dataloader.v1.SetWeightsResponseBIZGgithub.com/dataloaderd/dataloaderd/api/proto/dataloader/v1;dataloaderv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#dataloaderd/_proto/dataloader.proto\x12\rdataloader.v1\"\x8d\x01\n\x07\x44\x61taset\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04path\x18\x02 \x01(\t\x12\x0e\n\x06\x66ormat\x18\x03 \x01(\t\x12\x0e\n\x06weight\x18\x04 \x01(\x01\x12\r\n\x05\x64type\x18\x05 \x01(\t\x12\r\n\x05\x66ield\x18\x06 \x01(\t\x12\x11\n\ttokenizer\x18\x07 \x01(\t\x12\x15\n\ron_bad_record\x18\x08 \x01(\t\"\xcf\x02\n\tJobConfig\x12\x0f\n\x07seq_len\x18\x01 \x01(\r\x12\x12\n\nbatch_size\x18\x02 \x01(\r\x12\x0c\n\x04seed\x18\x03 \x01(\x04\x12\x16\n\x0elogical_shards\x18\x04 \x01(\r\x12\x0e\n\x06\x65os_id\x18\x05 \x01(\x03\x12\x0e\n\x06\x62os_id\x18\x06 \x01(\x03\x12\x0e\n\x06pad_id\x18\x07 \x01(\x03\x12\x0e\n\x06\x65pochs\x18\x08 \x01(\r\x12\x16\n\x0eshuffle_window\x18\t \x01(\r\x12(\n\x08\x64\x61tasets\x18\n \x03(\x0b\x32\x16.dataloader.v1.Dataset\x12\x10\n\x08metadata\x18\x0b \x03(\t\x12\x11\n\tpositions\x18\x0c \x01(\t\x12 \n\x18mask_document_boundaries\x18\r \x01(\x08\x12.\n\x08schedule\x18\x0e \x03(\x0b\x32\x1c.dataloader.v1.SchedulePoint\"\x99\x01\n\rSchedulePoint\x12\x0c\n\x04step\x18\x01 \x01(\x04\x12:\n\x07weights\x18\x02 \x03(\x0b\x32).dataloader.v1.SchedulePoint.WeightsEntry\x12\x0e\n\x06linear\x18\x03 \x01(\x08\x1a.\n\x0cWeightsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"\xf9\x02\n\x12OpenSessionRequest\x12\x0b\n\x03job\x18\x01 \x01(\t\x12(\n\x06\x63onfig\x18\x02 \x01(\x0b\x32\x18.dataloader.v1.JobConfig\x12\x0f\n\x07\x64p_rank\x18\x03 \x01(\r\x12\x0f\n\x07\x64p_size\x18\x04 \x01(\r\x12\x11\n\tconsumers\x18\x05 \x01(\r\x12+\n\ttransport\x18\x06 \x01(\x0e\x32\x18.dataloader.v1.Transport\x12\x13\n\x0bresume_from\x18\x07 \x01(\t\x12\x15\n\rresume_states\x18\x08 \x03(\x0c\x12\r\n\x05slots\x18\t \x01(\r\x12\x0e\n\x06\x64\x65vice\x18\n \x01(\r\x12\x33\n\x0eresume_sharded\x18\x0b \x01(\x0b\x32\x1b.dataloader.v1.ShardedState\x12\x1c\n\x14reconnected_after_ns\x18\x0c \x01(\x04\x12\x14\n\x0cskip_to_step\x18\r \x01(\x04\x12\x16\n\x0ereconnect_step\x18\x0e \x01(\x04\"F\n\x0cShardedState\x12\x0b\n\x03run\x18\x01 \x01(\x0c\x12)\n\x06shards\x18\x02 \x03(\x0b\x32\x19.dataloader.v1.ShardState\"\x84\x01\n\nShardState\x12\x0f\n\x07\x64\x61taset\x18\x01 \x01(\r\x12\r\n\x05shard\x18\x02 \x01(\r\x12\r\n\x05lines\x18\x03 \x01(\x04\x12\r\n\x05\x65poch\x18\x04 \x01(\x04\x12\x0b\n\x03pos\x18\x05 \x01(\x04\x12\x0e\n\x06offset\x18\x06 \x01(\x04\x12\r\n\x05taken\x18\x07 \x01(\x04\x12\x0c\n\x04\x62\x61se\x18\x08 \x01(\x04\"\xb2\x01\n\x04Ring\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\r\n\x05slots\x18\x02 \x01(\r\x12\x12\n\nslot_bytes\x18\x03 \x01(\x04\x12\x13\n\x0bslot_stride\x18\x04 \x01(\x04\x12\x13\n\x0b\x64\x61ta_offset\x18\x05 \x01(\x04\x12\x12\n\nipc_handle\x18\x06 \x01(\x0c\x12\x0e\n\x06\x64\x65vice\x18\x07 \x01(\r\x12\x14\n\x0c\x63ontrol_path\x18\x08 \x01(\t\x12\x15\n\rcontrol_bytes\x18\t \x01(\x04\"\x8a\x02\n\x13OpenSessionResponse\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x10\n\x08\x63onsumer\x18\x02 \x01(\r\x12!\n\x04ring\x18\x03 \x01(\x0b\x32\x13.dataloader.v1.Ring\x12+\n\ttransport\x18\x04 \x01(\x0e\x32\x18.dataloader.v1.Transport\x12\x13\n\x0bline_tokens\x18\x05 \x01(\r\x12\x12\n\nbatch_size\x18\x06 \x01(\r\x12\x12\n\nstart_step\x18\x07 \x01(\x04\x12(\n\x06\x66ields\x18\x08 \x03(\x0b\x32\x18.dataloader.v1.SlotField\x12\x16\n\x0emax_skip_steps\x18\t \x01(\x04\"G\n\tSlotField\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06offset\x18\x02 \x01(\x04\x12\r\n\x05\x64type\x18\x03 \x01(\t\x12\r\n\x05shape\x18\x04 \x03(\x04\"C\n\x06\x41ttach\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x10\n\x08\x63onsumer\x18\x02 \x01(\r\x12\x13\n\x0bshm_control\x18\x03 \x01(\x08\"6\n\x07Release\x12\x0c\n\x04slot\x18\x01 \x01(\r\x12\x0c\n\x04step\x18\x02 \x01(\x04\x12\x0f\n\x07wait_ns\x18\x03 \x01(\x04\"l\n\x0e\x42\x61tchesRequest\x12\'\n\x06\x61ttach\x18\x01 \x01(\x0b\x32\x15.dataloader.v1.AttachH\x00\x12)\n\x07release\x18\x02 \x01(\x0b\x32\x16.dataloader.v1.ReleaseH\x00\x42\x06\n\x04kind\"\x87\x01\n\x05\x42\x61tch\x12\x0c\n\x04step\x18\x01 \x01(\x04\x12\x0c\n\x04slot\x18\x02 \x01(\r\x12\r\n\x05lines\x18\x03 \x01(\r\x12\x0c\n\x04\x64\x61ta\x18\x04 \x01(\x0c\x12\x0b\n\x03\x65nd\x18\x05 \x01(\x08\x12\x10\n\x08segments\x18\x06 \x01(\r\x12\x12\n\nmax_seqlen\x18\x07 \x01(\r\x12\x12\n\ngeneration\x18\x08 \x01(\x04\"\xbf\x01\n\x11SetWeightsRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x12\n\nafter_step\x18\x02 \x01(\x04\x12\x12\n\ntaken_step\x18\x03 \x01(\x04\x12>\n\x07weights\x18\x04 \x03(\x0b\x32-.dataloader.v1.SetWeightsRequest.WeightsEntry\x1a.\n\x0cWeightsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"(\n\x12SetWeightsResponse\x12\x12\n\ngeneration\x18\x01 \x01(\x04\"D\n\x10SaveStateRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x04\x12\x0e\n\x06\x66older\x18\x03 \x01(\t\"0\n\x11SaveStateResponse\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\r\n\x05\x62ytes\x18\x02 \x01(\x04\"3\n\x0fGetStateRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x04\"q\n\x10GetStateResponse\x12\r\n\x05state\x18\x01 \x01(\x0c\x12\x0f\n\x07\x64p_rank\x18\x02 \x01(\r\x12\x0f\n\x07\x64p_size\x18\x03 \x01(\r\x12,\n\x07sharded\x18\x04 \x01(\x0b\x32\x1b.dataloader.v1.ShardedState\";\n\x13\x43loseSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x10\n\x08\x63onsumer\x18\x02 \x01(\r\"\x16\n\x14\x43loseSessionResponse*c\n\tTransport\x12\x19\n\x15TRANSPORT_UNSPECIFIED\x10\x00\x12\x11\n\rTRANSPORT_SHM\x10\x01\x12\x14\n\x10TRANSPORT_INLINE\x10\x02\x12\x12\n\x0eTRANSPORT_CUDA\x10\x03\x32\xeb\x03\n\x06Loader\x12T\n\x0bOpenSession\x12!.dataloader.v1.OpenSessionRequest\x1a\".dataloader.v1.OpenSessionResponse\x12\x42\n\x07\x42\x61tches\x12\x1d.dataloader.v1.BatchesRequest\x1a\x14.dataloader.v1.Batch(\x01\x30\x01\x12N\n\tSaveState\x12\x1f.dataloader.v1.SaveStateRequest\x1a .dataloader.v1.SaveStateResponse\x12K\n\x08GetState\x12\x1e.dataloader.v1.GetStateRequest\x1a\x1f.dataloader.v1.GetStateResponse\x12W\n\x0c\x43loseSession\x12\".dataloader.v1.CloseSessionRequest\x1a#.dataloader.v1.CloseSessionResponse\x12Q\n\nSetWeights\x12 .dataloader.v1.SetWeightsRequest\x1a!.dataloader.v1.SetWeightsResponseBIZGgithub.com/dataloaderd/dataloaderd/api/proto/dataloader/v1;dataloaderv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,8 +36,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SCHEDULEPOINT_WEIGHTSENTRY']._serialized_options = b'8\001'
   _globals['_SETWEIGHTSREQUEST_WEIGHTSENTRY']._loaded_options = None
   _globals['_SETWEIGHTSREQUEST_WEIGHTSENTRY']._serialized_options = b'8\001'
-  _globals['_TRANSPORT']._serialized_start=2760
-  _globals['_TRANSPORT']._serialized_end=2859
+  _globals['_TRANSPORT']._serialized_start=2784
+  _globals['_TRANSPORT']._serialized_end=2883
   _globals['_DATASET']._serialized_start=55
   _globals['_DATASET']._serialized_end=196
   _globals['_JOBCONFIG']._serialized_start=199
@@ -55,35 +55,35 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_RING']._serialized_start=1280
   _globals['_RING']._serialized_end=1458
   _globals['_OPENSESSIONRESPONSE']._serialized_start=1461
-  _globals['_OPENSESSIONRESPONSE']._serialized_end=1703
-  _globals['_SLOTFIELD']._serialized_start=1705
-  _globals['_SLOTFIELD']._serialized_end=1776
-  _globals['_ATTACH']._serialized_start=1778
-  _globals['_ATTACH']._serialized_end=1845
-  _globals['_RELEASE']._serialized_start=1847
-  _globals['_RELEASE']._serialized_end=1901
-  _globals['_BATCHESREQUEST']._serialized_start=1903
-  _globals['_BATCHESREQUEST']._serialized_end=2011
-  _globals['_BATCH']._serialized_start=2014
-  _globals['_BATCH']._serialized_end=2149
-  _globals['_SETWEIGHTSREQUEST']._serialized_start=2152
-  _globals['_SETWEIGHTSREQUEST']._serialized_end=2343
+  _globals['_OPENSESSIONRESPONSE']._serialized_end=1727
+  _globals['_SLOTFIELD']._serialized_start=1729
+  _globals['_SLOTFIELD']._serialized_end=1800
+  _globals['_ATTACH']._serialized_start=1802
+  _globals['_ATTACH']._serialized_end=1869
+  _globals['_RELEASE']._serialized_start=1871
+  _globals['_RELEASE']._serialized_end=1925
+  _globals['_BATCHESREQUEST']._serialized_start=1927
+  _globals['_BATCHESREQUEST']._serialized_end=2035
+  _globals['_BATCH']._serialized_start=2038
+  _globals['_BATCH']._serialized_end=2173
+  _globals['_SETWEIGHTSREQUEST']._serialized_start=2176
+  _globals['_SETWEIGHTSREQUEST']._serialized_end=2367
   _globals['_SETWEIGHTSREQUEST_WEIGHTSENTRY']._serialized_start=644
   _globals['_SETWEIGHTSREQUEST_WEIGHTSENTRY']._serialized_end=690
-  _globals['_SETWEIGHTSRESPONSE']._serialized_start=2345
-  _globals['_SETWEIGHTSRESPONSE']._serialized_end=2385
-  _globals['_SAVESTATEREQUEST']._serialized_start=2387
-  _globals['_SAVESTATEREQUEST']._serialized_end=2455
-  _globals['_SAVESTATERESPONSE']._serialized_start=2457
-  _globals['_SAVESTATERESPONSE']._serialized_end=2505
-  _globals['_GETSTATEREQUEST']._serialized_start=2507
-  _globals['_GETSTATEREQUEST']._serialized_end=2558
-  _globals['_GETSTATERESPONSE']._serialized_start=2560
-  _globals['_GETSTATERESPONSE']._serialized_end=2673
-  _globals['_CLOSESESSIONREQUEST']._serialized_start=2675
-  _globals['_CLOSESESSIONREQUEST']._serialized_end=2734
-  _globals['_CLOSESESSIONRESPONSE']._serialized_start=2736
-  _globals['_CLOSESESSIONRESPONSE']._serialized_end=2758
-  _globals['_LOADER']._serialized_start=2862
-  _globals['_LOADER']._serialized_end=3353
+  _globals['_SETWEIGHTSRESPONSE']._serialized_start=2369
+  _globals['_SETWEIGHTSRESPONSE']._serialized_end=2409
+  _globals['_SAVESTATEREQUEST']._serialized_start=2411
+  _globals['_SAVESTATEREQUEST']._serialized_end=2479
+  _globals['_SAVESTATERESPONSE']._serialized_start=2481
+  _globals['_SAVESTATERESPONSE']._serialized_end=2529
+  _globals['_GETSTATEREQUEST']._serialized_start=2531
+  _globals['_GETSTATEREQUEST']._serialized_end=2582
+  _globals['_GETSTATERESPONSE']._serialized_start=2584
+  _globals['_GETSTATERESPONSE']._serialized_end=2697
+  _globals['_CLOSESESSIONREQUEST']._serialized_start=2699
+  _globals['_CLOSESESSIONREQUEST']._serialized_end=2758
+  _globals['_CLOSESESSIONRESPONSE']._serialized_start=2760
+  _globals['_CLOSESESSIONRESPONSE']._serialized_end=2782
+  _globals['_LOADER']._serialized_start=2886
+  _globals['_LOADER']._serialized_end=3377
 # @@protoc_insertion_point(module_scope)

@@ -470,6 +470,7 @@ class OpenSessionResponse(_message.Message):
     BATCH_SIZE_FIELD_NUMBER: _builtins.int
     START_STEP_FIELD_NUMBER: _builtins.int
     FIELDS_FIELD_NUMBER: _builtins.int
+    MAX_SKIP_STEPS_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     consumer: _builtins.int
     """This process's consumer index in [0, consumers)."""
@@ -479,6 +480,12 @@ class OpenSessionResponse(_message.Message):
     batch_size: _builtins.int
     start_step: _builtins.int
     """The last step already consumed in the state this session resumed from."""
+    max_skip_steps: _builtins.int
+    """The most batches a session of this geometry may skip past its resumed
+    step (skip_to_step): 65,536, fewer when batches are so large that 2^30
+    tokens bind, never fewer than 2. A client keeps the state it reopens
+    from at most half as many batches apart. 0 from daemons before it.
+    """
     @_builtins.property
     def ring(self) -> Global___Ring: ...
     @_builtins.property
@@ -498,10 +505,11 @@ class OpenSessionResponse(_message.Message):
         batch_size: _builtins.int = ...,
         start_step: _builtins.int = ...,
         fields: _abc.Iterable[Global___SlotField] | None = ...,
+        max_skip_steps: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["ring", b"ring"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_size", b"batch_size", "consumer", b"consumer", "fields", b"fields", "line_tokens", b"line_tokens", "ring", b"ring", "session_id", b"session_id", "start_step", b"start_step", "transport", b"transport"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_size", b"batch_size", "consumer", b"consumer", "fields", b"fields", "line_tokens", b"line_tokens", "max_skip_steps", b"max_skip_steps", "ring", b"ring", "session_id", b"session_id", "start_step", b"start_step", "transport", b"transport"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
