@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -99,7 +100,9 @@ func fitMemory(cfg daemonConfig, limit memlimit.Limit) (memoryBudgets, error) {
 		{Flag: "--ring-budget-mb", Bytes: ring, Default: cfg.RingBudgetMB == 0, Min: 16 << 20},
 		{Flag: "--token-cache-mb", Bytes: token, Default: tokenDefault, Min: 16 << 20},
 	}
-	if cfg.ObjectCacheDir == "" {
+	if !objectsAllowed(cfg.AllowRoots) {
+		mb.objectCache = 0 // no s3:// dataset can be opened: no store, no cache
+	} else if cfg.ObjectCacheDir == "" {
 		budgets = append(budgets, memlimit.Budget{Flag: "--object-cache-mb", Bytes: object, Default: objectDefault, Min: 16 << 20})
 	}
 	fitted, lowered, err := memlimit.Fit(limit, mb.reserve, "--memory-reserve-mb", budgets)
@@ -165,4 +168,19 @@ func (mb memoryBudgets) keepGoLimit(ctx context.Context, outsideHeap func() int6
 		case <-tick.C:
 		}
 	}
+}
+
+// objectsAllowed says whether jobs may name s3:// datasets: with no
+// --allow-root every path may be named; otherwise only under an s3:// root.
+// A daemon that allows none has no object store, and its cache no budget.
+func objectsAllowed(roots []string) bool {
+	if len(roots) == 0 {
+		return true
+	}
+	for _, r := range roots {
+		if strings.HasPrefix(r, "s3://") {
+			return true
+		}
+	}
+	return false
 }

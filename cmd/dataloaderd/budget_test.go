@@ -57,6 +57,23 @@ func TestFitMemory(t *testing.T) {
 			t.Fatalf("%+v, %v", mb, err)
 		}
 	})
+	t.Run("no bucket allowed, no object cache", func(t *testing.T) {
+		// Under a limit, a daemon whose jobs may name no s3:// dataset
+		// gave a quarter of it to an object cache it never used.
+		local := t.TempDir()
+		mb, err := fitMemory(parse("--allow-root", local), gib)
+		if err != nil || mb.objectCache != 0 {
+			t.Fatalf("allow-root %s only: object cache %d MiB, %v", local, mb.objectCache>>20, err)
+		}
+		withBucket, err := fitMemory(parse("--allow-root", local, "--allow-root", "s3://corpora"), gib)
+		if err != nil || withBucket.objectCache == 0 || mb.ring <= withBucket.ring {
+			t.Fatalf("with a bucket: object cache %d MiB, rings %d MiB (%d without), %v",
+				withBucket.objectCache>>20, withBucket.ring>>20, mb.ring>>20, err)
+		}
+		if objectsAllowed([]string{local}) || !objectsAllowed(nil) || !objectsAllowed([]string{local, "s3://b/p"}) {
+			t.Error("objectsAllowed: a bucket root, or none at all, allows s3:// datasets; local roots alone do not")
+		}
+	})
 	t.Run("no limit, nothing changes", func(t *testing.T) {
 		mb, err := fitMemory(parse("--token-cache-mb", "4096"), memlimit.Limit{})
 		if err != nil || mb.tokenCache != 4096<<20 || len(mb.lowered) > 0 {

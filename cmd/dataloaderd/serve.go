@@ -262,22 +262,13 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	objMetrics := objstore.NewMetrics(reg)
 	objMetrics.Touch()
-	objects, err := objstore.New(objstore.Options{
-		BlockSize: int64(cfg.ObjectBlockKB) << 10, MemoryBytes: mem.objectCache,
-		Dir: cfg.ObjectCacheDir, DiskBytes: int64(cfg.ObjectCacheDiskMB) << 20,
-		Concurrency: cfg.ObjectConcurrency, RetryFor: dur.objectRetryFor, PathStyle: cfg.ObjectPathStyle,
-		AllowUnversioned: cfg.ObjectAllowUnversioned, Metrics: objMetrics, Logger: log.Named("objects"),
-	})
+	objects, err := openObjects(cfg, dur, mem, objMetrics, log)
 	if err != nil {
 		// A node that reads no object storage runs on; s3:// datasets are
 		// refused, and this says why.
 		log.Warn("object storage off: s3:// datasets will be refused", zap.Error(err))
-		objects = nil
 	} else {
 		defer objects.Close()
-		if cfg.ObjectAllowUnversioned {
-			log.Warn("s3:// objects without an ETag or Last-Modified date are read, pinned by their size alone: a replacement of the same size is not seen")
-		}
 	}
 	sessions, err := session.New(session.Config{
 		Objects:    objects,
