@@ -128,6 +128,31 @@ func (f *Folder) ReadFile(name string, limit int64) ([]byte, error) {
 	})
 }
 
+// MaxPrefix bounds the bytes ReadPrefix reads of a file.
+const MaxPrefix = 1 << 20
+
+// ReadPrefix reads at most the first n bytes (and MaxPrefix) of the file
+// name, which must be a regular file, whatever its size: fewer when it is
+// shorter. It is opened and checked as ReadFile opens and checks a file,
+// a FIFO or device refused without blocking.
+func (f *Folder) ReadPrefix(name string, n int64) ([]byte, error) {
+	path := f.join(name)
+	n = min(n, MaxPrefix)
+	if f.caller == nil {
+		return f.roots.readPrefix(f.what, path, n, nil)
+	}
+	at, err := f.reachExisting(path)
+	if err != nil {
+		return nil, err
+	}
+	if !f.caller.Permits(inodeOf(&at.final), Read) {
+		return nil, f.denied(path, Read, &at.final)
+	}
+	return f.roots.readPrefix(f.what, path, n, func(info fs.FileInfo) error {
+		return f.same(path, &at.final)(info, nil)
+	})
+}
+
 // MkdirAll makes the directory name and its missing parents. For a caller,
 // the deepest directory that exists must grant it write and search, and
 // the directories are made in that very directory: it is opened, checked

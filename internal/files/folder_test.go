@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // allocated is the heap the process allocated while fn ran.
@@ -256,4 +258,43 @@ func TestReadRegularSizeUnknown(t *testing.T) {
 	}
 	_, err = roots.ReadRegular("tokenizer", "/proc/self/status", 100)
 	wantOversized(t, "/proc/self/status under 100 bytes", err, "/proc/self/status", 101, 100)
+}
+
+// TestFolderReadPrefix: ReadPrefix reads at most the bytes asked of a file
+// whatever its size (4 KiB of a 200 MiB one, next to nothing allocated),
+// a shorter file whole, refuses a FIFO without blocking, and, for another
+// user, a file that user may not read, naming it. A resuming rank reads
+// its peers' rank files this way, for their step alone.
+func TestFolderReadPrefix(t *testing.T) {
+	base := openTemp(t)
+	dir := mkdir(t, filepath.Join(base, "dataloader"), 0o755)
+	sparse(t, filepath.Join(dir, "big.json"), 200<<20)
+	if err := os.WriteFile(filepath.Join(dir, "short.json"), []byte(`{"step":3}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mkfifo(filepath.Join(dir, "fifo.json"), 0o666); err != nil {
+		t.Fatal(err)
+	}
+	roots, _ := NewRoots(nil)
+	folder, err := roots.Folder("resume_from", base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b []byte
+	n := allocated(func() { b, err = folder.ReadPrefix("dataloader/big.json", 4096) })
+	if err != nil || len(b) != 4096 || n > 64<<10 {
+		t.Fatalf("4 KiB of a 200 MiB file: %d bytes, %v, %d bytes allocated", len(b), err, n)
+	}
+	if b, err = folder.ReadPrefix("dataloader/short.json", 4096); err != nil || string(b) != `{"step":3}` {
+		t.Fatalf("a 10-byte file: %q, %v", b, err)
+	}
+	_, err = folder.ReadPrefix("dataloader/fifo.json", 4096)
+	if fe := (*FileError)(nil); !errors.As(err, &fe) || !strings.Contains(err.Error(), "not a regular file") {
+		t.Fatalf("a FIFO: %v, want a FileError", err)
+	}
+	folder.daemonUID = 0 // as a daemon run as root, which could read anything
+	_, err = folder.For(stranger()).ReadPrefix("dataloader/short.json", 4096)
+	if ae := (*AccessError)(nil); !errors.As(err, &ae) || ae.At != filepath.Join(dir, "short.json") {
+		t.Fatalf("another user's 0600 file: %v, want an AccessError naming it", err)
+	}
 }

@@ -93,6 +93,39 @@ var afterStat func(*os.File)
 // readRegular is ReadRegular, and calls check, when set, with the opened
 // file's description before reading it.
 func (r *Roots) readRegular(what, path string, limit int64, check func(fs.FileInfo) error) ([]byte, error) {
+	return r.withRegular(what, path, check, func(f *os.File, info fs.FileInfo) ([]byte, error) {
+		if info.Size() > limit {
+			return nil, &FileError{Path: path, Size: info.Size(), Limit: limit,
+				Reason: fmt.Sprintf("%d bytes, more than the %d this file may have; it was not read", info.Size(), limit)}
+		}
+		if afterStat != nil {
+			afterStat(f)
+		}
+		return readBounded(f, path, info.Size(), limit)
+	})
+}
+
+// readPrefix reads at most the first n bytes of a file that must be
+// regular, whatever its size (fewer if it is shorter), into one buffer of
+// n bytes; it calls check as readRegular does.
+func (r *Roots) readPrefix(what, path string, n int64, check func(fs.FileInfo) error) ([]byte, error) {
+	return r.withRegular(what, path, check, func(f *os.File, _ fs.FileInfo) ([]byte, error) {
+		b := make([]byte, max(n, 0))
+		m, err := io.ReadFull(f, b)
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			err = nil
+		}
+		if err != nil {
+			return nil, &fs.PathError{Op: "read", Path: path, Err: unwrapPath(err)}
+		}
+		return b[:m], nil
+	})
+}
+
+// withRegular opens path without blocking, calls check (when set) with
+// its description, refuses anything but a regular file, and hands the
+// opened file and its description to read.
+func (r *Roots) withRegular(what, path string, check func(fs.FileInfo) error, read func(*os.File, fs.FileInfo) ([]byte, error)) ([]byte, error) {
 	p, err := r.locate(what, path)
 	if err != nil {
 		return nil, err
@@ -115,14 +148,7 @@ func (r *Roots) readRegular(what, path string, limit int64, check func(fs.FileIn
 	if !info.Mode().IsRegular() {
 		return nil, &FileError{Path: path, Reason: fmt.Sprintf("not a regular file (mode %v)", info.Mode())}
 	}
-	if info.Size() > limit {
-		return nil, &FileError{Path: path, Size: info.Size(), Limit: limit,
-			Reason: fmt.Sprintf("%d bytes, more than the %d this file may have; it was not read", info.Size(), limit)}
-	}
-	if afterStat != nil {
-		afterStat(f)
-	}
-	return readBounded(f, path, info.Size(), limit)
+	return read(f, info)
 }
 
 // readBounded reads f, which was size bytes (at most limit) when it was

@@ -247,8 +247,6 @@ func resumeSource(req Request) string {
 // restore builds the state a session resumes from, if any; a resume folder
 // is read through the roots.
 func restore(fp state.Fingerprint, roots *files.Roots, req Request) (*state.Restored, error) {
-	var names []string
-	blobs := req.ResumeStates
 	switch {
 	case req.ResumeSharded != nil:
 		return req.ResumeSharded.Restore(fp, req.DPRank, req.DPSize)
@@ -262,12 +260,10 @@ func restore(fp state.Fingerprint, roots *files.Roots, req Request) (*state.Rest
 		}
 		// Only the files whose shards overlap this rank's, each bounded.
 		return state.ReadOwned(f, fp, req.DPRank, req.DPSize)
-	case len(blobs) > 0:
-		for i := range blobs {
-			names = append(names, fmt.Sprintf("resume_states[%d]", i))
-		}
-	default:
-		return nil, nil
+	case len(req.ResumeStates) > 0:
+		// Named only where an error needs a name: a request may give
+		// many states, and is refused at the first bad one.
+		return state.MergeNamed(fp, func(i int) string { return fmt.Sprintf("resume_states[%d]", i) }, req.ResumeStates)
 	}
-	return state.Merge(fp, names, blobs)
+	return nil, nil
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -34,22 +35,40 @@ func saveTwoRanks(t *testing.T, m *Manager, cfg stream.Config) string {
 }
 
 // TestResumeReadsOnlyItsFiles: a rank resuming on as many ranks reads its
-// own rank file, not its peers': a peer's damaged file does not stop it.
-// Before, every rank read (and parsed) every file of the world.
+// own rank file whole, and of its peers' only the start, which gives their
+// step: a peer's file damaged after its step does not stop it, one damaged
+// before it is refused by name. Before, every rank read (and parsed) every
+// file of the world.
 func TestResumeReadsOnlyItsFiles(t *testing.T) {
 	m := newManager(t, Config{})
 	cfg := jobConfig(t, t.TempDir(), 0)
 	folder := saveTwoRanks(t, m, cfg)
-	if err := os.WriteFile(filepath.Join(folder, state.Dir, "rank-1-of-2.json"), []byte("{damaged"), 0o600); err != nil {
+	path := filepath.Join(folder, state.Dir, "rank-1-of-2.json")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut := strings.Index(string(b), `"fingerprint"`)
+	if cut < 0 {
+		t.Fatalf("no fingerprint in %s", b)
+	}
+	if err := os.WriteFile(path, append(b[:cut:cut], "damaged"...), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	o := mustOpen(t, m, Request{Job: "again", DPRank: 0, DPSize: 2, Transport: Inline, Config: cfg, ResumeFrom: folder})
 	if o.StartStep != 3 {
 		t.Fatalf("resumed at step %d, want 3", o.StartStep)
 	}
-	_, err := m.Open(ctxT(t), Request{Job: "again", DPRank: 1, DPSize: 2, Transport: Inline, Config: cfg, ResumeFrom: folder})
+	_, err = m.Open(ctxT(t), Request{Job: "again", DPRank: 1, DPSize: 2, Transport: Inline, Config: cfg, ResumeFrom: folder})
 	if !errors.Is(err, state.ErrMismatch) || !strings.Contains(err.Error(), "rank-1-of-2.json") {
 		t.Fatalf("rank 1 resuming from its damaged file: %v", err)
+	}
+	if err := os.WriteFile(path, []byte("{damaged"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = m.Open(ctxT(t), Request{Job: "third", DPRank: 0, DPSize: 2, Transport: Inline, Config: cfg, ResumeFrom: folder})
+	if !errors.Is(err, state.ErrMismatch) || !strings.Contains(err.Error(), path+": not a dataloaderd state file") {
+		t.Fatalf("rank 0 resuming beside a peer's file damaged before its step: %v", err)
 	}
 }
 
@@ -112,5 +131,27 @@ func TestStateSizeRefusedAtOpen(t *testing.T) {
 				t.Fatalf("err = %v, want one naming %q and the bound", err, c.want)
 			}
 		})
+	}
+}
+
+// TestManyEmptyStatesNameLazily: a request of 2^20 empty resume_states is
+// refused at the first, by its name, without a name made for each entry.
+// Before, restore built "resume_states[i]" for every entry before the
+// merge looked at one: some 56 MiB allocated for a refusal (on top of what
+// decoding the request took).
+func TestManyEmptyStatesNameLazily(t *testing.T) {
+	fp := state.Fingerprint{SeqLen: 8, LogicalShards: 8, Seed: 3, BOS: -1, ShuffleWindow: 8,
+		Datasets: []state.DatasetPrint{{Name: "a", Format: "megatron", Files: 2, Bytes: 100, Units: 10, Digest: "x"}}}
+	req := Request{ResumeStates: make([][]byte, 1<<20)}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	_, err := restore(fp, nil, req)
+	runtime.ReadMemStats(&after)
+	if !errors.Is(err, state.ErrMismatch) || !strings.Contains(err.Error(), "resume_states[0]") {
+		t.Fatalf("2^20 empty states: %v, want ErrMismatch naming resume_states[0]", err)
+	}
+	if got := after.TotalAlloc - before.TotalAlloc; got > 8<<20 {
+		t.Fatalf("refusing 2^20 empty states allocated %d MiB, want under 8", got>>20)
 	}
 }

@@ -68,23 +68,33 @@ func Encode(fp Fingerprint, r Rank) ([]byte, error) {
 
 // Decode parses a rank's state file; name is used in errors.
 func Decode(name string, b []byte) (Fingerprint, Rank, error) {
+	fp, r, err := decode(b)
+	if err != nil {
+		return Fingerprint{}, Rank{}, fmt.Errorf("%w: %s: %v", ErrMismatch, name, err)
+	}
+	return fp, r, nil
+}
+
+// decode is Decode whose errors do not name the file, so that a caller
+// with many files names only the one refused (Merge).
+func decode(b []byte) (Fingerprint, Rank, error) {
 	var f file
 	if err := json.Unmarshal(b, &f); err != nil {
-		return Fingerprint{}, Rank{}, fmt.Errorf("%w: %s: not a dataloaderd state file: %v", ErrMismatch, name, err)
+		return Fingerprint{}, Rank{}, fmt.Errorf("not a dataloaderd state file: %v", err)
 	}
 	if f.Version < 1 || f.Version > Version {
-		return Fingerprint{}, Rank{}, fmt.Errorf("%w: %s: state version %d, this daemon reads versions 1 to %d", ErrMismatch, name, f.Version, Version)
+		return Fingerprint{}, Rank{}, fmt.Errorf("state version %d, this daemon reads versions 1 to %d", f.Version, Version)
 	}
 	if f.DPSize == 0 || f.DPRank >= f.DPSize {
-		return Fingerprint{}, Rank{}, fmt.Errorf("%w: %s: dp_rank %d of dp_size %d", ErrMismatch, name, f.DPRank, f.DPSize)
+		return Fingerprint{}, Rank{}, fmt.Errorf("dp_rank %d of dp_size %d", f.DPRank, f.DPSize)
 	}
 	r := Rank{DPRank: f.DPRank, DPSize: f.DPSize, Step: f.Step, Shards: map[ShardID]Shard{}, Mixture: f.Mixture}
-	if err := CheckMixture(name+": ", f.Mixture, len(f.Fingerprint.Datasets)); err != nil {
+	if err := mixtureProblem(f.Mixture, f.Fingerprint.Names()); err != nil {
 		return Fingerprint{}, Rank{}, err
 	}
 	if q := Queued(f.Mixture, f.Step); f.Version < 3 && len(q) > 0 {
-		return Fingerprint{}, Rank{}, fmt.Errorf("%w: %s: version %d state logs a change at step %d, after its step %d (only version 3 queues changes)",
-			ErrMismatch, name, f.Version, q[0].Step, f.Step)
+		return Fingerprint{}, Rank{}, fmt.Errorf("version %d state logs a change at step %d, after its step %d (only version 3 queues changes)",
+			f.Version, q[0].Step, f.Step)
 	}
 	for _, run := range f.Datasets {
 		n := len(run.Lines)
@@ -92,15 +102,15 @@ func Decode(name string, b []byte) (Fingerprint, Rank, error) {
 			run.Base = make([]uint64, n)
 		}
 		if len(run.Epoch) != n || len(run.Pos) != n || len(run.Offset) != n || len(run.Taken) != n || len(run.Base) != n {
-			return Fingerprint{}, Rank{}, fmt.Errorf("%w: %s: dataset %d: shard columns of unequal length", ErrMismatch, name, run.Dataset)
+			return Fingerprint{}, Rank{}, fmt.Errorf("dataset %d: shard columns of unequal length", run.Dataset)
 		}
 		for i := 0; i < n; i++ {
 			id := ShardID{Dataset: run.Dataset, Shard: run.First + uint32(i)}
 			if _, dup := r.Shards[id]; dup {
-				return Fingerprint{}, Rank{}, fmt.Errorf("%w: %s: %v listed twice", ErrMismatch, name, id)
+				return Fingerprint{}, Rank{}, fmt.Errorf("%v listed twice", id)
 			}
 			if run.Base[i] > run.Lines[i] {
-				return Fingerprint{}, Rank{}, fmt.Errorf("%w: %s: %v: base %d is past its %d lines", ErrMismatch, name, id, run.Base[i], run.Lines[i])
+				return Fingerprint{}, Rank{}, fmt.Errorf("%v: base %d is past its %d lines", id, run.Base[i], run.Lines[i])
 			}
 			r.Shards[id] = Shard{Lines: run.Lines[i], Window: Cursor{Epoch: run.Epoch[i], Pos: run.Pos[i], Offset: run.Offset[i]}, Taken: run.Taken[i], Base: run.Base[i]}
 		}
@@ -122,6 +132,10 @@ type Folder interface {
 	// while read, having read no more than limit and a byte), with an error
 	// that has, in its chain, an Oversized method giving the size and limit.
 	ReadFile(name string, limit int64) ([]byte, error)
+	// ReadPrefix reads at most the first n bytes of the file name, whatever
+	// its size (fewer when it is shorter), opened and checked as ReadFile
+	// opens and checks it.
+	ReadPrefix(name string, n int64) ([]byte, error)
 	// MkdirAll makes the directory name and its missing parents.
 	MkdirAll(name string) error
 	// WriteFileAtomic replaces the file name's contents so that a reader

@@ -47,6 +47,15 @@ func FileDigest(paths []string, sizes []int64) string {
 	return hex.EncodeToString(h.Sum(nil)[:16])
 }
 
+// Names lists the datasets' names, in order.
+func (f Fingerprint) Names() []string {
+	names := make([]string, len(f.Datasets))
+	for i, d := range f.Datasets {
+		names[i] = d.Name
+	}
+	return names
+}
+
 // Diff lists, in words, how the fingerprint saved in a state file (f) differs
 // from the current one (cur); empty when they match.
 func (f Fingerprint) Diff(cur Fingerprint) []string {

@@ -36,6 +36,16 @@ func (d dirFolder) ReadFile(name string, limit int64) ([]byte, error) {
 	return io.ReadAll(io.LimitReader(f, limit))
 }
 
+// ReadPrefix reads at most the first n bytes of a regular file.
+func (d dirFolder) ReadPrefix(name string, n int64) ([]byte, error) {
+	f, err := os.Open(filepath.Join(string(d), name))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, n))
+}
+
 // sizeError is dirFolder's refusal of a file larger than its limit.
 type sizeError struct {
 	path        string

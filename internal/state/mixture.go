@@ -1,8 +1,10 @@
 package state
 
 import (
+	"errors"
 	"fmt"
 	"math"
+	"strings"
 )
 
 // Bounds of a mixture log, so that a state stays small whatever the number
@@ -66,52 +68,76 @@ func ScheduleWeights(points []SchedulePoint, step uint64, dst []float64) []float
 	return dst
 }
 
-// CheckWeightSum refuses weights whose sum is not a number at most
-// MaxWeightSum (+Inf for 1e308 and 1e308), naming the sum and the bound.
-func CheckWeightSum(ws []float64) error {
+// CheckWeights checks a vector of mixing weights in dataset order, wherever
+// it comes from: the datasets of a config, a point of its schedule, a
+// change at run time (set_weights), an entry or a schedule point of a
+// restored mixture log. It must hold a weight for each dataset of names
+// (which label them in errors), each a finite number >= 0, summing to at
+// most MaxWeightSum (1e308 and 1e308 sum to +Inf, which would starve a
+// dataset), and, with mixes, one at least positive: weights that mix lines
+// with none positive mix nothing, and a rank under them would report the
+// end of its data with lines left. Only a config's datasets' weights under
+// a schedule mix nothing (the schedule's do) and may all be 0.
+func CheckWeights(ws []float64, names []string, mixes bool) error {
+	if len(ws) != len(names) {
+		return fmt.Errorf("%d weights for %d datasets", len(ws), len(names))
+	}
 	var sum float64
-	for _, w := range ws {
+	some := false
+	for d, w := range ws {
+		if math.IsNaN(w) || math.IsInf(w, 0) || w < 0 {
+			return fmt.Errorf("dataset %q: weight must be a finite number >= 0, got %v", names[d], w)
+		}
 		sum += w
+		some = some || w > 0
 	}
 	if !(sum <= MaxWeightSum) {
-		return fmt.Errorf("the weights sum to %g, more than %g: weights are relative (3:1 mixes as 6:2), so scale them down", sum, MaxWeightSum)
+		named := make([]string, len(ws))
+		for d, w := range ws {
+			named[d] = fmt.Sprintf("%q %g", names[d], w)
+		}
+		return fmt.Errorf("weights %s: the weights sum to %g, more than %g: weights are relative (3:1 mixes as 6:2), so scale them down",
+			strings.Join(named, ", "), sum, MaxWeightSum)
+	}
+	if mixes && !some {
+		return errors.New("every weight is zero; at least one must be positive")
 	}
 	return nil
 }
 
-// CheckMixture checks a mixture log read from a state against the number of
-// datasets: every weight vector of that length, of finite weights >= 0
-// whose sum is at most MaxWeightSum, schedules in increasing step order,
+// CheckMixture checks a mixture log read from a state against the datasets
+// (names, in the order of the log's weights): every entry's weights and
+// every point of its schedule pass CheckWeights (one at least positive:
+// every vector of a log mixes), schedules are in increasing step order,
 // entries in step order, and no more than the bounds keep. where names the
-// log in errors.
-func CheckMixture(where string, m []MixChange, datasets int) error {
-	ok := func(ws []float64) bool {
-		if len(ws) != datasets {
-			return false
-		}
-		for _, w := range ws {
-			if !(w >= 0) || math.IsInf(w, 1) {
-				return false
-			}
-		}
-		return CheckWeightSum(ws) == nil
+// log in errors, which name the entry, its step and its weights.
+func CheckMixture(where string, m []MixChange, names []string) error {
+	if err := mixtureProblem(m, names); err != nil {
+		return fmt.Errorf("%w: %s%v", ErrMismatch, where, err)
 	}
+	return nil
+}
+
+// mixtureProblem is what CheckMixture finds wrong with a log, unlabelled.
+func mixtureProblem(m []MixChange, names []string) error {
 	if len(m) > MaxMixLog+MaxQueued {
-		return fmt.Errorf("%w: %smixture log has %d entries, more than the %d of history and %d queued a state keeps",
-			ErrMismatch, where, len(m), MaxMixLog, MaxQueued)
+		return fmt.Errorf("mixture log has %d entries, more than the %d of history and %d queued a state keeps",
+			len(m), MaxMixLog, MaxQueued)
 	}
 	for i, c := range m {
-		if !ok(c.Weights) {
-			return fmt.Errorf("%w: %smixture[%d] has weights %v, want %d finite weights >= 0 summing to at most %g",
-				ErrMismatch, where, i, c.Weights, datasets, float64(MaxWeightSum))
+		if err := CheckWeights(c.Weights, names, true); err != nil {
+			return fmt.Errorf("mixture[%d] (step %d) weights %v: %v", i, c.Step, c.Weights, err)
 		}
 		if i > 0 && c.Step < m[i-1].Step {
-			return fmt.Errorf("%w: %smixture[%d] is at step %d, before the entry before it (step %d)", ErrMismatch, where, i, c.Step, m[i-1].Step)
+			return fmt.Errorf("mixture[%d] is at step %d, before the entry before it (step %d)", i, c.Step, m[i-1].Step)
 		}
 		for j, p := range c.Schedule {
-			if !ok(p.Weights) || j > 0 && p.Step <= c.Schedule[j-1].Step {
-				return fmt.Errorf("%w: %smixture[%d] schedule point %d (step %d, weights %v) is out of order or not %d finite weights >= 0 summing to at most %g",
-					ErrMismatch, where, i, j, p.Step, p.Weights, datasets, float64(MaxWeightSum))
+			if j > 0 && p.Step <= c.Schedule[j-1].Step {
+				return fmt.Errorf("mixture[%d] schedule point %d is at step %d, not after the point before it (step %d)",
+					i, j, p.Step, c.Schedule[j-1].Step)
+			}
+			if err := CheckWeights(p.Weights, names, true); err != nil {
+				return fmt.Errorf("mixture[%d] schedule point %d (step %d) weights %v: %v", i, j, p.Step, p.Weights, err)
 			}
 		}
 	}

@@ -129,14 +129,56 @@ func TestMixtureLogChecked(t *testing.T) {
 	if err != nil || len(h) != 2 || len(q) != 2 {
 		t.Fatalf("split at 3: %v, history %+v, queued %+v", err, h, q)
 	}
-	if err := CheckMixture("x: ", logAt(6, 4), 1); !errors.Is(err, ErrMismatch) || !strings.Contains(err.Error(), "before the entry before it") {
+	if err := CheckMixture("x: ", logAt(6, 4), []string{"a"}); !errors.Is(err, ErrMismatch) || !strings.Contains(err.Error(), "before the entry before it") {
 		t.Fatalf("a log out of step order: %v", err)
 	}
 	inf := []MixChange{{Weights: []float64{1e308, 1e308}}}
-	if err := CheckMixture("x: ", inf, 2); !errors.Is(err, ErrMismatch) || !strings.Contains(err.Error(), "summing to at most 1e+100") {
+	if err := CheckMixture("x: ", inf, []string{"a", "b"}); !errors.Is(err, ErrMismatch) ||
+		!strings.Contains(err.Error(), `x: mixture[0] (step 0) weights [1e+308 1e+308]: weights "a" 1e+308, "b" 1e+308: the weights sum to +Inf, more than 1e+100`) {
 		t.Fatalf("weights summing to +Inf: %v", err)
 	}
-	if err := CheckWeightSum([]float64{1e308, 1e308}); err == nil || !strings.Contains(err.Error(), "+Inf") {
-		t.Fatalf("CheckWeightSum(1e308, 1e308): %v", err)
+}
+
+// TestAllZeroWeightsRefused: a restored log whose queued change, history
+// entry or schedule point has every weight zero is refused at restore, by
+// Decode (a rank file) and by Restore (the run part of a sharded state),
+// naming the file, the entry and the values. Before, CheckMixture took
+// them: at the queued change's step every weight became zero and the rank
+// reported the end of its data (tokens silently lost), and a schedule point
+// of zeros gave NaN shares.
+func TestAllZeroWeightsRefused(t *testing.T) {
+	fp := testPrint()
+	for _, c := range []struct {
+		name    string
+		mixture []MixChange
+		want    string
+	}{
+		{"queued change", []MixChange{{Weights: []float64{1}}, {Step: 5, Weights: []float64{0}, Runtime: true}},
+			"mixture[1] (step 5) weights [0]: every weight is zero"},
+		{"history entry", []MixChange{{Weights: []float64{0}}},
+			"mixture[0] (step 0) weights [0]: every weight is zero"},
+		{"schedule point", []MixChange{{Weights: []float64{1},
+			Schedule: []SchedulePoint{{Weights: []float64{1}}, {Step: 4, Weights: []float64{0}}}}},
+			"mixture[0] schedule point 1 (step 4) weights [0]: every weight is zero"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			st := world(1)[0]
+			st.Step, st.Mixture = 3, c.mixture
+			b, err := Encode(fp, st)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, _, err := Decode("rank-0-of-1.json", b); !errors.Is(err, ErrMismatch) ||
+				!strings.Contains(err.Error(), "rank-0-of-1.json: "+c.want) {
+				t.Fatalf("Decode: %v, want ErrMismatch naming %q", err, c.want)
+			}
+			sh, err := Split(fp, st)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := sh.Restore(fp, 0, 1); !errors.Is(err, ErrMismatch) || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("Restore: %v, want ErrMismatch naming %q", err, c.want)
+			}
+		})
 	}
 }

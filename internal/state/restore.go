@@ -8,6 +8,11 @@ import (
 // Restored is the merged state of a whole saved world: every logical shard's
 // cursor, from whichever rank owned it.
 type Restored struct {
+	// Step is the highest step of the saved world's rank files, of every
+	// file, read whole or only its start (ReadOwned): the ranks of a world
+	// save independently, so their files may be of different steps (each
+	// rank's latest save before a crash), and every rank resumed from the
+	// world takes the same step.
 	Step   uint64
 	Shards map[ShardID]Shard
 	// FromSize is the dp_size of the saved world (for a sharded state saved
@@ -32,17 +37,34 @@ type Restored struct {
 // largest state a rank of the config could write (one owning every shard)
 // is refused before it is decoded.
 func Merge(cur Fingerprint, names []string, blobs [][]byte) (*Restored, error) {
+	return MergeNamed(cur, func(i int) string { return names[i] }, blobs)
+}
+
+// MergeNamed is Merge whose blob i is labelled name(i), called only for a
+// blob an error names: states given in a request are not each given a name
+// they may never need. The step is the highest of the blobs', each read
+// from its start (stepOf) before any is merged.
+func MergeNamed(cur Fingerprint, name func(i int) string, blobs [][]byte) (*Restored, error) {
 	bound, err := FileBound(cur, cur.LogicalShards)
 	if err != nil {
 		return nil, err
 	}
-	m := newMerger(cur, 0, cur.LogicalShards)
+	var step uint64
 	for i, b := range blobs {
 		if int64(len(b)) > bound {
 			return nil, fmt.Errorf("%w: %s is %d bytes, more than the %d bytes (%s) the state of a rank owning all %d shards of %d datasets can take under this config; it was not decoded",
-				ErrTooLarge, names[i], len(b), bound, mib(bound), cur.LogicalShards, len(cur.Datasets))
+				ErrTooLarge, name(i), len(b), bound, mib(bound), cur.LogicalShards, len(cur.Datasets))
 		}
-		if _, err := m.add(names[i], b); err != nil {
+		s, err := stepOf(b[:min(len(b), StepPrefixBytes)])
+		if err != nil {
+			return nil, stepRefused(name(i), b, err)
+		}
+		step = max(step, s)
+	}
+	m := newMerger(cur, 0, cur.LogicalShards, step, name)
+	for i, b := range blobs {
+		s, _ := stepOf(b[:min(len(b), StepPrefixBytes)]) // read again, not kept: a request may give many states
+		if _, err := m.add(i, b, s); err != nil {
 			return nil, err
 		}
 	}
@@ -52,65 +74,69 @@ func Merge(cur Fingerprint, names []string, blobs [][]byte) (*Restored, error) {
 // merger merges the state files of one saved world one at a time, so that
 // a reader holds one file's bytes at once; it keeps the cursors of shards
 // [lo, hi) of each dataset (a rank resuming from a folder keeps its own).
+// Files are known by an index, name(i) labelling file i where needed. The
+// resumed step is the world's, known before the first file is merged (the
+// highest of its files' steps): the logs merged are compared as they mix
+// the batches after it, as the resumed ranks take them.
 type merger struct {
 	cur    Fingerprint
 	lo, hi uint32
+	name   func(i int) string
 	out    *Restored
-	ranks  map[uint32]string
-	// mixStep is the step of the file whose log out.Mixture is.
-	mixStep uint64
+	ranks  map[uint32]int // the index of each dp_rank's file
 }
 
-func newMerger(cur Fingerprint, lo, hi uint32) *merger {
-	return &merger{cur: cur, lo: lo, hi: hi, out: &Restored{Shards: map[ShardID]Shard{}}, ranks: map[uint32]string{}}
+func newMerger(cur Fingerprint, lo, hi uint32, step uint64, name func(i int) string) *merger {
+	return &merger{cur: cur, lo: lo, hi: hi, name: name, out: &Restored{Step: step, Shards: map[ShardID]Shard{}}, ranks: map[uint32]int{}}
 }
 
-// add checks one rank's state file (name labels it in errors) and merges
-// it; it returns the rank's state (its shards those of the current
+// add checks state file i, whose step read from its start was step, and
+// merges it; it returns the rank's state (its shards those of the current
 // datasets' order).
-func (m *merger) add(name string, b []byte) (Rank, error) {
+func (m *merger) add(i int, b []byte, step uint64) (Rank, error) {
 	cur, out := m.cur, m.out
 	first := len(m.ranks) == 0
-	fp, r, err := Decode(name, b)
+	fp, r, err := decode(b)
 	if err != nil {
-		return Rank{}, err
+		return Rank{}, fmt.Errorf("%w: %s: %v", ErrMismatch, m.name(i), err)
+	}
+	if r.Step != step {
+		return Rank{}, fmt.Errorf("%w: %s is of step %d, but its start, read first, said step %d: it changed while it was read, or names its step twice",
+			ErrMismatch, m.name(i), r.Step, step)
 	}
 	index, added, err := fp.Reconcile(cur)
 	if err != nil {
-		return Rank{}, fmt.Errorf("%w: %s was saved from another corpus or config: %v", ErrMismatch, name, err)
+		return Rank{}, fmt.Errorf("%w: %s was saved from another corpus or config: %v", ErrMismatch, m.name(i), err)
 	}
 	out.Added = added
 	r.Mixture = RemapMixture(r.Mixture, index, len(cur.Datasets))
 	moved := make(map[ShardID]Shard, len(r.Shards))
 	for id, sh := range r.Shards {
 		if id.Dataset < 0 || id.Dataset >= len(index) {
-			return Rank{}, fmt.Errorf("%w: %s holds %v, outside its %d datasets", ErrMismatch, name, id, len(index))
+			return Rank{}, fmt.Errorf("%w: %s holds %v, outside its %d datasets", ErrMismatch, m.name(i), id, len(index))
 		}
 		moved[ShardID{Dataset: index[id.Dataset], Shard: id.Shard}] = sh
 	}
 	r.Shards = moved
 	if out.FromSize != 0 && r.DPSize != out.FromSize {
-		return Rank{}, fmt.Errorf("%w: %s is of dp_size %d, other states of dp_size %d", ErrMismatch, name, r.DPSize, out.FromSize)
+		return Rank{}, fmt.Errorf("%w: %s is of dp_size %d, other states of dp_size %d", ErrMismatch, m.name(i), r.DPSize, out.FromSize)
 	}
 	out.FromSize = r.DPSize
 	if prev, dup := m.ranks[r.DPRank]; dup {
-		return Rank{}, fmt.Errorf("%w: %s and %s both hold dp_rank %d", ErrMismatch, prev, name, r.DPRank)
+		return Rank{}, fmt.Errorf("%w: %s and %s both hold dp_rank %d", ErrMismatch, m.name(prev), m.name(i), r.DPRank)
 	}
-	m.ranks[r.DPRank] = name
+	m.ranks[r.DPRank] = i
 	if first || r.DPRank == 0 {
-		if !first && !sameCurrent(out.Mixture, m.mixStep, r.Mixture, r.Step) {
+		if !first && !sameCurrent(out.Mixture, r.Mixture, out.Step) {
 			out.MixturesDiffer = true
 		}
-		out.Mixture, m.mixStep = r.Mixture, r.Step
-	} else if !sameCurrent(out.Mixture, m.mixStep, r.Mixture, r.Step) {
+		out.Mixture = r.Mixture
+	} else if !sameCurrent(out.Mixture, r.Mixture, out.Step) {
 		out.MixturesDiffer = true
-	}
-	if r.Step > out.Step {
-		out.Step = r.Step
 	}
 	for id, s := range r.Shards {
 		if id.Dataset < 0 || id.Dataset >= len(cur.Datasets) || id.Shard >= cur.LogicalShards {
-			return Rank{}, fmt.Errorf("%w: %s holds %v, outside %d datasets of %d shards", ErrMismatch, name, id, len(cur.Datasets), cur.LogicalShards)
+			return Rank{}, fmt.Errorf("%w: %s holds %v, outside %d datasets of %d shards", ErrMismatch, m.name(i), id, len(cur.Datasets), cur.LogicalShards)
 		}
 		if id.Shard < m.lo || id.Shard >= m.hi {
 			continue
@@ -146,14 +172,16 @@ func (m *merger) done(every bool) (*Restored, error) {
 	return out, nil
 }
 
-// sameCurrent reports whether two mixture logs, of states at steps sa and
-// sb, mix the batches after them alike: the same weights in effect, and
-// the same changes queued (steps and weights).
-func sameCurrent(a []MixChange, sa uint64, b []MixChange, sb uint64) bool {
+// sameCurrent reports whether two mixture logs mix the batches after step
+// (the resumed one) alike: the same weights in effect, and the same changes
+// queued (steps and weights). Files of one world saved at different steps
+// log the same changes, those after their own step queued: each is taken
+// at the step resumed.
+func sameCurrent(a, b []MixChange, step uint64) bool {
 	if len(a) == 0 || len(b) == 0 {
 		return len(a) == len(b)
 	}
-	qa, qb := queuedFrom(a, sa), queuedFrom(b, sb)
+	qa, qb := queuedFrom(a, step), queuedFrom(b, step)
 	if len(a)-qa != len(b)-qb || (qa == 0) != (qb == 0) {
 		return false
 	}

@@ -10,9 +10,9 @@ import (
 )
 
 // ReadOwned is how rank r of a world of w resumes from a checkpoint folder:
-// it reads, of the rank files in <folder>/dataloader/, only those whose
-// shards overlap its own, and returns their merged state, holding the
-// cursors of its own shards.
+// it reads whole, of the rank files in <folder>/dataloader/, only those
+// whose shards overlap its own (of the others, their step alone, below),
+// and returns their merged state, holding the cursors of its own shards.
 //
 // Which files those are follows from their names: rank-q-of-W.json holds
 // the shards rank q of W owned (Owned), so a rank resuming onto as many
@@ -23,13 +23,20 @@ import (
 // opened file, a link's target's, and refuses a file past the bound before
 // a byte of it is read, or, grown while read, having read no more than the
 // bound; either is refused by name. The world must be complete by name (every
-// rank-q-of-W for q < W): a rank does not read the files it does not need
-// to know they are there.
+// rank-q-of-W for q < W).
 //
-// The step and the mixture log come from the files read: every rank of a
-// world saves at the same step with the same log, and a rank that reads
-// files that differ treats its configured weights as a change, as Merge
-// does.
+// The step is the world's: the highest of every rank file's, as when every
+// rank read every file. The ranks of a world save independently (each
+// rank's latest save before a crash; every shard's cursor is in exactly one
+// file), so the files may be of different steps, and a rank that took the
+// highest of the files it reads would resume at another step than its
+// peers. So each rank reads the step of every file of the world first, from
+// at most its first StepPrefixBytes (stepOf; the encoder writes it there),
+// and the files it needs whole after; a file whose start gives no step is
+// refused by name. The mixture log comes from the files read (every rank of
+// a world logs the same changes), taken at that step: a rank that reads
+// files whose logs mix the batches after it differently treats its
+// configured weights as a change, as Merge does.
 func ReadOwned(folder Folder, cur Fingerprint, r, w uint32) (*Restored, error) {
 	files, world, err := listWorld(folder)
 	if err != nil {
@@ -41,37 +48,73 @@ func ReadOwned(folder Folder, cur Fingerprint, r, w uint32) (*Restored, error) {
 	}
 	dir := filepath.Join(folder.Path(), Dir)
 	lo, hi := Owned(r, w, cur.LogicalShards)
-	m := newMerger(cur, lo, hi)
-	for q := uint32(0); q < world; q++ {
+	needed := func(q uint32) bool {
 		qlo, qhi := Owned(q, world, cur.LogicalShards)
-		if qhi <= lo || qlo >= hi || qlo == qhi {
-			continue
-		}
-		e := files[q]
-		path := filepath.Join(dir, e.Name())
-		bound := s.cursors(qhi-qlo) + MaxLogBytes
-		b, err := folder.ReadFile(filepath.Join(Dir, e.Name()), bound)
-		var big oversized
-		if errors.As(err, &big) {
-			switch size, limit, ok := big.Oversized(); {
-			case ok && limit < bound: // the folder's own cap on any file
-				return nil, fmt.Errorf("%w: %w", ErrTooLarge, err)
-			case ok:
-				return nil, tooLarge(path, size, bound, q, world, qlo, qhi, len(cur.Datasets))
-			}
-		}
+		return qhi > lo && qlo < hi && qlo != qhi
+	}
+	read := func(q uint32) ([]byte, error) {
+		qlo, qhi := Owned(q, world, cur.LogicalShards)
+		return readRankFile(folder, files[q].Name(), s.cursors(qhi-qlo)+MaxLogBytes, q, world, qlo, qhi, len(cur.Datasets))
+	}
+	steps := make([]uint64, world)
+	var step uint64
+	for q := uint32(0); q < world; q++ {
+		path := filepath.Join(dir, files[q].Name())
+		b, err := folder.ReadPrefix(filepath.Join(Dir, files[q].Name()), StepPrefixBytes)
 		if err != nil {
 			return nil, fmt.Errorf("resume: %w", err)
 		}
-		st, err := m.add(path, b)
+		if steps[q], err = stepOf(b); err != nil {
+			var whole []byte
+			if needed(q) { // its own errors first: too large, not JSON
+				var rerr error
+				if whole, rerr = read(q); rerr != nil {
+					return nil, rerr
+				}
+			}
+			return nil, stepRefused(path, whole, err)
+		}
+		step = max(step, steps[q])
+	}
+	m := newMerger(cur, lo, hi, step, func(q int) string { return filepath.Join(dir, files[uint32(q)].Name()) })
+	for q := uint32(0); q < world; q++ {
+		if !needed(q) {
+			continue
+		}
+		b, err := read(q)
+		if err != nil {
+			return nil, err
+		}
+		st, err := m.add(int(q), b, steps[q])
 		if err != nil {
 			return nil, err
 		}
 		if st.DPRank != q || st.DPSize != world {
-			return nil, fmt.Errorf("%w: %s holds the state of dp_rank %d of dp_size %d, not the one its name says", ErrMismatch, path, st.DPRank, st.DPSize)
+			return nil, fmt.Errorf("%w: %s holds the state of dp_rank %d of dp_size %d, not the one its name says",
+				ErrMismatch, filepath.Join(dir, files[q].Name()), st.DPRank, st.DPSize)
 		}
 	}
 	return m.done(false)
+}
+
+// readRankFile reads the rank file name of <folder>/dataloader/, the state
+// of dp_rank q of world (shards lo to hi-1 of datasets datasets), which
+// may be at most bound bytes.
+func readRankFile(folder Folder, name string, bound int64, q, world, lo, hi uint32, datasets int) ([]byte, error) {
+	b, err := folder.ReadFile(filepath.Join(Dir, name), bound)
+	var big oversized
+	if errors.As(err, &big) {
+		switch size, limit, ok := big.Oversized(); {
+		case ok && limit < bound: // the folder's own cap on any file
+			return nil, fmt.Errorf("%w: %w", ErrTooLarge, err)
+		case ok:
+			return nil, tooLarge(filepath.Join(folder.Path(), Dir, name), size, bound, q, world, lo, hi, datasets)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("resume: %w", err)
+	}
+	return b, nil
 }
 
 // oversized is the error of a Folder's ReadFile refusing a file larger

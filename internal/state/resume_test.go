@@ -11,23 +11,35 @@ import (
 	"testing"
 )
 
-// countingFolder is a dirFolder that records the files read, and the
-// limit each read was given.
+// countingFolder is a dirFolder that records the files read whole, the
+// limit each read was given, and the bytes read of each file by ReadFile
+// (whole) and by ReadPrefix (prefix).
 type countingFolder struct {
 	dirFolder
-	read   []string
-	limits map[string]int64
+	read          []string
+	limits        map[string]int64
+	whole, prefix map[string]int
 }
 
 func (c *countingFolder) ReadFile(name string, limit int64) ([]byte, error) {
 	if c.limits == nil {
-		c.limits = map[string]int64{}
+		c.limits, c.whole = map[string]int64{}, map[string]int{}
 	}
 	c.limits[filepath.Base(name)] = limit
 	b, err := c.dirFolder.ReadFile(name, limit)
 	if err == nil {
 		c.read = append(c.read, filepath.Base(name))
 	}
+	c.whole[filepath.Base(name)] += len(b)
+	return b, err
+}
+
+func (c *countingFolder) ReadPrefix(name string, n int64) ([]byte, error) {
+	if c.prefix == nil {
+		c.prefix = map[string]int{}
+	}
+	b, err := c.dirFolder.ReadPrefix(name, n)
+	c.prefix[filepath.Base(name)] += len(b)
 	return b, err
 }
 

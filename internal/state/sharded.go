@@ -78,7 +78,7 @@ func (s Sharded) Restore(cur Fingerprint, r, w uint32) (*Restored, error) {
 		if d := rn.Fingerprint.Diff(cur); len(d) > 0 {
 			return nil, fmt.Errorf("%w: the state was saved from another corpus or config: %s", ErrMismatch, strings.Join(d, "; "))
 		}
-		if err := CheckMixture("the state's ", rn.Mixture, len(cur.Datasets)); err != nil {
+		if err := CheckMixture("the state's ", rn.Mixture, cur.Names()); err != nil {
 			return nil, err
 		}
 		out.Step, out.Mixture = rn.Step, rn.Mixture

@@ -197,7 +197,7 @@ func TestMixtureErrors(t *testing.T) {
 		}, "dataset 0 shard 1: base 3 is past its 2 lines"},
 		{"weights for other datasets", func(r *Rank) {
 			r.Mixture = []MixChange{{Weights: []float64{1, 2}}}
-		}, "mixture[0] has weights [1 2], want 1 finite weights >= 0"},
+		}, "mixture[0] (step 0) weights [1 2]: 2 weights for 1 datasets"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			st := world(1)[0]

@@ -122,6 +122,7 @@ func (c Config) Validate() error {
 	}
 	seen := map[string]bool{}
 	weights := make([]float64, len(c.Datasets))
+	names := make([]string, len(c.Datasets))
 	for i, d := range c.Datasets {
 		format, known := files.Lookup(d.Format)
 		switch {
@@ -145,59 +146,32 @@ func (c Config) Validate() error {
 			return invalid("dataset %q: field applies to %s only", d.Name, files.List(files.Names(files.HasField), "and"))
 		}
 		seen[d.Name] = true
-		weights[i] = d.Weight
+		weights[i], names[i] = d.Weight, d.Name
 	}
 	// Under a schedule the datasets' weights mix nothing and may all be 0.
-	if err := checkWeights(weights, c.Datasets, len(c.Schedule) == 0); err != nil {
+	if err := state.CheckWeights(weights, names, len(c.Schedule) == 0); err != nil {
 		return invalid("datasets: %v", err)
 	}
-	if err := c.validateSchedule(); err != nil {
+	if err := c.validateSchedule(names); err != nil {
 		return err
 	}
 	return c.validateMetadata()
 }
 
-// validateSchedule checks the mixture schedule: steps increasing, a weight
-// per dataset, finite and >= 0, some positive at every point.
-func (c Config) validateSchedule() error {
+// validateSchedule checks the mixture schedule: steps increasing, and at
+// every point weights as state.CheckWeights wants them (a weight per
+// dataset of names, finite and >= 0, some positive, their sum bounded).
+func (c Config) validateSchedule(names []string) error {
 	for i, p := range c.Schedule {
 		switch {
 		case i > 0 && p.Step <= c.Schedule[i-1].Step:
 			return invalid("schedule[%d]: step %d is not after step %d of the point before", i, p.Step, c.Schedule[i-1].Step)
 		case i == 0 && p.Linear:
 			return invalid("schedule[0]: linear needs a point before it to ramp from")
-		case len(p.Weights) != len(c.Datasets):
-			return invalid("schedule[%d]: %d weights for %d datasets", i, len(p.Weights), len(c.Datasets))
 		}
-		if err := checkWeights(p.Weights, c.Datasets, true); err != nil {
+		if err := state.CheckWeights(p.Weights, names, true); err != nil {
 			return invalid("schedule[%d] (step %d): %v", i, p.Step, err)
 		}
-	}
-	return nil
-}
-
-// checkWeights checks mixing weights given in dataset order, wherever they
-// come from (the datasets of a config, the points of its schedule, a change
-// at run time): each a finite number >= 0, their sum at most
-// state.MaxWeightSum (1e308 and 1e308 sum to +Inf, which would starve a
-// dataset), and with positive set, one at least positive.
-func checkWeights(ws []float64, ds []Dataset, positive bool) error {
-	some := false
-	for d, w := range ws {
-		if math.IsNaN(w) || math.IsInf(w, 0) || w < 0 {
-			return fmt.Errorf("dataset %q: weight must be a finite number >= 0, got %v", ds[d].Name, w)
-		}
-		some = some || w > 0
-	}
-	if err := state.CheckWeightSum(ws); err != nil {
-		named := make([]string, len(ws))
-		for d, w := range ws {
-			named[d] = fmt.Sprintf("%q %g", ds[d].Name, w)
-		}
-		return fmt.Errorf("weights %s: %v", strings.Join(named, ", "), err)
-	}
-	if positive && !some {
-		return errors.New("every weight is zero; at least one must be positive")
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package stream
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -97,7 +98,8 @@ func TestWeightsThatOverflowRefused(t *testing.T) {
 	st := rank.State()
 	st.Mixture = []state.MixChange{{Weights: huge}}
 	if _, err := NewRank(corpus, 0, 1, saveWorldUnchecked(t, corpus.Fingerprint(), st)); !errors.Is(err, state.ErrMismatch) ||
-		!strings.Contains(err.Error(), "summing to at most 1e+100") {
+		!strings.Contains(err.Error(), `restored mixture[0] (step 0) weights [1e+308 1e+308 1e+308]: weights "a" 1e+308`) ||
+		!strings.Contains(err.Error(), "sum to +Inf, more than 1e+100") {
 		t.Fatalf("a restored log of weights 1e308 each: %v", err)
 	}
 	large := make([]float64, n)
@@ -121,4 +123,42 @@ func TestWeightsThatOverflowRefused(t *testing.T) {
 func saveWorldUnchecked(t *testing.T, fp state.Fingerprint, st state.Rank) *state.Restored {
 	t.Helper()
 	return &state.Restored{Step: st.Step, Shards: st.Shards, FromSize: st.DPSize, Mixture: st.Mixture}
+}
+
+// TestAllZeroRestoredRefused: a restored log that queues a change of all
+// zero weights, or holds a schedule point of all zeros, is refused by the
+// rank it would restore, naming the entry and the values: what a forged
+// run part of a sharded state gives (Decode's checks skipped). Before, the
+// first was taken and at its step every weight was zero, pickDataset found
+// no dataset and the rank reported the end of its data with tokens left;
+// the second gave NaN shares.
+func TestAllZeroRestoredRefused(t *testing.T) {
+	corpus, cfg := pipelineFixture(t, 0)
+	n := len(cfg.Datasets)
+	ones, zeros := make([]float64, n), make([]float64, n)
+	for d := range ones {
+		ones[d] = 1
+	}
+	for _, c := range []struct {
+		name    string
+		mixture []state.MixChange
+		want    string
+	}{
+		{"queued change", []state.MixChange{{Weights: ones}, {Step: 5, Weights: zeros, Runtime: true}},
+			fmt.Sprintf("mixture[1] (step 5) weights %v: every weight is zero", zeros)},
+		{"schedule point", []state.MixChange{{Weights: ones,
+			Schedule: []state.SchedulePoint{{Weights: ones}, {Step: 4, Weights: zeros}}}},
+			fmt.Sprintf("mixture[0] schedule point 1 (step 4) weights %v: every weight is zero", zeros)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			rank, _ := NewRank(corpus, 0, 1, nil)
+			run(t, rank, cfg, 3)
+			st := rank.State()
+			st.Mixture = c.mixture
+			_, err := NewRank(corpus, 0, 1, saveWorldUnchecked(t, corpus.Fingerprint(), st))
+			if !errors.Is(err, state.ErrMismatch) || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("restored: %v, want ErrMismatch naming %q", err, c.want)
+			}
+		})
+	}
 }

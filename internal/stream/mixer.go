@@ -23,7 +23,7 @@ func (r *Rank) restoreMixture(ctx context.Context, from *state.Restored) (reweig
 		if from.Step > maxCount {
 			return false, fmt.Errorf("%w: restored step %d is beyond %d", state.ErrMismatch, from.Step, uint64(maxCount))
 		}
-		if err := state.CheckMixture("restored ", from.Mixture, len(weights)); err != nil {
+		if err := state.CheckMixture("restored ", from.Mixture, r.corpus.DatasetNames()); err != nil {
 			return false, err
 		}
 		r.step = from.Step
@@ -109,27 +109,45 @@ func (r *Rank) appendMixture(mc state.MixChange) {
 // that batch on: the newest call wins for the steps after its own. At most
 // state.MaxQueued changes wait for later batches; one more is refused.
 func (r *Rank) SetWeights(after uint64, weights []float64) error {
-	switch {
-	case after < r.step:
+	if after < r.step {
 		return fmt.Errorf("%w: weights for the batches after step %d, but the rank has produced step %d", ErrStep, after, r.step)
-	case len(weights) != len(r.weights):
-		return fmt.Errorf("%w: %d weights for %d datasets", ErrInvalidConfig, len(weights), len(r.weights))
 	}
-	if err := checkWeights(weights, r.corpus.cfg.Datasets, true); err != nil {
+	if err := state.CheckWeights(weights, r.corpus.DatasetNames(), true); err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 	}
-	keep := 0
-	for _, mc := range r.pending {
-		if mc.Step < after {
-			keep++
-		}
+	// The rank's state at its step queues its pending changes.
+	if err := queueBound(r.pending, r.step, after); err != nil {
+		return err
 	}
-	if after > r.step && keep >= state.MaxQueued {
-		return queueFull(after, keep)
+	keep := len(r.pending)
+	if i := slices.IndexFunc(r.pending, func(mc state.MixChange) bool { return mc.Step >= after }); i >= 0 {
+		keep = i
 	}
 	r.pending = append(r.pending[:keep], state.MixChange{Step: after, Weights: slices.Clone(weights), Runtime: true})
 	if after == r.step {
 		r.applyPending()
+	}
+	return nil
+}
+
+// queueBound refuses a change of weights for the batches after `after`
+// when the state at step whose mixture log is m (its entries after step,
+// at least) would queue, with the change, more than state.MaxQueued: when
+// m holds that many changes after step for steps before `after` (those
+// from `after` on the change replaces). It is the one count of the bound:
+// a rank alone asks it of its pending changes at its step, a pipeline of
+// its log at the last step its consumers released, which is what the
+// state saved after the last consumed batch queues (its rank may have
+// produced, and taken changes in effect, ahead of that).
+func queueBound(m []state.MixChange, step, after uint64) error {
+	n := 0
+	for _, mc := range m {
+		if mc.Step > step && mc.Step < after {
+			n++
+		}
+	}
+	if n >= state.MaxQueued {
+		return queueFull(after, n)
 	}
 	return nil
 }

@@ -202,6 +202,55 @@ func TestQueueBounded(t *testing.T) {
 	if q := state.Queued(ref.State().Mixture, 0); len(q) != 3 {
 		t.Fatalf("rank after a change for step 12: queued %+v", q)
 	}
+	queueBoundedAhead(t, corpus, n)
+}
+
+// queueBoundedAhead: the pipeline bounds the queue of the state after the
+// last consumed batch, not its rank's: with changes for steps 1 to 256
+// queued and nothing consumed, a producer that made steps 1 to 4 took the
+// first 3 in effect (its rank queues 253), yet a 257th change is refused,
+// as the state at step 0 would queue 257, which no resume takes.
+func queueBoundedAhead(t *testing.T, corpus *Corpus, n int) {
+	rank, _ := NewRank(corpus, 0, 1, nil)
+	for s := uint64(1); s <= state.MaxQueued; s++ {
+		if err := rank.SetWeights(s, only(n, int(s)%n)); err != nil {
+			t.Fatalf("change %d: %v", s, err)
+		}
+	}
+	p := NewPipeline(rank, newMemSlots(4, corpus.Config()), 1)
+	produced := make(chan uint64, 64)
+	p.SetHooks(Hooks{Produced: func(b Batch) {
+		select {
+		case produced <- b.Step:
+		default:
+		}
+	}})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	defer func() {
+		p.Close()
+		<-done
+	}()
+	for s := uint64(0); s < 4; {
+		select {
+		case s = <-produced:
+		case <-ctx.Done():
+			t.Fatal("the producer did not fill the ring")
+		}
+	}
+	err := p.SetWeights(ctx, 300, 0, only(n, 0))
+	if !errors.Is(err, ErrStep) || !strings.Contains(err.Error(), fmt.Sprintf("%d changes of weights are queued", state.MaxQueued)) {
+		t.Fatalf("change %d with %d queued after the consumed step 0: %v, want ErrStep naming the bound", state.MaxQueued+1, state.MaxQueued, err)
+	}
+	st, err := p.State(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewRank(corpus, 0, 1, &state.Restored{Step: 0, Shards: st.Shards, FromSize: 1, Mixture: st.Mixture}); err != nil {
+		t.Fatalf("resuming the state after the consumed step 0: %v", err)
+	}
 }
 
 // TestQueuedChangeThroughRescale: two ranks queue a change for step 20 at

@@ -43,8 +43,8 @@ func (p *Pipeline) SetWeights(ctx context.Context, after, taken uint64, weights 
 			}
 		}
 	}
-	if n := p.queuedBefore(after); n >= state.MaxQueued {
-		return queueFull(after, n)
+	if err := queueBound(p.mixture, p.base.Step, after); err != nil {
+		return err
 	}
 	p.pause = true
 	defer func() {
@@ -110,19 +110,6 @@ func (p *Pipeline) logChange(after uint64, weights []float64) {
 	}
 	p.mixture = append(keep, state.MixChange{Step: after, Weights: slices.Clone(weights), Runtime: true})
 	p.mixture = state.TrimMixture(p.mixture, p.base.Step)
-}
-
-// queuedBefore counts the changes that a change for the batches after
-// `after` leaves queued in a state the pipeline may still give (after the
-// base step): those for earlier steps. p.mu is held.
-func (p *Pipeline) queuedBefore(after uint64) int {
-	n := 0
-	for _, mc := range p.mixture {
-		if mc.Step > p.base.Step && mc.Step < after {
-			n++
-		}
-	}
-	return n
 }
 
 // Generation counts the times batches were dropped to be made again; a
