@@ -103,6 +103,9 @@ type Manager struct {
 	closedByConsumers []string
 	// run tags the ids of the sessions this run of the daemon opens.
 	run string
+	// published, when set (tests), runs after an open made its session
+	// findable by others and before it replies.
+	published func()
 }
 
 // closedMemory is how many closed session ids a Manager remembers.

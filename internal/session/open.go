@@ -85,6 +85,15 @@ func (m *Manager) open(ctx context.Context, req Request) (Opened, error) {
 	m.mu.Unlock()
 
 	ss, err := m.newSession(ctx, key, req, group)
+	c := 0
+	if err == nil {
+		// The opener is the session's first consumer before any other open
+		// can find it (a second open of a one-consumer rank that came in
+		// between was let in as consumer 0, and so was this one).
+		if c, err = ss.join(); err != nil {
+			ss.stop(m.metrics.clientWait)
+		}
+	}
 	m.mu.Lock()
 	delete(m.opening, key)
 	close(made)
@@ -108,7 +117,9 @@ func (m *Manager) open(ctx context.Context, req Request) (Opened, error) {
 	m.mu.Unlock()
 	m.metrics.sessions.Inc()
 	m.metrics.ringBytes.Add(float64(ss.ring.Slots() * ss.ring.Stride()))
-	c, _ := ss.join()
+	if m.published != nil {
+		m.published()
+	}
 	if ok, more := m.opens.lineFields(key.uid, key.job); ok {
 		ss.log.Info("session opened", append(more, zap.Uint32("dp_size", req.DPSize), zap.Int("consumers", req.Consumers),
 			zap.Stringer("transport", ss.transport), zap.Uint64("start_step", ss.pipeline.StartStep()))...)

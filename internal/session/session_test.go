@@ -291,3 +291,26 @@ func TestSkipToStep(t *testing.T) {
 		t.Fatalf("a skip past MaxSkip: %v", err)
 	}
 }
+
+// TestOpenerIsFirstConsumer: a second open of a one-consumer rank that
+// finds the session the moment the first open made it findable is refused
+// as a duplicate. Before, the first open took its consumer only after
+// publishing the session, ignoring the error: the second open got consumer
+// 0 and so did the first, two processes on one rank (seen 1 in 60 runs of
+// TestConcurrentOpenOfOneGroup under -race).
+func TestOpenerIsFirstConsumer(t *testing.T) {
+	m := newManager(t, Config{})
+	cfg := jobConfig(t, t.TempDir(), 0)
+	req := Request{Job: "dup", DPSize: 1, Transport: Inline, Config: cfg}
+	var second error
+	m.published = func() {
+		m.published = nil
+		_, second = m.Open(ctxT(t), req)
+	}
+	if _, err := m.Open(ctxT(t), req); err != nil {
+		t.Fatalf("the first open: %v", err)
+	}
+	if !errors.Is(second, ErrSessionExists) {
+		t.Fatalf("an open of the rank between the first's publication and its reply: %v, want ErrSessionExists", second)
+	}
+}
