@@ -61,10 +61,12 @@ class Daemon:
             # goroutines of the runtime that a daemon measured before it
             # has not counted yet.
             base["goroutines"] += base["gomaxprocs"]
-        if base["sessions"] > 0 and self.baseline:
+        opening = any(not f.endswith(".lock") for f in base["shm_files"])
+        if (base["sessions"] > 0 or opening) and self.baseline:
             # Ranks waiting for a restarted daemon reopened their sessions
-            # before this look: the idle daemon's figures are the last ones,
-            # and its shm directory holds its lock file alone.
+            # before this look (or were opening one: its ring file is made
+            # before it counts as a session): the idle daemon's figures are
+            # the last ones, and its shm directory holds its lock file alone.
             base = dict(self.baseline, rss=base["rss"], sessions=0,
                         shm_files=[f for f in base["shm_files"] if f.endswith(".lock")])
         self.baseline = base
