@@ -26,9 +26,14 @@ runs even when an earlier one failed, and the summary comes last:
    the trainer synchronizes on; then the same steps with the trainer running
    ahead (no sync), timed against those steps with no loader just before
    and after.
-6. GPU memory: the daemon's, idle, with one and two cuda sessions open and
+6. metadata: position_ids, document_ids, cu_seqlens, loss_mask and
+   dataset_ids on each device path equal shm's (scripts/gpu_check_restart.py).
+7. GPU memory: the daemon's, idle, with one and two cuda sessions open and
    after they closed; a trainer killed with SIGKILL mid-run; at the end the
    daemon holds none.
+8. restarts: a daemon of its own is killed (-9) and terminated mid-run and
+   started again; each device path goes on with exactly the batches of a run
+   never interrupted, and no GPU memory of the lost rings stays in use.
 
 Exit status: 0 all checks passed, 1 a check failed, 2 no GPU or no torch.
 """
@@ -54,6 +59,7 @@ from gpu_check_memory import daemon_memory, device_copies, free_port, killed_cli
 from gpu_check_paths import (Path, bit_identity, gpu_step, group, host_rate, ipc_selftest, measure,  # noqa: E402
                              paths, shm_reference, steps_alone, torch_baseline)
 from gpu_check_report import check, failures, results, stage  # noqa: E402
+from gpu_check_restart import metadata, restarts  # noqa: E402
 
 
 def need_gpu() -> ModuleType:
@@ -100,6 +106,7 @@ def main() -> None:
         metrics_addr = f"127.0.0.1:{free_port()}"
         with running(args.daemon, sock, "--log-level", "warn", "--metrics-addr", metrics_addr) as proc:
             check_paths(args, torch, config, sock, nbytes)
+            stage("metadata on the device paths", metadata, torch, config, sock, args.device, min(args.batches, 200))
             stage("daemon GPU memory", daemon_memory, torch, config, sock, args.device, proc.pid)
             stage("a trainer killed mid-run", killed_client, config, sock, args.device, proc.pid)
             results["device_copies"] = stage("the daemon's device copies (metrics)", device_copies, metrics_addr)
@@ -107,6 +114,7 @@ def main() -> None:
             results["gpu_mib"]["daemon at the end"] = final
             if final is not None:
                 check(final == 0, "the daemon holds no GPU memory once every client is gone")
+        stage("the device paths through daemon restarts", restarts, torch, args.daemon, config, tmp, args.device, 60)
     free, total = _cuda.device_memory(args.device)
     results["gpu_mib"]["GPU free at the end"] = free >> 20
     results["gpu_mib"]["GPU total"] = total >> 20
