@@ -29,9 +29,6 @@ const (
 // trainers' own shared memory (PyTorch's DataLoader workers, NCCL) and to
 // the page cache of the corpus.
 func ringBudget(mb int, shmDir string, limit int64) (int64, string, error) {
-	if mb < 0 {
-		return 0, "", fmt.Errorf("ring_budget_mb must be >= 0 (0: derived from RAM and the shm directory), got %d", mb)
-	}
 	if mb > 0 {
 		return int64(mb) << 20, "--ring-budget-mb", nil
 	}
@@ -72,12 +69,9 @@ type memoryBudgets struct {
 // cache and the daemon's reserve within limit (see memlimit.Fit): settings
 // changed from their defaults must fit or the daemon refuses to start,
 // naming them and the limit; settings left at their defaults are lowered to
-// fit.
+// fit. cfg is checked (daemonConfig.check): no budget is negative.
 func fitMemory(cfg daemonConfig, limit memlimit.Limit) (memoryBudgets, error) {
 	mb := memoryBudgets{limit: limit, reserve: int64(cfg.MemoryReserveMB) << 20, objectCache: int64(cfg.ObjectCacheMB) << 20}
-	if cfg.MemoryReserveMB < 0 {
-		return mb, fmt.Errorf("memory_reserve_mb must be >= 0, got %d", cfg.MemoryReserveMB)
-	}
 	ring, from, err := ringBudget(cfg.RingBudgetMB, cfg.ShmDir, limit.Bytes)
 	if err != nil {
 		return mb, err

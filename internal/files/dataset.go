@@ -212,6 +212,28 @@ func (d Dataset) object(path string) (objstore.Location, *objstore.Store, error)
 	return loc, store, err
 }
 
+// globObjects lists the keys of the objects that loc, a glob whose first
+// meta character is at i, matches ("*" does not cross "/"); path is the
+// glob as the config gave it, for errors.
+func globObjects(ctx context.Context, store *objstore.Store, loc objstore.Location, i int, path string) ([]string, error) {
+	dir := loc.Key[:strings.LastIndex(loc.Key[:i], "/")+1]
+	infos, err := store.List(ctx, loc.Bucket, dir, true)
+	if err != nil {
+		return nil, err
+	}
+	var keys []string
+	for _, o := range infos {
+		ok, err := pathpkg.Match(loc.Key, o.Key)
+		if err != nil {
+			return nil, fmt.Errorf("path %q: %w", path, err)
+		}
+		if ok && !strings.HasSuffix(o.Key, "/") {
+			keys = append(keys, o.Key)
+		}
+	}
+	return keys, nil
+}
+
 // resolveObjects is Resolve for an s3:// path: a glob over keys ("*" does
 // not cross "/"), an object, a Megatron prefix (PREFIX.idx or PREFIX.bin
 // exists), or a prefix listed one level deep as a directory would be. It
@@ -246,20 +268,13 @@ func (d Dataset) resolveObjects(f Format, path string) ([]string, error) {
 	}
 	switch i := strings.IndexAny(loc.Key, globMeta); {
 	case i >= 0:
-		dir := loc.Key[:strings.LastIndex(loc.Key[:i], "/")+1]
-		infos, err := store.List(ctx, loc.Bucket, dir, true)
+		keys, err := globObjects(ctx, store, loc, i, path)
 		if err != nil {
 			return nil, err
 		}
-		for _, o := range infos {
-			ok, err := pathpkg.Match(loc.Key, o.Key)
-			if err != nil {
-				return nil, fmt.Errorf("path %q: %w", path, err)
-			}
-			if ok && !strings.HasSuffix(o.Key, "/") {
-				if err := add(o.Key); err != nil {
-					return nil, err
-				}
+		for _, k := range keys {
+			if err := add(k); err != nil {
+				return nil, err
 			}
 		}
 	case f.Paired && loc.Key != "" && !strings.HasSuffix(loc.Key, "/"):
