@@ -6,13 +6,15 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/dataloaderd/dataloaderd/internal/errkind"
 )
 
 // ErrRingClosed is returned by Commit after Close.
-var ErrRingClosed = errors.New("ring is closed")
+var ErrRingClosed = errkind.New(errkind.NotFound, "ring is closed")
 
 // ErrNoSuchDevice marks a GPU index that the driver does not see.
-var ErrNoSuchDevice = errors.New("no such GPU")
+var ErrNoSuchDevice = errkind.New(errkind.Invalid, "no such GPU")
 
 // DeviceRing is a ring of slots in GPU memory, exported to the trainer
 // processes by CUDA IPC, with a pinned host staging slot for each slot. The

@@ -1,15 +1,16 @@
 package cuda
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"sync"
+
+	"github.com/dataloaderd/dataloaderd/internal/errkind"
 )
 
 // ErrGeometry marks a device ring that cannot be made with the sizes asked
 // for.
-var ErrGeometry = errors.New("bad device ring geometry")
+var ErrGeometry = errkind.New(errkind.Invalid, "bad device ring geometry")
 
 // maxRingBytes bounds one device ring.
 const maxRingBytes = 16 << 30

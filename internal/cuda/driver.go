@@ -1,8 +1,9 @@
 package cuda
 
 import (
-	"errors"
 	"fmt"
+
+	"github.com/dataloaderd/dataloaderd/internal/errkind"
 )
 
 // Driver is the part of the CUDA driver API that device rings use. The real
@@ -85,7 +86,7 @@ const DefaultLibrary = "libcuda.so.1"
 
 // ErrNoDriver marks a machine without the CUDA driver library: the cuda
 // transport is unavailable there, shm and inline are not affected.
-var ErrNoDriver = errors.New("no CUDA driver")
+var ErrNoDriver = errkind.New(errkind.Unimplemented, "no CUDA driver")
 
 // Result is a CUDA driver result code (CUresult).
 type Result int32
@@ -172,6 +173,8 @@ func (e *Error) Is(target error) bool {
 	switch t := target.(type) {
 	case Result:
 		r = t
+	case errkind.Kind:
+		return e.Result.Is(t)
 	default:
 		return false
 	}
@@ -180,3 +183,8 @@ func (e *Error) Is(target error) bool {
 
 // Error lets a Result be an errors.Is target.
 func (r Result) Error() string { return r.Name() }
+
+// Is makes running out of device memory of kind errkind.ResourceExhausted.
+func (r Result) Is(target error) bool {
+	return r == ErrOutOfMemory && target == errkind.ResourceExhausted
+}

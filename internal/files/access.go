@@ -1,18 +1,19 @@
 package files
 
 import (
-	"errors"
 	"fmt"
 	"io/fs"
 	"slices"
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/dataloaderd/dataloaderd/internal/errkind"
 )
 
 // ErrAccess marks a file or folder of a request refused because the user
 // who made the request may not read or write it (or the daemon cannot).
-var ErrAccess = errors.New("access denied")
+var ErrAccess = errkind.New(errkind.PermissionDenied, "access denied")
 
 // Caller is the user a file of a request is read or written for: the
 // calling process's uid, gid and supplementary groups, as the kernel told

@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/dataloaderd/dataloaderd/internal/errkind"
 	"github.com/dataloaderd/dataloaderd/internal/mapped"
 )
 
@@ -257,6 +258,9 @@ type FileError struct {
 
 // Error names the file and the reason.
 func (e *FileError) Error() string { return fmt.Sprintf("file %q: %s", e.Path, e.Reason) }
+
+// Is makes a FileError of kind errkind.BadFile.
+func (e *FileError) Is(target error) bool { return target == errkind.BadFile }
 
 // Oversized gives, for a file refused for its size, its size and the bound
 // it is over; ok is false for any other refusal. The state package, which

@@ -8,11 +8,12 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/dataloaderd/dataloaderd/internal/errkind"
 	"github.com/dataloaderd/dataloaderd/internal/objstore"
 )
 
 // ErrOutsideRoots marks a path that lies outside every allowed root.
-var ErrOutsideRoots = errors.New("path outside every allowed root")
+var ErrOutsideRoots = errkind.New(errkind.PermissionDenied, "path outside every allowed root")
 
 // OutsideError is a path refused because it lies outside every allowed
 // root, after its symlinks are resolved. It wraps ErrOutsideRoots.

@@ -11,17 +11,18 @@
 package mapped
 
 import (
-	"errors"
 	"fmt"
 	"runtime/debug"
 	"sort"
 	"sync"
 	"unsafe"
+
+	"github.com/dataloaderd/dataloaderd/internal/errkind"
 )
 
 // ErrFault: mapped memory could not be read or written: its file changed
 // under the mapping.
-var ErrFault = errors.New("mapped file changed under the daemon")
+var ErrFault = errkind.New(errkind.DataLoss, "mapped file changed under the daemon")
 
 // FaultError is a fault at Addr, inside the mapping of Path (empty when no
 // registered mapping holds it).

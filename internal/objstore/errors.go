@@ -8,41 +8,43 @@ import (
 	"time"
 
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+
+	"github.com/dataloaderd/dataloaderd/internal/errkind"
 )
 
 // ErrObject marks an object that could not be listed or read, after the
 // retries: the error names it. The errors below say why; an error with
 // none of them is another failure of the store or of the cache.
-var ErrObject = errors.New("object storage")
+var ErrObject = errkind.New(errkind.ObjectFailed, "object storage")
 
 // ErrNotFound: no such object (or bucket).
 var ErrNotFound = errors.New("not found")
 
 // ErrChanged: the object was replaced after it was opened; its bytes are no
 // longer the ones the dataset was opened with.
-var ErrChanged = errors.New("object changed since it was opened (replaced while in use?)")
+var ErrChanged = errkind.New(errkind.DataLoss, "object changed since it was opened (replaced while in use?)")
 
 // ErrUnavailable: the store could not be reached or kept failing (throttled,
 // 5xx, no answer, wrong answers) for longer than Options.RetryFor.
-var ErrUnavailable = errors.New("object store unavailable")
+var ErrUnavailable = errkind.New(errkind.ObjectUnavailable, "object store unavailable")
 
 // ErrDenied: the store refused the daemon's credentials for the object (403).
-var ErrDenied = errors.New("access denied by the object store")
+var ErrDenied = errkind.New(errkind.ObjectDenied, "access denied by the object store")
 
 // ErrBadAnswer: the store's answer is past one of the daemon's bounds (a
 // size, a count, a length) or breaks the protocol (a listing that never
 // ends, keys outside the prefix listed): it is refused, never used.
-var ErrBadAnswer = errors.New("answer refused")
+var ErrBadAnswer = errkind.New(errkind.ObjectRefused, "answer refused")
 
 // ErrUnversioned: the store gives an object neither an ETag nor a
 // Last-Modified date, so a replaced object could not be told from the one
 // opened; Options.AllowUnversioned reads such objects anyway.
-var ErrUnversioned = errors.New("object has no version (neither ETag nor Last-Modified)")
+var ErrUnversioned = errkind.New(errkind.ObjectRefused, "object has no version (neither ETag nor Last-Modified)")
 
 // ErrBudget: an object does not fit one of the cache's bounds (half the
 // cache for an object read whole, the address space of objects open at
 // once); the message names the flag or bound.
-var ErrBudget = errors.New("over the object cache's bounds")
+var ErrBudget = errkind.New(errkind.ObjectBudget, "over the object cache's bounds")
 
 // ObjectError is a failed operation on one object or prefix.
 type ObjectError struct {

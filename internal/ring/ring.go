@@ -10,9 +10,10 @@
 package ring
 
 import (
-	"errors"
 	"fmt"
 	"os"
+
+	"github.com/dataloaderd/dataloaderd/internal/errkind"
 )
 
 // Ring is a ring of equal slots that the daemon writes batches into.
@@ -60,7 +61,7 @@ type Layout struct {
 }
 
 // ErrGeometry marks a ring that cannot be made with the sizes asked for.
-var ErrGeometry = errors.New("bad ring geometry")
+var ErrGeometry = errkind.New(errkind.Invalid, "bad ring geometry")
 
 // MaxRingBytes bounds one ring, so that a config cannot exhaust memory.
 const MaxRingBytes = 16 << 30

@@ -11,11 +11,12 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
 
+	"github.com/dataloaderd/dataloaderd/internal/errkind"
 	"github.com/dataloaderd/dataloaderd/internal/files"
 )
 
 // errNoPeer: a call came on a connection whose peer's user is not known.
-var errNoPeer = errors.New("the caller's user is not known: dataloaderd serves only unix sockets")
+var errNoPeer = errkind.New(errkind.Unauthenticated, "the caller's user is not known: dataloaderd serves only unix sockets")
 
 // peerCred is what the kernel says of the process at the other end of a
 // unix socket connection (SO_PEERCRED), taken when it connected.

@@ -1,16 +1,16 @@
 package session
 
 import (
-	"errors"
 	"fmt"
 
+	"github.com/dataloaderd/dataloaderd/internal/errkind"
 	"github.com/dataloaderd/dataloaderd/internal/ring"
 	"github.com/dataloaderd/dataloaderd/internal/state"
 	"github.com/dataloaderd/dataloaderd/internal/stream"
 )
 
 // ErrOverBudget: a session would take the daemon past one of its budgets.
-var ErrOverBudget = errors.New("over budget")
+var ErrOverBudget = errkind.New(errkind.ResourceExhausted, "over budget")
 
 // ringBytes is the host memory a session's ring takes: its slots in the
 // daemon (inline) or in the shm directory (shm); a cuda ring's slots are on

@@ -10,15 +10,15 @@ package source
 
 import (
 	"context"
-	"errors"
 
+	"github.com/dataloaderd/dataloaderd/internal/errkind"
 	"github.com/dataloaderd/dataloaderd/internal/files"
 )
 
 // ErrInvalid marks every error caused by bad input: a missing path, an empty
 // dataset, a corrupt or truncated file, an unknown format. The message names
 // the file, field or value and what was expected.
-var ErrInvalid = errors.New("invalid dataset")
+var ErrInvalid = errkind.New(errkind.Invalid, "invalid dataset")
 
 // Source is one dataset's units, concatenated over its files in path order.
 // Implementations are safe for concurrent use by many readers.

@@ -1,9 +1,10 @@
 package state
 
 import (
-	"errors"
 	"fmt"
 	"math"
+
+	"github.com/dataloaderd/dataloaderd/internal/errkind"
 )
 
 // Bounds of an encoded state. Whatever the daemon writes it must take back
@@ -30,7 +31,7 @@ const (
 
 // ErrTooLarge marks a config whose state could outgrow MaxBytes, and a rank
 // file larger than the largest state its rank could have written.
-var ErrTooLarge = errors.New("state too large")
+var ErrTooLarge = errkind.New(errkind.FailedPrecondition, "state too large")
 
 // shape is the encoded size of a state of worst-case values under one
 // fingerprint, as an affine function of its counts, measured by encoding

@@ -9,8 +9,9 @@
 package state
 
 import (
-	"errors"
 	"fmt"
+
+	"github.com/dataloaderd/dataloaderd/internal/errkind"
 )
 
 // Version is the version of the state file format this package writes.
@@ -22,7 +23,7 @@ const Version = 3
 
 // ErrMismatch marks a saved state that does not belong to the current corpus
 // and config, or a set of state files that does not cover every shard once.
-var ErrMismatch = errors.New("state does not match")
+var ErrMismatch = errkind.New(errkind.FailedPrecondition, "state does not match")
 
 // Cursor is a position in a shard's token stream: the unit at position Pos of
 // epoch Epoch's permutation, Offset tokens into it (separators included).

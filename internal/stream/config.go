@@ -1,18 +1,18 @@
 package stream
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"strings"
 
+	"github.com/dataloaderd/dataloaderd/internal/errkind"
 	"github.com/dataloaderd/dataloaderd/internal/files"
 	"github.com/dataloaderd/dataloaderd/internal/state"
 )
 
 // ErrInvalidConfig marks a job config the daemon refuses; the message names
 // the field and the value.
-var ErrInvalidConfig = errors.New("invalid config")
+var ErrInvalidConfig = errkind.New(errkind.Invalid, "invalid config")
 
 // Defaults for fields a job config may leave unset.
 const (

@@ -2,10 +2,10 @@ package stream
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 
+	"github.com/dataloaderd/dataloaderd/internal/errkind"
 	"github.com/dataloaderd/dataloaderd/internal/state"
 )
 
@@ -13,11 +13,11 @@ import (
 var (
 	// ErrUnknownSlot: a release names a slot that does not hold that step
 	// for that consumer.
-	ErrUnknownSlot = errors.New("unknown slot")
+	ErrUnknownSlot = errkind.New(errkind.Invalid, "unknown slot")
 	// ErrStep: a state was asked for a step the pipeline cannot give.
-	ErrStep = errors.New("step not available")
+	ErrStep = errkind.New(errkind.FailedPrecondition, "step not available")
 	// ErrClosed: the pipeline was closed.
-	ErrClosed = errors.New("pipeline closed")
+	ErrClosed = errkind.New(errkind.Unavailable, "pipeline closed")
 )
 
 // Slots is the memory batches are written into: a ring of equal slots, each
