@@ -215,13 +215,17 @@ func TestFakeCopyIsAsync(t *testing.T) {
 // soon as it completes; a copy still in flight after the polling budget is
 // waited for by sleeping on the event. Either way the slot is on the device.
 func TestCommitPollsThenSleeps(t *testing.T) {
+	// A copy that completes after 50 polls is given a slot of 32 MiB, whose
+	// polling budget (6.8 ms) a loaded machine's scheduler does not eat up
+	// before 50 polls of the stand-in driver (4 KiB's 101 us once did).
 	for _, tc := range []struct {
 		pending   int
+		slot      int
 		wantSyncs int
-	}{{0, 0}, {50, 0}, {1 << 30, 1}} {
+	}{{0, 4096, 0}, {50, 32 << 20, 0}, {1 << 30, 4096, 1}} {
 		fake := cudatest.NewDriver()
 		devs := cuda.NewDevices(fake)
-		r, err := devs.NewRing(0, 2, 4096)
+		r, err := devs.NewRing(0, 2, tc.slot)
 		if err != nil {
 			t.Fatal(err)
 		}
