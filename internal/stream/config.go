@@ -179,6 +179,28 @@ func (c Config) validateSchedule(names []string) error {
 // textFormats names the formats tokenized on the fly, for messages.
 func textFormats() string { return files.List(files.Names(files.IsText), "and") }
 
+// Checked is a job config that Validate accepted, with what follows from
+// it alone: its slot layout. An open checks its config once (Check) and
+// every floor below reads the Checked, checking nothing again.
+type Checked struct {
+	cfg    Config
+	layout Layout
+}
+
+// Check validates cfg and lays out its slot.
+func Check(cfg Config) (Checked, error) {
+	if err := cfg.Validate(); err != nil {
+		return Checked{}, err
+	}
+	return Checked{cfg: cfg, layout: cfg.Layout()}, nil
+}
+
+// Config is the checked config.
+func (c Checked) Config() Config { return c.cfg }
+
+// Layout is where a batch's arrays lie in a slot of the config's rings.
+func (c Checked) Layout() Layout { return c.layout }
+
 // ValidateRank checks a rank against the config.
 func (c Config) ValidateRank(dpRank, dpSize uint32) error {
 	switch {

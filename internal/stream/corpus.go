@@ -19,6 +19,7 @@ var openSource = source.Open
 // over unit offsets, O(shards * log units), whatever the corpus size.
 type Corpus struct {
 	cfg      Config
+	layout   Layout
 	datasets []*dataset
 	fp       state.Fingerprint
 	// ownRes is the private Resources of a corpus opened without any.
@@ -35,13 +36,8 @@ type dataset struct {
 	shards []*shard
 	// lazy: unit lengths are known only by tokenizing (text formats).
 	lazy bool
-	// The source's optional hints, found once at open (nil when it has none).
-	prefetcher source.Prefetcher
-	units      unitPrefetcher
-	// ahead is how many units a rank asks units to prepare, shared among
-	// its shards (0: a few per shard); sources in object storage want
-	// many, through a request's latency.
-	ahead uint64
+	// The source's optional abilities, found once at open (abilities.go).
+	abilities
 }
 
 // OpenCorpus validates cfg, opens its datasets and cuts their shards. Text
@@ -61,12 +57,19 @@ func OpenCorpusWith(cfg Config, res *Resources) (*Corpus, error) {
 // would have taken (throttled, retried). Once open, the corpus's reads of
 // objects no longer depend on ctx: they end at Close or StopReads.
 func OpenCorpusContext(ctx context.Context, cfg Config, res *Resources) (*Corpus, error) {
-	if err := cfg.Validate(); err != nil {
+	checked, err := Check(cfg)
+	if err != nil {
 		return nil, err
 	}
+	return OpenChecked(ctx, checked, res)
+}
+
+// OpenChecked is OpenCorpusContext for a config already checked (the
+// daemon's open checks it once, before anything is opened).
+func OpenChecked(ctx context.Context, checked Checked, res *Resources) (*Corpus, error) {
 	reads, stopReads := context.WithCancel(context.Background())
 	detach := context.AfterFunc(ctx, stopReads)
-	c, err := openCorpus(reads, cfg, res)
+	c, err := openCorpus(reads, checked, res)
 	if err == nil && !detach() {
 		c.Close() // ctx ended as the open did: its reads are ended too
 		c, err = nil, ctx.Err()
@@ -80,10 +83,11 @@ func OpenCorpusContext(ctx context.Context, cfg Config, res *Resources) (*Corpus
 	return c, nil
 }
 
-// openCorpus opens cfg's datasets, whose requests to object storage end
-// with reads.
-func openCorpus(reads context.Context, cfg Config, res *Resources) (*Corpus, error) {
-	c := &Corpus{cfg: cfg}
+// openCorpus opens the config's datasets, whose requests to object storage
+// end with reads.
+func openCorpus(reads context.Context, checked Checked, res *Resources) (*Corpus, error) {
+	cfg := checked.Config()
+	c := &Corpus{cfg: cfg, layout: checked.Layout()}
 	for _, d := range cfg.Datasets {
 		if isText(d.Format) && res == nil {
 			c.ownRes = NewResources(0, 256<<20, nil)
@@ -111,24 +115,16 @@ func openCorpus(reads context.Context, cfg Config, res *Resources) (*Corpus, err
 			c.Close()
 			return nil, err
 		}
-		ds := &dataset{index: i, name: d.Name, src: src, lazy: textual}
-		ds.prefetcher, _ = src.(source.Prefetcher)
-		ds.units, _ = src.(unitPrefetcher)
-		if dp, ok := src.(prefetchDepther); ok {
-			// Token sources prepare units only when in object storage.
-			if ds.ahead = dp.PrefetchDepth(); ds.ahead == 0 {
-				ds.units = nil
-			}
-		}
+		ds := &dataset{index: i, name: d.Name, src: src, lazy: textual, abilities: abilitiesOf(src)}
 		c.datasets = append(c.datasets, ds)
 		if err := ds.cut(cfg); err != nil {
 			c.Close()
 			return nil, err
 		}
-		if oe, ok := src.(interface{ OffsetError() error }); ok {
+		if ds.offsets != nil {
 			// A cut from an offset that could not be read would differ
 			// from the next run's.
-			if err := oe.OffsetError(); err != nil {
+			if err := ds.offsets.OffsetError(); err != nil {
 				c.Close()
 				return nil, err
 			}
@@ -208,8 +204,8 @@ func (d *dataset) cut(cfg Config) error {
 			ds: d, index: uint32(k), lo: lo, n: hi - lo, tokens: d.src.Offset(hi) - d.src.Offset(lo),
 			key: key(cfg.Seed, uint64(d.index), k),
 		}
-		if g, ok := d.src.(unitGrouper); ok {
-			if runs := g.Groups(lo, hi); len(runs) > 0 {
+		if d.grouper != nil {
+			if runs := d.grouper.Groups(lo, hi); len(runs) > 0 {
 				sh.order = newGroupOrder(lo, hi-lo, runs)
 			}
 		}
@@ -302,6 +298,10 @@ func (c *Corpus) Fingerprint() state.Fingerprint { return c.fp }
 // Config is the config the corpus was opened with.
 func (c *Corpus) Config() Config { return c.cfg }
 
+// Layout is the slot layout of the config's batches, laid out once when
+// the config was checked.
+func (c *Corpus) Layout() Layout { return c.layout }
+
 // DatasetNames lists the datasets in config order.
 func (c *Corpus) DatasetNames() []string {
 	n := make([]string, len(c.datasets))
@@ -353,16 +353,15 @@ type CompressedStats struct {
 func (c *Corpus) Compressed() map[string]CompressedStats {
 	out := map[string]CompressedStats{}
 	for _, d := range c.datasets {
-		s, ok := d.src.(interface{ Compressed() text.CompressedStats })
-		if !ok {
+		if d.compressed == nil {
 			continue
 		}
-		st := CompressedStats{CompressedStats: s.Compressed()}
+		st := CompressedStats{CompressedStats: d.compressed.Compressed()}
 		if st.Files == 0 {
 			continue
 		}
-		if g, ok := d.src.(unitGrouper); ok {
-			for _, run := range g.Groups(0, d.src.Units()) {
+		if d.grouper != nil {
+			for _, run := range d.grouper.Groups(0, d.src.Units()) {
 				st.MostShards = max(st.MostShards, d.shardOf(run[1]-1)-d.shardOf(run[0])+1)
 			}
 		}
@@ -381,8 +380,8 @@ func (d *dataset) shardOf(u uint64) int {
 func (c *Corpus) Skipped() map[string]uint64 {
 	out := map[string]uint64{}
 	for _, d := range c.datasets {
-		if s, ok := d.src.(interface{ Skipped() uint64 }); ok {
-			if n := s.Skipped(); n > 0 {
+		if d.skips != nil {
+			if n := d.skips.Skipped(); n > 0 {
 				out[d.name] = n
 			}
 		}

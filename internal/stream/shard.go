@@ -290,19 +290,6 @@ type window struct {
 	lines  uint64
 }
 
-// unitPrefetcher is a source that can prepare units ahead of their reads
-// (text datasets tokenize them on a worker pool; datasets in object
-// storage fetch their bytes into the node's cache). It never blocks.
-type unitPrefetcher interface {
-	Prefetch(units []uint64) int
-}
-
-// prefetchDepther is a unitPrefetcher that says how many units ahead of a
-// rank it wants (0: none).
-type prefetchDepther interface {
-	PrefetchDepth() uint64
-}
-
 // maxPrefetchAhead bounds the units one prefetchAhead hints.
 const maxPrefetchAhead = 64
 
