@@ -5,14 +5,10 @@ import (
 	"fmt"
 	"sort"
 
-	"github.com/dataloaderd/dataloaderd/internal/files"
 	"github.com/dataloaderd/dataloaderd/internal/source"
 	"github.com/dataloaderd/dataloaderd/internal/state"
 	"github.com/dataloaderd/dataloaderd/internal/text"
 )
-
-// openSource opens a dataset; tests replace it to count what opening reads.
-var openSource = source.Open
 
 // Corpus is a job's opened datasets, each cut into logical shards. Opening
 // reads headers and indices only: cutting shards is a binary search per shard
@@ -20,7 +16,7 @@ var openSource = source.Open
 type Corpus struct {
 	cfg      Config
 	layout   Layout
-	datasets []*dataset
+	datasets []*shardedSource
 	fp       state.Fingerprint
 	// ownRes is the private Resources of a corpus opened without any.
 	ownRes *Resources
@@ -29,7 +25,9 @@ type Corpus struct {
 	stopReads context.CancelFunc
 }
 
-type dataset struct {
+// shardedSource is one dataset of a corpus: its source, cut into the
+// corpus's logical shards.
+type shardedSource struct {
 	index  int
 	name   string
 	src    source.Source
@@ -88,8 +86,8 @@ func OpenChecked(ctx context.Context, checked Checked, res *Resources) (*Corpus,
 func openCorpus(reads context.Context, checked Checked, res *Resources) (*Corpus, error) {
 	cfg := checked.Config()
 	c := &Corpus{cfg: cfg, layout: checked.Layout()}
-	for _, d := range cfg.Datasets {
-		if isText(d.Format) && res == nil {
+	for _, f := range checked.formats {
+		if f.Text && res == nil {
 			c.ownRes = NewResources(0, 256<<20, nil)
 			res = c.ownRes
 			break
@@ -100,22 +98,14 @@ func openCorpus(reads context.Context, checked Checked, res *Resources) (*Corpus
 		EOS: cfg.EOS, BOS: cfg.BOS, ShuffleWindow: uint32(cfg.Window()),
 	}
 	for i, d := range cfg.Datasets {
-		var (
-			src     source.Source
-			tokID   string
-			err     error
-			textual = isText(d.Format)
-		)
-		if textual {
-			src, tokID, err = res.openText(reads, cfg, d)
-		} else {
-			src, err = openDataset(reads, cfg, d, res.roots())
-		}
+		f := checked.formats[i]
+		textual := f.Text
+		src, tokID, err := f.open(reads, cfg, d, f.Format, res)
 		if err != nil {
 			c.Close()
 			return nil, err
 		}
-		ds := &dataset{index: i, name: d.Name, src: src, lazy: textual, abilities: abilitiesOf(src)}
+		ds := &shardedSource{index: i, name: d.Name, src: src, lazy: textual, abilities: abilitiesOf(src)}
 		c.datasets = append(c.datasets, ds)
 		if err := ds.cut(cfg); err != nil {
 			c.Close()
@@ -150,34 +140,10 @@ func openCorpus(reads context.Context, checked Checked, res *Resources) (*Corpus
 	return c, nil
 }
 
-// unitsPerShard is the fewest units a flat-file dataset gets per logical
-// shard: its block size shrinks below the default until it has them.
-const unitsPerShard = 4
-
-// openDataset opens one dataset. Flat token files are opened a second time
-// with smaller blocks when the default gives too few units for the shards;
-// the block size is then a function of the file sizes and logical_shards,
-// both in the fingerprint, so every run and rank agrees on the units.
-func openDataset(ctx context.Context, cfg Config, d Dataset, roots *files.Roots) (source.Source, error) {
-	spec := source.Spec{Name: d.Name, Path: d.Path, Format: d.Format, Dtype: d.Dtype, EOS: cfg.EOS, Column: d.Field, Roots: roots,
-		Context: ctx}
-	src, err := openSource(spec)
-	if err != nil || !src.Delimited() {
-		return src, err
-	}
-	want := uint64(cfg.LogicalShards) * unitsPerShard
-	if src.Units() >= want {
-		return src, nil
-	}
-	spec.BlockTokens = max(1, src.Tokens()/want)
-	src.Close()
-	return openSource(spec)
-}
-
 // cut divides the dataset's units into cfg.LogicalShards contiguous runs of
 // about equal tokens: shard k starts at the first unit whose offset reaches
 // k/S of the tokens.
-func (d *dataset) cut(cfg Config) error {
+func (d *shardedSource) cut(cfg Config) error {
 	n := d.src.Units()
 	total := d.src.Tokens()
 	s := uint64(cfg.LogicalShards)
@@ -371,7 +337,7 @@ func (c *Corpus) Compressed() map[string]CompressedStats {
 }
 
 // shardOf is the index of the shard holding unit u.
-func (d *dataset) shardOf(u uint64) int {
+func (d *shardedSource) shardOf(u uint64) int {
 	return sort.Search(len(d.shards), func(k int) bool { return d.shards[k].lo+d.shards[k].n > u })
 }
 

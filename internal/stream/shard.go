@@ -15,7 +15,7 @@ import (
 // line-length from this stream, so they depend on the seed and the config,
 // never on the world size.
 type shard struct {
-	ds     *dataset
+	ds     *shardedSource
 	index  uint32
 	lo, n  uint64
 	tokens uint64
