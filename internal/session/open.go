@@ -106,18 +106,24 @@ func (m *Manager) open(ctx context.Context, req Request) (Opened, error) {
 	m.sessions[key] = ss
 	m.byID[ss.id] = ss
 	m.mu.Unlock()
+	return m.announce(ss, req, c), nil
+}
+
+// announce counts and logs a session just published, and tells its
+// opener, consumer c, what it opened.
+func (m *Manager) announce(ss *session, req Request, c int) Opened {
 	m.metrics.sessions.Inc()
 	m.metrics.ringBytes.Add(float64(ss.ring.Slots() * ss.ring.Stride()))
 	if m.published != nil {
 		m.published()
 	}
-	if ok, more := m.opens.lineFields(key.uid, key.job); ok {
+	if ok, more := m.opens.lineFields(ss.key.uid, ss.key.job); ok {
 		ss.log.Info("session opened", append(more, zap.Uint32("dp_size", req.DPSize), zap.Int("consumers", req.Consumers),
 			zap.Stringer("transport", ss.transport), zap.Uint64("start_step", ss.pipeline.StartStep()))...)
 	}
 	o := ss.describe(c, req.Device)
 	o.reconnect = ss.reconnected
-	return o, nil
+	return o
 }
 
 // join adds a consumer to an open session, after checking that it asks for
