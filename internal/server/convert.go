@@ -8,7 +8,6 @@ import (
 	"time"
 
 	pb "github.com/dataloaderd/dataloaderd/api/proto/dataloader/v1"
-	"github.com/dataloaderd/dataloaderd/internal/files"
 	"github.com/dataloaderd/dataloaderd/internal/session"
 	"github.com/dataloaderd/dataloaderd/internal/state"
 	"github.com/dataloaderd/dataloaderd/internal/stream"
@@ -28,14 +27,12 @@ func transportFrom(w pb.Transport) (session.Transport, error) {
 	if w == pb.Transport_TRANSPORT_UNSPECIFIED {
 		return session.Shm, nil
 	}
-	names := make([]string, 0, len(wireTransports))
 	for _, t := range session.Transports() {
 		if wireTransports[t] == w {
 			return t, nil
 		}
-		names = append(names, t.String())
 	}
-	return 0, fmt.Errorf("%w: transport %v is not supported (%s)", session.ErrBadRequest, w, files.List(names, "or"))
+	return 0, fmt.Errorf("%w: transport %v is not supported (%s)", session.ErrBadRequest, w, session.TransportNames())
 }
 
 // requestFrom converts an OpenSession request into the domain's.

@@ -113,7 +113,7 @@ func (r *Request) resolve(defaultSlots int) error {
 		r.Transport = Shm
 	}
 	if _, ok := r.Transport.spec(); !ok {
-		return fmt.Errorf("%w: transport %v is not supported (%s)", ErrBadRequest, r.Transport, transportNames())
+		return fmt.Errorf("%w: transport %v is not supported (%s)", ErrBadRequest, r.Transport, TransportNames())
 	}
 	if r.Slots == 0 {
 		r.Slots = defaultSlots

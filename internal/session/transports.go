@@ -83,8 +83,8 @@ func (t Transport) String() string {
 	return fmt.Sprintf("transport(%d)", int(t))
 }
 
-// transportNames lists the transports for messages: "shm, inline or cuda".
-func transportNames() string {
+// TransportNames lists the transports for messages: "shm, inline or cuda".
+func TransportNames() string {
 	var names []string
 	for _, t := range Transports() {
 		names = append(names, t.String())
