@@ -13,12 +13,26 @@ import (
 	"github.com/dataloaderd/dataloaderd/internal/stream"
 )
 
-// transports maps the wire's transports to the domain's; unspecified is shm.
-var transports = map[pb.Transport]session.Transport{
-	pb.Transport_TRANSPORT_UNSPECIFIED: session.Shm,
-	pb.Transport_TRANSPORT_SHM:         session.Shm,
-	pb.Transport_TRANSPORT_INLINE:      session.Inline,
-	pb.Transport_TRANSPORT_CUDA:        session.CUDA,
+// wireTransports pairs each of the domain's transports (session's table)
+// with the wire's: the one mapping, read both ways.
+var wireTransports = map[session.Transport]pb.Transport{
+	session.Shm:    pb.Transport_TRANSPORT_SHM,
+	session.Inline: pb.Transport_TRANSPORT_INLINE,
+	session.CUDA:   pb.Transport_TRANSPORT_CUDA,
+}
+
+// transportFrom maps the wire's transport to the domain's; unspecified is
+// shm.
+func transportFrom(w pb.Transport) (session.Transport, error) {
+	if w == pb.Transport_TRANSPORT_UNSPECIFIED {
+		return session.Shm, nil
+	}
+	for _, t := range session.Transports() {
+		if wireTransports[t] == w {
+			return t, nil
+		}
+	}
+	return 0, fmt.Errorf("%w: transport %v is not supported (%s)", session.ErrBadRequest, w, session.TransportNames())
 }
 
 // requestFrom converts an OpenSession request into the domain's.
@@ -30,9 +44,9 @@ func requestFrom(req *pb.OpenSessionRequest) (session.Request, error) {
 	if err != nil {
 		return session.Request{}, err
 	}
-	t, ok := transports[req.GetTransport()]
-	if !ok {
-		return session.Request{}, fmt.Errorf("%w: transport %v is not supported (shm, inline or cuda)", session.ErrBadRequest, req.GetTransport())
+	t, err := transportFrom(req.GetTransport())
+	if err != nil {
+		return session.Request{}, err
 	}
 	r := session.Request{
 		Job: req.GetJob(), DPRank: req.GetDpRank(), DPSize: req.GetDpSize(), Consumers: int(req.GetConsumers()),
@@ -130,13 +144,6 @@ func schedulePointFrom(i int, p *pb.SchedulePoint, ds []stream.Dataset) (state.S
 		}
 	}
 	return out, nil
-}
-
-// wireTransports maps the domain's transports back to the wire's.
-var wireTransports = map[session.Transport]pb.Transport{
-	session.Shm:    pb.Transport_TRANSPORT_SHM,
-	session.Inline: pb.Transport_TRANSPORT_INLINE,
-	session.CUDA:   pb.Transport_TRANSPORT_CUDA,
 }
 
 // openedTo converts an opened session into the OpenSession response.

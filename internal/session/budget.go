@@ -12,27 +12,27 @@ import (
 // ErrOverBudget: a session would take the daemon past one of its budgets.
 var ErrOverBudget = errkind.New(errkind.ResourceExhausted, "over budget")
 
-// ringBytes is the host memory a session's ring takes: its slots in the
-// daemon (inline) or in the shm directory (shm); a cuda ring's slots are on
-// the GPU, and its control block is a page or two. The request is checked
-// first: the geometry bounds the product, so nothing is allocated for a
-// request that cannot be served.
-func (r *Request) ringBytes() (int64, error) {
-	if err := r.Config.Validate(); err != nil {
-		return 0, err
-	}
-	slotBytes := int64(r.Config.Layout().Bytes)
+// sizeRing checks the ring's geometry, its slots of the layout's bytes,
+// and sets the host memory the ring takes: its slots in the daemon
+// (inline) or in the shm directory (shm); a cuda ring's slots are on the
+// GPU, and its control block is a page or two. The geometry bounds the
+// product, so nothing is allocated for a request that cannot be served.
+func (p *plan) sizeRing() error {
+	cfg := p.checked.Config()
+	slotBytes := int64(p.checked.Layout().Bytes)
 	if slotBytes > ring.MaxRingBytes {
-		return 0, fmt.Errorf("%w: a batch of %d lines of %d tokens (with metadata %v) is %d bytes, more than the %d-byte limit of a ring",
-			ring.ErrGeometry, r.Config.BatchSize, r.Config.LineTokens(), r.Config.Metadata, slotBytes, int64(ring.MaxRingBytes))
+		return fmt.Errorf("%w: a batch of %d lines of %d tokens (with metadata %v) is %d bytes, more than the %d-byte limit of a ring",
+			ring.ErrGeometry, cfg.BatchSize, cfg.LineTokens(), cfg.Metadata, slotBytes, int64(ring.MaxRingBytes))
 	}
-	if err := ring.CheckGeometry(r.Slots, int(slotBytes)); err != nil {
-		return 0, err
+	g, err := newGeometry(p.req.Slots, int(slotBytes)) // rings.go
+	if err != nil {
+		return err
 	}
-	if r.Transport == CUDA {
-		return 0, nil
+	p.geometry = g
+	if p.transport.hostSlots {
+		p.ringBytes = int64(g.slots) * int64(ring.StrideFor(g.slotBytes))
 	}
-	return int64(r.Slots) * int64(ring.StrideFor(int(slotBytes))), nil
+	return nil
 }
 
 // reserveLocked takes n bytes of the ring budget for a session being made;
@@ -106,15 +106,12 @@ func checkStateSize(fp state.Fingerprint, req Request, from *state.Restored) err
 	return nil
 }
 
-// checkStateSizeEarly is checkStateSize from the request alone, before a
+// checkStateSizeEarly is checkStateSize from the plan alone, before a
 // corpus is opened: with a fingerprint of what the config names (the
 // corpus's adds its files' counts and digests, so it is never shorter), a
 // geometry refused here would be refused once the corpus is open.
-func (r *Request) checkStateSizeEarly() error {
-	cfg := r.Config
-	if err := cfg.ValidateRank(r.DPRank, r.DPSize); err != nil {
-		return err
-	}
+func (p *plan) checkStateSizeEarly() error {
+	cfg, r := p.checked.Config(), p.req
 	fp := state.Fingerprint{SeqLen: cfg.SeqLen, LogicalShards: cfg.LogicalShards, Seed: cfg.Seed, EOS: cfg.EOS, BOS: cfg.BOS,
 		ShuffleWindow: uint32(cfg.Window())}
 	for _, d := range cfg.Datasets {
@@ -137,7 +134,7 @@ func (m *Manager) HostRingsOutsideHeap() int64 {
 	defer m.mu.Unlock()
 	n := m.ringUsed
 	for _, ss := range m.sessions {
-		if ss.transport == Inline {
+		if ss.transport.of().inHeap {
 			n -= ss.reserved
 		}
 	}

@@ -46,13 +46,14 @@ func newCorpora(res *stream.Resources) *corpora {
 	return &corpora{res: res, open: map[string]*sharedCorpus{}}
 }
 
-// acquire returns the corpus of cfg, opening it if no session holds it.
+// acquire returns the corpus of a checked config, opening it if no session
+// holds it.
 // Corpora are shared by the whole config: a job's ranks ask for the same.
 // It fails with ctx's error when ctx ends first, whether this call opens
 // the corpus or waits for another's opening; an opening that another
 // caller's context ended is made again for this one.
-func (c *corpora) acquire(ctx context.Context, cfg stream.Config) (*stream.Corpus, *corpusUse, error) {
-	b, err := json.Marshal(cfg)
+func (c *corpora) acquire(ctx context.Context, checked stream.Checked) (*stream.Corpus, *corpusUse, error) {
+	b, err := json.Marshal(checked.Config())
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: %v", ErrBadRequest, err)
 	}
@@ -70,7 +71,7 @@ func (c *corpora) acquire(ctx context.Context, cfg stream.Config) (*stream.Corpu
 		c.mu.Unlock()
 		use := &corpusUse{c: c, key: key, sc: sc}
 		if opener {
-			corpus, err := stream.OpenCorpusContext(ctx, cfg, c.res)
+			corpus, err := stream.OpenChecked(ctx, checked, c.res)
 			c.mu.Lock()
 			sc.corpus, sc.err = corpus, err
 			if err != nil && c.open[key] == sc {

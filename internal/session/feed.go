@@ -57,7 +57,7 @@ func (f *Feed) Next(ctx context.Context) (Batch, error) {
 	}
 	out := Batch{Step: b.Step, Slot: b.Slot, Lines: b.Lines, Segments: b.Segments, MaxSeqlen: b.MaxSeqlen,
 		Generation: b.Generation}
-	if f.ss.transport == Inline {
+	if f.ss.transport.of().inMessages {
 		// The slot is held until the consumer releases it: no copy is
 		// needed. With metadata the whole slot goes (its arrays lie where
 		// the layout says), else the lines' tokens alone.

@@ -29,20 +29,11 @@ func (m *Manager) Open(ctx context.Context, req Request) (Opened, error) {
 }
 
 func (m *Manager) open(ctx context.Context, req Request) (Opened, error) {
-	if err := req.resolve(m.cfg.Slots); err != nil {
-		return Opened{}, err
-	}
-	group, err := req.groupKey()
+	p, err := newPlan(req, m.cfg.Slots) // plan.go
 	if err != nil {
 		return Opened{}, err
 	}
-	need, err := req.ringBytes()
-	if err == nil {
-		err = req.checkStateSizeEarly() // budget.go
-	}
-	if err != nil {
-		return Opened{}, err
-	}
+	req, group, need := p.req, p.group, p.ringBytes
 	key := sessionKey{uid: req.UID, job: req.Job, dpRank: req.DPRank}
 	m.mu.Lock()
 	for {
@@ -84,7 +75,7 @@ func (m *Manager) open(ctx context.Context, req Request) (Opened, error) {
 	m.opening[key] = made
 	m.mu.Unlock()
 
-	ss, err := m.newSession(ctx, key, req, group)
+	ss, err := m.newSession(ctx, key, p)
 	c := 0
 	if err == nil {
 		// The opener is the session's first consumer before any other open
@@ -115,18 +106,24 @@ func (m *Manager) open(ctx context.Context, req Request) (Opened, error) {
 	m.sessions[key] = ss
 	m.byID[ss.id] = ss
 	m.mu.Unlock()
+	return m.announce(ss, req, c), nil
+}
+
+// announce counts and logs a session just published, and tells its
+// opener, consumer c, what it opened.
+func (m *Manager) announce(ss *session, req Request, c int) Opened {
 	m.metrics.sessions.Inc()
 	m.metrics.ringBytes.Add(float64(ss.ring.Slots() * ss.ring.Stride()))
 	if m.published != nil {
 		m.published()
 	}
-	if ok, more := m.opens.lineFields(key.uid, key.job); ok {
+	if ok, more := m.opens.lineFields(ss.key.uid, ss.key.job); ok {
 		ss.log.Info("session opened", append(more, zap.Uint32("dp_size", req.DPSize), zap.Int("consumers", req.Consumers),
 			zap.Stringer("transport", ss.transport), zap.Uint64("start_step", ss.pipeline.StartStep()))...)
 	}
 	o := ss.describe(c, req.Device)
 	o.reconnect = ss.reconnected
-	return o, nil
+	return o
 }
 
 // join adds a consumer to an open session, after checking that it asks for
@@ -164,9 +161,10 @@ func (m *Manager) stopped() error {
 }
 
 // newSession opens (or shares) the corpus, restores the state to resume
-// from, makes the ring and starts the producer.
-func (m *Manager) newSession(ctx context.Context, key sessionKey, req Request, group string) (*session, error) {
-	corpus, use, err := m.corpora.acquire(ctx, req.Config)
+// from, makes the ring and starts the producer, as the plan says.
+func (m *Manager) newSession(ctx context.Context, key sessionKey, p plan) (*session, error) {
+	req := p.req
+	corpus, use, err := m.corpora.acquire(ctx, p.checked)
 	if err != nil {
 		if stop := m.stopped(); stop != nil && ctx.Err() != nil {
 			return nil, stop
@@ -202,8 +200,7 @@ func (m *Manager) newSession(ctx context.Context, key sessionKey, req Request, g
 		return nil, err
 	}
 	id := m.newSessionID()
-	r, err := m.newRing(ringSpec{transport: req.Transport, device: req.Device, slots: req.Slots,
-		slotBytes: cfg.Layout().Bytes, consumers: req.Consumers})
+	r, err := m.newRing(ringSpec{transport: req.Transport, device: req.Device, geometry: p.geometry, consumers: req.Consumers})
 	if err != nil {
 		release()
 		return nil, err
@@ -211,7 +208,7 @@ func (m *Manager) newSession(ctx context.Context, key sessionKey, req Request, g
 	// The producer outlives the open's request: its own context.
 	produce, cancel := context.WithCancel(context.Background())
 	ss := &session{
-		id: id, key: key, groupKey: group, transport: req.Transport,
+		id: id, key: key, groupKey: p.group, transport: req.Transport,
 		corpus: corpus, releaseCorpus: release, leaveCorpus: use.leave, ring: r, ctl: r.Control(), datasets: corpus.DatasetNames(),
 		cancel: cancel, done: make(chan struct{}),
 		attached: make([]bool, req.Consumers), closed: make([]bool, req.Consumers), opened: time.Now(),
@@ -237,7 +234,7 @@ func (s *session) describe(c, device int) Opened {
 	cfg := s.corpus.Config()
 	return Opened{ID: s.id, Consumer: c, Transport: s.transport, Ring: s.ring.Layout(device),
 		LineTokens: cfg.LineTokens(), BatchSize: cfg.BatchSize, StartStep: s.pipeline.StartStep(),
-		MaxSkipSteps: MaxSkipSteps(uint64(cfg.BatchSize) * uint64(cfg.LineTokens())), Fields: cfg.Layout().Fields}
+		MaxSkipSteps: MaxSkipSteps(uint64(cfg.BatchSize) * uint64(cfg.LineTokens())), Fields: s.corpus.Layout().Fields}
 }
 
 // resumeSource names where a restored state came from, for an error that a

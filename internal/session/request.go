@@ -13,31 +13,6 @@ import (
 	"github.com/dataloaderd/dataloaderd/internal/stream"
 )
 
-// Transport is how a session's batches reach its consumers.
-type Transport int
-
-// Transports.
-const (
-	// Shm: a ring in a shared-memory file every local consumer maps.
-	Shm Transport = iota + 1
-	// Inline: batch bytes inside the stream's messages.
-	Inline
-	// CUDA: a ring of GPU slots shared over CUDA IPC.
-	CUDA
-)
-
-func (t Transport) String() string {
-	switch t {
-	case Shm:
-		return "shm"
-	case Inline:
-		return "inline"
-	case CUDA:
-		return "cuda"
-	}
-	return fmt.Sprintf("transport(%d)", int(t))
-}
-
 // Request opens a session, or joins the consumer to the session of its
 // (job, data-parallel rank).
 type Request struct {
@@ -131,20 +106,14 @@ type Batch struct {
 // back to a restarted daemon.
 func (r *Request) reconnecting() bool { return r.ReconnectedAfter > 0 && r.Consumers > 1 }
 
-// resolve fills the request's defaults and checks what it can without
-// opening anything.
+// resolve fills the request's defaults and checks its own fields (the
+// config and the rank are the plan's to check, before them).
 func (r *Request) resolve(defaultSlots int) error {
-	if err := r.Config.Validate(); err != nil {
-		return err
-	}
-	if err := r.Config.ValidateRank(r.DPRank, r.DPSize); err != nil {
-		return err
-	}
 	if r.Transport == 0 {
 		r.Transport = Shm
 	}
-	if r.Transport < Shm || r.Transport > CUDA {
-		return fmt.Errorf("%w: transport %v is not supported (shm, inline or cuda)", ErrBadRequest, r.Transport)
+	if _, ok := r.Transport.spec(); !ok {
+		return fmt.Errorf("%w: transport %v is not supported (%s)", ErrBadRequest, r.Transport, TransportNames())
 	}
 	if r.Slots == 0 {
 		r.Slots = defaultSlots

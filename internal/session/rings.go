@@ -10,32 +10,40 @@ import (
 	"github.com/dataloaderd/dataloaderd/internal/ring"
 )
 
+// geometry is a ring's slot count and slot size, checked (newGeometry):
+// a ring is only made of one.
+type geometry struct{ slots, slotBytes int }
+
+// newGeometry checks a ring of slots of slotBytes (ring.CheckGeometry):
+// every transport's ring is checked here, the device ring's too.
+func newGeometry(slots, slotBytes int) (geometry, error) {
+	if err := ring.CheckGeometry(slots, slotBytes); err != nil {
+		return geometry{}, err
+	}
+	return geometry{slots: slots, slotBytes: slotBytes}, nil
+}
+
 // ringSpec is the ring a session asks for.
 type ringSpec struct {
 	id        string // names its files (newRing draws it)
 	transport Transport
 	device    int // the first consumer's GPU (cuda)
-	slots     int
-	slotBytes int
+	geometry  geometry
 	consumers int
 }
 
-// newRing makes the ring of a transport: the only place that knows which
-// kind of ring each transport has. Its files are named by a token of their
-// own, not by the session id: the shm directory is listable by anyone.
+// newRing makes the ring of a transport, as its entry in the transport
+// table says. Its files are named by a token of their own, not by the
+// session id: the shm directory is listable by anyone.
 func (m *Manager) newRing(sp ringSpec) (ring.Ring, error) {
-	if err := ring.CheckGeometry(sp.slots, sp.slotBytes); err != nil {
-		return nil, err
-	}
 	sp.id = newSessionID()
-	switch sp.transport {
-	case Shm:
-		return ring.NewShmRing(m.cfg.ShmDir, ring.FileName(m.cfg.ShmInstance, sp.id), sp.slots, sp.slotBytes, sp.consumers)
-	case CUDA:
-		return m.newDeviceRing(sp)
-	default:
-		return ring.NewMemRing(sp.slots, sp.slotBytes)
-	}
+	return sp.transport.of().newRing(m, sp)
+}
+
+// newShmRing makes a ring in a file of the shm directory.
+func (m *Manager) newShmRing(sp ringSpec) (ring.Ring, error) {
+	g := sp.geometry
+	return ring.NewShmRing(m.cfg.ShmDir, ring.FileName(m.cfg.ShmInstance, sp.id), g.slots, g.slotBytes, sp.consumers)
 }
 
 // newDeviceRing makes a ring of device slots on the first consumer's GPU,
@@ -47,9 +55,10 @@ func (m *Manager) newDeviceRing(sp ringSpec) (ring.Ring, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: cuda: %w; the shm and inline transports work without a GPU", ErrNoTransport, err)
 	}
-	r, err := devs.NewRing(sp.device, sp.slots, sp.slotBytes)
+	g := sp.geometry
+	r, err := devs.NewRing(sp.device, g.slots, g.slotBytes)
 	if err != nil {
-		return nil, fmt.Errorf("cuda ring on device %d (%d slots of %d bytes): %w", sp.device, sp.slots, sp.slotBytes, err)
+		return nil, fmt.Errorf("cuda ring on device %d (%d slots of %d bytes): %w", sp.device, g.slots, g.slotBytes, err)
 	}
 	r.OnCommit(func(took time.Duration) { m.metrics.devCopy.Observe(took.Seconds()) })
 	// The ring counts its other GPUs and its freeing itself: a consumer may
@@ -57,7 +66,7 @@ func (m *Manager) newDeviceRing(sp ringSpec) (ring.Ring, error) {
 	r.OnDeviceBytes(func(delta int) { m.metrics.devBytes.Add(float64(delta)) })
 	m.metrics.devBytes.Add(float64(r.SlotsBytes()))
 	d := &deviceRing{DeviceRing: r}
-	d.ctl, err = ring.NewControlFile(m.cfg.ShmDir, ring.FileName(m.cfg.ShmInstance, sp.id)+".ctl", sp.slots, sp.consumers, r.Stride())
+	d.ctl, err = ring.NewControlFile(m.cfg.ShmDir, ring.FileName(m.cfg.ShmInstance, sp.id)+".ctl", g.slots, sp.consumers, r.Stride())
 	if err != nil {
 		m.log.Warn("cuda session without a control block: batches go by messages", zap.String("session", sp.id), zap.Error(err))
 		d.ctl = nil

@@ -28,8 +28,12 @@ func TestRingSuite(t *testing.T) {
 			ringtest.Run(t, ringtest.Impl{
 				Make: func(t *testing.T, slots, slotBytes int) (ring.Ring, error) {
 					n++
+					g, err := newGeometry(slots, slotBytes)
+					if err != nil {
+						return nil, err
+					}
 					return m.newRing(ringSpec{id: fmt.Sprintf("suite-%d", n), transport: tr, device: 1,
-						slots: slots, slotBytes: slotBytes, consumers: 1})
+						geometry: g, consumers: 1})
 				},
 				Device: 1,
 				OpenIPC: func(t *testing.T, h []byte) []byte {

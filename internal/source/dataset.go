@@ -21,8 +21,9 @@ type fileUnits interface {
 	close() error
 }
 
-// dataset is a Source over the fileUnits of one dataset.
-type dataset struct {
+// concatSource is a Source over the fileUnits of one dataset: its files'
+// units, concatenated in path order.
+type concatSource struct {
 	name      string
 	parts     []fileUnits
 	units     files.Concat // of the parts, sized in tokens
@@ -34,8 +35,8 @@ type dataset struct {
 
 // newDataset concatenates parts; it fails, wrapping ErrInvalid, when they hold
 // no tokens at all.
-func newDataset(name string, parts []fileUnits, delimited bool) (*dataset, error) {
-	d := &dataset{
+func newConcatSource(name string, parts []fileUnits, delimited bool) (*concatSource, error) {
+	d := &concatSource{
 		name:      name,
 		parts:     parts,
 		units:     files.NewConcat(len(parts), func(i int) (uint64, uint64) { return parts[i].units(), parts[i].tokens() }),
@@ -52,19 +53,19 @@ func newDataset(name string, parts []fileUnits, delimited bool) (*dataset, error
 }
 
 // Units is the number of units over all files.
-func (d *dataset) Units() uint64 { return d.units.Units() }
+func (d *concatSource) Units() uint64 { return d.units.Units() }
 
 // Tokens is the number of tokens over all files.
-func (d *dataset) Tokens() uint64 { return d.units.Size() }
+func (d *concatSource) Tokens() uint64 { return d.units.Size() }
 
 // Delimited reports whether units carry their own document separators.
-func (d *dataset) Delimited() bool { return d.delimited }
+func (d *concatSource) Delimited() bool { return d.delimited }
 
 // locate finds the part holding unit u < Units() and u's number in it.
-func (d *dataset) locate(u uint64) (int, uint64) { return d.units.Locate(u) }
+func (d *concatSource) locate(u uint64) (int, uint64) { return d.units.Locate(u) }
 
 // Offset is the position of unit u's first token in the dataset.
-func (d *dataset) Offset(u uint64) uint64 {
+func (d *concatSource) Offset(u uint64) uint64 {
 	if u >= d.Units() {
 		return d.Tokens()
 	}
@@ -73,7 +74,7 @@ func (d *dataset) Offset(u uint64) uint64 {
 }
 
 // UnitLen is the number of tokens of unit u.
-func (d *dataset) UnitLen(u uint64) (uint64, error) {
+func (d *concatSource) UnitLen(u uint64) (uint64, error) {
 	if u >= d.Units() {
 		return 0, d.unitRangeError(u)
 	}
@@ -82,7 +83,7 @@ func (d *dataset) UnitLen(u uint64) (uint64, error) {
 }
 
 // Read copies tokens [off, off+len(dst)) of unit u into dst.
-func (d *dataset) Read(u uint64, off uint64, dst []int32) error {
+func (d *concatSource) Read(u uint64, off uint64, dst []int32) error {
 	if u >= d.Units() {
 		return d.unitRangeError(u)
 	}
@@ -90,14 +91,14 @@ func (d *dataset) Read(u uint64, off uint64, dst []int32) error {
 	return d.parts[i].read(local, off, dst)
 }
 
-func (d *dataset) unitRangeError(u uint64) error {
+func (d *concatSource) unitRangeError(u uint64) error {
 	return fmt.Errorf("source: dataset %q: unit %d out of range [0, %d)", d.name, u, d.Units())
 }
 
 // OffsetError reports a failure Offset could not return: an offset of a
 // file in object storage that could not be fetched. Shards cut by Offset
 // are only valid while it is nil.
-func (d *dataset) OffsetError() error {
+func (d *concatSource) OffsetError() error {
 	for _, p := range d.parts {
 		if oe, ok := p.(interface{ offsetError() error }); ok {
 			if err := oe.offsetError(); err != nil {
@@ -109,7 +110,7 @@ func (d *dataset) OffsetError() error {
 }
 
 // Files lists every file of every part, in path order.
-func (d *dataset) Files() []File {
+func (d *concatSource) Files() []File {
 	var files []File
 	for _, p := range d.parts {
 		files = append(files, p.files()...)
@@ -119,7 +120,7 @@ func (d *dataset) Files() []File {
 
 // Close unmaps every file. Reads after Close are not allowed; a second Close
 // returns the first one's result.
-func (d *dataset) Close() error {
+func (d *concatSource) Close() error {
 	d.closeOnce.Do(func() { d.closeErr = closeParts(d.parts) })
 	return d.closeErr
 }

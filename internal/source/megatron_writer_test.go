@@ -38,7 +38,7 @@ func TestMegatronWriterRoundTrip(t *testing.T) {
 			t.Fatal(err)
 		}
 		src := mustOpen(t, Spec{Name: "w", Path: prefix, Format: files.Megatron})
-		if m := src.(*dataset).parts[0].(*megatronFile); m.dtype != tc.dt {
+		if m := src.(*concatSource).parts[0].(*megatronFile); m.dtype != tc.dt {
 			t.Fatalf("written as %v, want %v", m.dtype, tc.dt)
 		}
 		if src.Units() != uint64(len(tc.docs)) {

@@ -20,14 +20,20 @@ const DefaultBlockTokens = 16384
 // dataset and the path or value at fault, except that of a path outside the
 // roots, which wraps files.ErrOutsideRoots.
 func Open(spec Spec) (Source, error) {
-	format, ok := files.Lookup(spec.Format)
-	if !ok || format.Text {
-		return nil, fmt.Errorf("%w: dataset %q: format %q: want %s",
-			ErrInvalid, spec.Name, spec.Format, files.List(files.Quote(files.Names(files.IsTokens)), "or"))
-	}
+	format, _ := files.Lookup(spec.Format)
+	return OpenFormat(format, spec)
+}
+
+// OpenFormat is Open for a format already looked up in the registry (a
+// corpus looks each dataset's up once, when its config is checked); the
+// zero Format, or a text format, is refused as Open refuses its name.
+func OpenFormat(format files.Format, spec Spec) (Source, error) {
 	fs := files.Dataset{Roots: spec.Roots, Name: spec.Name, Context: spec.Context}
 	var open func(path string) (fileUnits, error)
 	switch format.Name {
+	default:
+		return nil, fmt.Errorf("%w: dataset %q: format %q: want %s",
+			ErrInvalid, spec.Name, spec.Format, files.List(files.Quote(files.Names(files.IsTokens)), "or"))
 	case files.Megatron:
 		open = func(prefix string) (fileUnits, error) { return openMegatronFile(fs, prefix) }
 	case files.Tokens:
@@ -53,7 +59,7 @@ func Open(spec Spec) (Source, error) {
 		}
 		parts = append(parts, part)
 	}
-	ds, err := newDataset(spec.Name, parts, format.Name == files.Tokens)
+	ds, err := newConcatSource(spec.Name, parts, format.Name == files.Tokens)
 	if err != nil {
 		closeParts(parts)
 		return nil, err

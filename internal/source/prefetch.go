@@ -23,7 +23,7 @@ type unitPrefetcher interface {
 }
 
 // PrefetchIndex implements Prefetcher.
-func (d *dataset) PrefetchIndex(u uint64) {
+func (d *concatSource) PrefetchIndex(u uint64) {
 	if u >= d.Units() {
 		return
 	}
@@ -34,7 +34,7 @@ func (d *dataset) PrefetchIndex(u uint64) {
 }
 
 // PrefetchToken implements Prefetcher.
-func (d *dataset) PrefetchToken(u, off uint64) {
+func (d *concatSource) PrefetchToken(u, off uint64) {
 	if u >= d.Units() {
 		return
 	}
@@ -94,7 +94,7 @@ type remoteUnits interface {
 // PrefetchDepth is how many units ahead the dataset wants Prefetch to be
 // given: ObjectPrefetchUnits when a file is in object storage, else 0 (the
 // mapped files need no such hint).
-func (d *dataset) PrefetchDepth() uint64 {
+func (d *concatSource) PrefetchDepth() uint64 {
 	for _, p := range d.parts {
 		if r, ok := p.(remoteUnits); ok && r.remote() {
 			return ObjectPrefetchUnits
@@ -106,7 +106,7 @@ func (d *dataset) PrefetchDepth() uint64 {
 // Prefetch fetches the bytes of units in object storage into the node's
 // cache ahead of their reads. It never blocks; it returns how many units
 // it hinted.
-func (d *dataset) Prefetch(units []uint64) int {
+func (d *concatSource) Prefetch(units []uint64) int {
 	n := 0
 	for _, u := range units {
 		if u >= d.Units() {

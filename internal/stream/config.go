@@ -93,6 +93,24 @@ func invalid(format string, a ...any) error {
 
 // Validate checks the config on its own; Validate does not open files.
 func (c Config) Validate() error {
+	_, err := c.validate()
+	return err
+}
+
+// validate is Validate, returning each dataset's format, looked up once.
+func (c Config) validate() ([]format, error) {
+	if err := c.validateScalars(); err != nil {
+		return nil, err
+	}
+	formats, err := c.validateDatasets()
+	if err != nil {
+		return nil, err
+	}
+	return formats, c.validateMetadata()
+}
+
+// validateScalars checks the config's fields other than its datasets.
+func (c Config) validateScalars() error {
 	switch {
 	case c.SeqLen < 1:
 		return invalid("seq_len must be at least 1, got %d", c.SeqLen)
@@ -120,42 +138,50 @@ func (c Config) Validate() error {
 	if c.BOS > math.MaxInt32 {
 		return invalid("bos_id must be at most %d, got %d", math.MaxInt32, c.BOS)
 	}
+	return nil
+}
+
+// validateDatasets checks the datasets, their weights and the schedule,
+// and returns each dataset's format: the registry's entry with its opener.
+func (c Config) validateDatasets() ([]format, error) {
 	seen := map[string]bool{}
+	formats := make([]format, len(c.Datasets))
 	weights := make([]float64, len(c.Datasets))
 	names := make([]string, len(c.Datasets))
 	for i, d := range c.Datasets {
-		format, known := files.Lookup(d.Format)
+		f, known := lookupFormat(d.Format)
+		format := f.Format
 		switch {
 		case d.Name == "":
-			return invalid("datasets[%d]: name is empty", i)
+			return nil, invalid("datasets[%d]: name is empty", i)
 		case seen[d.Name]:
-			return invalid("datasets[%d]: name %q is used twice", i, d.Name)
+			return nil, invalid("datasets[%d]: name %q is used twice", i, d.Name)
 		case d.Path == "":
-			return invalid("dataset %q: path is empty", d.Name)
+			return nil, invalid("dataset %q: path is empty", d.Name)
 		case !known:
-			return invalid("dataset %q: unknown format %q (want %s)", d.Name, d.Format, strings.Join(files.Names(nil), ", "))
+			return nil, invalid("dataset %q: unknown format %q (want %s)", d.Name, d.Format, strings.Join(files.Names(nil), ", "))
 		case format.Text && d.Tokenizer == "":
-			return invalid("dataset %q: format %s is tokenized on the fly and needs a tokenizer (a built-in encoding such as cl100k_base, or a tokenizer.json path)", d.Name, d.Format)
+			return nil, invalid("dataset %q: format %s is tokenized on the fly and needs a tokenizer (a built-in encoding such as cl100k_base, or a tokenizer.json path)", d.Name, d.Format)
 		case !format.Text && d.Tokenizer != "":
-			return invalid("dataset %q: format %s is already tokenized; tokenizer %q applies to %s only", d.Name, d.Format, d.Tokenizer, textFormats())
+			return nil, invalid("dataset %q: format %s is already tokenized; tokenizer %q applies to %s only", d.Name, d.Format, d.Tokenizer, textFormats())
 		case !format.Text && d.OnBadRecord != "":
-			return invalid("dataset %q: on_bad_record applies to %s only", d.Name, textFormats())
+			return nil, invalid("dataset %q: on_bad_record applies to %s only", d.Name, textFormats())
 		case d.OnBadRecord != "" && d.OnBadRecord != "error" && d.OnBadRecord != "skip":
-			return invalid("dataset %q: on_bad_record %q: want error or skip", d.Name, d.OnBadRecord)
+			return nil, invalid("dataset %q: on_bad_record %q: want error or skip", d.Name, d.OnBadRecord)
 		case d.Field != "" && !files.HasField(format):
-			return invalid("dataset %q: field applies to %s only", d.Name, files.List(files.Names(files.HasField), "and"))
+			return nil, invalid("dataset %q: field applies to %s only", d.Name, files.List(files.Names(files.HasField), "and"))
 		}
 		seen[d.Name] = true
-		weights[i], names[i] = d.Weight, d.Name
+		weights[i], names[i], formats[i] = d.Weight, d.Name, f
 	}
 	// Under a schedule the datasets' weights mix nothing and may all be 0.
 	if err := state.CheckWeights(weights, names, len(c.Schedule) == 0); err != nil {
-		return invalid("datasets: %v", err)
+		return nil, invalid("datasets: %v", err)
 	}
 	if err := c.validateSchedule(names); err != nil {
-		return err
+		return nil, err
 	}
-	return c.validateMetadata()
+	return formats, nil
 }
 
 // validateSchedule checks the mixture schedule: steps increasing, and at
@@ -178,6 +204,32 @@ func (c Config) validateSchedule(names []string) error {
 
 // textFormats names the formats tokenized on the fly, for messages.
 func textFormats() string { return files.List(files.Names(files.IsText), "and") }
+
+// Checked is a job config that Validate accepted, with what follows from
+// it alone: its slot layout. An open checks its config once (Check) and
+// every floor below reads the Checked, checking nothing again.
+type Checked struct {
+	cfg    Config
+	layout Layout
+	// formats are the datasets' formats, in config order.
+	formats []format
+}
+
+// Check validates cfg, looks up its datasets' formats and lays out its
+// slot.
+func Check(cfg Config) (Checked, error) {
+	formats, err := cfg.validate()
+	if err != nil {
+		return Checked{}, err
+	}
+	return Checked{cfg: cfg, layout: cfg.Layout(), formats: formats}, nil
+}
+
+// Config is the checked config.
+func (c Checked) Config() Config { return c.cfg }
+
+// Layout is where a batch's arrays lie in a slot of the config's rings.
+func (c Checked) Layout() Layout { return c.layout }
 
 // ValidateRank checks a rank against the config.
 func (c Config) ValidateRank(dpRank, dpSize uint32) error {

@@ -5,21 +5,18 @@ import (
 	"fmt"
 	"sort"
 
-	"github.com/dataloaderd/dataloaderd/internal/files"
 	"github.com/dataloaderd/dataloaderd/internal/source"
 	"github.com/dataloaderd/dataloaderd/internal/state"
 	"github.com/dataloaderd/dataloaderd/internal/text"
 )
-
-// openSource opens a dataset; tests replace it to count what opening reads.
-var openSource = source.Open
 
 // Corpus is a job's opened datasets, each cut into logical shards. Opening
 // reads headers and indices only: cutting shards is a binary search per shard
 // over unit offsets, O(shards * log units), whatever the corpus size.
 type Corpus struct {
 	cfg      Config
-	datasets []*dataset
+	layout   Layout
+	datasets []*shardedSource
 	fp       state.Fingerprint
 	// ownRes is the private Resources of a corpus opened without any.
 	ownRes *Resources
@@ -28,20 +25,17 @@ type Corpus struct {
 	stopReads context.CancelFunc
 }
 
-type dataset struct {
+// shardedSource is one dataset of a corpus: its source, cut into the
+// corpus's logical shards.
+type shardedSource struct {
 	index  int
 	name   string
 	src    source.Source
 	shards []*shard
 	// lazy: unit lengths are known only by tokenizing (text formats).
 	lazy bool
-	// The source's optional hints, found once at open (nil when it has none).
-	prefetcher source.Prefetcher
-	units      unitPrefetcher
-	// ahead is how many units a rank asks units to prepare, shared among
-	// its shards (0: a few per shard); sources in object storage want
-	// many, through a request's latency.
-	ahead uint64
+	// The source's optional abilities, found once at open (abilities.go).
+	abilities
 }
 
 // OpenCorpus validates cfg, opens its datasets and cuts their shards. Text
@@ -61,12 +55,19 @@ func OpenCorpusWith(cfg Config, res *Resources) (*Corpus, error) {
 // would have taken (throttled, retried). Once open, the corpus's reads of
 // objects no longer depend on ctx: they end at Close or StopReads.
 func OpenCorpusContext(ctx context.Context, cfg Config, res *Resources) (*Corpus, error) {
-	if err := cfg.Validate(); err != nil {
+	checked, err := Check(cfg)
+	if err != nil {
 		return nil, err
 	}
+	return OpenChecked(ctx, checked, res)
+}
+
+// OpenChecked is OpenCorpusContext for a config already checked (the
+// daemon's open checks it once, before anything is opened).
+func OpenChecked(ctx context.Context, checked Checked, res *Resources) (*Corpus, error) {
 	reads, stopReads := context.WithCancel(context.Background())
 	detach := context.AfterFunc(ctx, stopReads)
-	c, err := openCorpus(reads, cfg, res)
+	c, err := openCorpus(reads, checked, res)
 	if err == nil && !detach() {
 		c.Close() // ctx ended as the open did: its reads are ended too
 		c, err = nil, ctx.Err()
@@ -80,12 +81,13 @@ func OpenCorpusContext(ctx context.Context, cfg Config, res *Resources) (*Corpus
 	return c, nil
 }
 
-// openCorpus opens cfg's datasets, whose requests to object storage end
-// with reads.
-func openCorpus(reads context.Context, cfg Config, res *Resources) (*Corpus, error) {
-	c := &Corpus{cfg: cfg}
-	for _, d := range cfg.Datasets {
-		if isText(d.Format) && res == nil {
+// openCorpus opens the config's datasets, whose requests to object storage
+// end with reads.
+func openCorpus(reads context.Context, checked Checked, res *Resources) (*Corpus, error) {
+	cfg := checked.Config()
+	c := &Corpus{cfg: cfg, layout: checked.Layout()}
+	for _, f := range checked.formats {
+		if f.Text && res == nil {
 			c.ownRes = NewResources(0, 256<<20, nil)
 			res = c.ownRes
 			break
@@ -96,39 +98,23 @@ func openCorpus(reads context.Context, cfg Config, res *Resources) (*Corpus, err
 		EOS: cfg.EOS, BOS: cfg.BOS, ShuffleWindow: uint32(cfg.Window()),
 	}
 	for i, d := range cfg.Datasets {
-		var (
-			src     source.Source
-			tokID   string
-			err     error
-			textual = isText(d.Format)
-		)
-		if textual {
-			src, tokID, err = res.openText(reads, cfg, d)
-		} else {
-			src, err = openDataset(reads, cfg, d, res.roots())
-		}
+		f := checked.formats[i]
+		textual := f.Text
+		src, tokID, err := f.open(reads, cfg, d, f.Format, res)
 		if err != nil {
 			c.Close()
 			return nil, err
 		}
-		ds := &dataset{index: i, name: d.Name, src: src, lazy: textual}
-		ds.prefetcher, _ = src.(source.Prefetcher)
-		ds.units, _ = src.(unitPrefetcher)
-		if dp, ok := src.(prefetchDepther); ok {
-			// Token sources prepare units only when in object storage.
-			if ds.ahead = dp.PrefetchDepth(); ds.ahead == 0 {
-				ds.units = nil
-			}
-		}
+		ds := &shardedSource{index: i, name: d.Name, src: src, lazy: textual, abilities: abilitiesOf(src)}
 		c.datasets = append(c.datasets, ds)
 		if err := ds.cut(cfg); err != nil {
 			c.Close()
 			return nil, err
 		}
-		if oe, ok := src.(interface{ OffsetError() error }); ok {
+		if ds.offsets != nil {
 			// A cut from an offset that could not be read would differ
 			// from the next run's.
-			if err := oe.OffsetError(); err != nil {
+			if err := ds.offsets.OffsetError(); err != nil {
 				c.Close()
 				return nil, err
 			}
@@ -154,34 +140,10 @@ func openCorpus(reads context.Context, cfg Config, res *Resources) (*Corpus, err
 	return c, nil
 }
 
-// unitsPerShard is the fewest units a flat-file dataset gets per logical
-// shard: its block size shrinks below the default until it has them.
-const unitsPerShard = 4
-
-// openDataset opens one dataset. Flat token files are opened a second time
-// with smaller blocks when the default gives too few units for the shards;
-// the block size is then a function of the file sizes and logical_shards,
-// both in the fingerprint, so every run and rank agrees on the units.
-func openDataset(ctx context.Context, cfg Config, d Dataset, roots *files.Roots) (source.Source, error) {
-	spec := source.Spec{Name: d.Name, Path: d.Path, Format: d.Format, Dtype: d.Dtype, EOS: cfg.EOS, Column: d.Field, Roots: roots,
-		Context: ctx}
-	src, err := openSource(spec)
-	if err != nil || !src.Delimited() {
-		return src, err
-	}
-	want := uint64(cfg.LogicalShards) * unitsPerShard
-	if src.Units() >= want {
-		return src, nil
-	}
-	spec.BlockTokens = max(1, src.Tokens()/want)
-	src.Close()
-	return openSource(spec)
-}
-
 // cut divides the dataset's units into cfg.LogicalShards contiguous runs of
 // about equal tokens: shard k starts at the first unit whose offset reaches
 // k/S of the tokens.
-func (d *dataset) cut(cfg Config) error {
+func (d *shardedSource) cut(cfg Config) error {
 	n := d.src.Units()
 	total := d.src.Tokens()
 	s := uint64(cfg.LogicalShards)
@@ -208,8 +170,8 @@ func (d *dataset) cut(cfg Config) error {
 			ds: d, index: uint32(k), lo: lo, n: hi - lo, tokens: d.src.Offset(hi) - d.src.Offset(lo),
 			key: key(cfg.Seed, uint64(d.index), k),
 		}
-		if g, ok := d.src.(unitGrouper); ok {
-			if runs := g.Groups(lo, hi); len(runs) > 0 {
+		if d.grouper != nil {
+			if runs := d.grouper.Groups(lo, hi); len(runs) > 0 {
 				sh.order = newGroupOrder(lo, hi-lo, runs)
 			}
 		}
@@ -302,6 +264,10 @@ func (c *Corpus) Fingerprint() state.Fingerprint { return c.fp }
 // Config is the config the corpus was opened with.
 func (c *Corpus) Config() Config { return c.cfg }
 
+// Layout is the slot layout of the config's batches, laid out once when
+// the config was checked.
+func (c *Corpus) Layout() Layout { return c.layout }
+
 // DatasetNames lists the datasets in config order.
 func (c *Corpus) DatasetNames() []string {
 	n := make([]string, len(c.datasets))
@@ -353,16 +319,15 @@ type CompressedStats struct {
 func (c *Corpus) Compressed() map[string]CompressedStats {
 	out := map[string]CompressedStats{}
 	for _, d := range c.datasets {
-		s, ok := d.src.(interface{ Compressed() text.CompressedStats })
-		if !ok {
+		if d.compressed == nil {
 			continue
 		}
-		st := CompressedStats{CompressedStats: s.Compressed()}
+		st := CompressedStats{CompressedStats: d.compressed.Compressed()}
 		if st.Files == 0 {
 			continue
 		}
-		if g, ok := d.src.(unitGrouper); ok {
-			for _, run := range g.Groups(0, d.src.Units()) {
+		if d.grouper != nil {
+			for _, run := range d.grouper.Groups(0, d.src.Units()) {
 				st.MostShards = max(st.MostShards, d.shardOf(run[1]-1)-d.shardOf(run[0])+1)
 			}
 		}
@@ -372,7 +337,7 @@ func (c *Corpus) Compressed() map[string]CompressedStats {
 }
 
 // shardOf is the index of the shard holding unit u.
-func (d *dataset) shardOf(u uint64) int {
+func (d *shardedSource) shardOf(u uint64) int {
 	return sort.Search(len(d.shards), func(k int) bool { return d.shards[k].lo+d.shards[k].n > u })
 }
 
@@ -381,8 +346,8 @@ func (d *dataset) shardOf(u uint64) int {
 func (c *Corpus) Skipped() map[string]uint64 {
 	out := map[string]uint64{}
 	for _, d := range c.datasets {
-		if s, ok := d.src.(interface{ Skipped() uint64 }); ok {
-			if n := s.Skipped(); n > 0 {
+		if d.skips != nil {
+			if n := d.skips.Skipped(); n > 0 {
 				out[d.name] = n
 			}
 		}

@@ -6,15 +6,6 @@ import (
 	"sync/atomic"
 )
 
-// unitGrouper is a source some of whose units form runs best read one after
-// the other, in order: the units of a compressed JSONL file, which is
-// decompressed from its start to reach one, so that reading them in a
-// random order would decompress the file again for each. Groups returns
-// the runs of two or more units in [lo, hi), clipped to it, in order.
-type unitGrouper interface {
-	Groups(lo, hi uint64) [][2]uint64
-}
-
 // groupOrder orders the units of a shard that holds runs. The shard's
 // items are its runs and its units outside runs, in unit order; an epoch
 // permutes the items with the shard's permutation (on the number of items

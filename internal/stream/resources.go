@@ -105,18 +105,12 @@ var textBlockBytes uint64 = 256 << 10 // tests lower it
 // textBlockFloor is the smallest block openText shrinks to.
 const textBlockFloor = 4096
 
-// isText reports whether a format is tokenized on the fly.
-func isText(format string) bool {
-	f, ok := files.Lookup(format)
-	return ok && f.Text
-}
-
 // openText opens a text dataset tokenized on the fly. Plain JSONL files are
 // opened again with smaller blocks when the default gives too few units for
 // the shards; the block size is then a function of the file sizes and
 // logical_shards, both in the fingerprint, so every run agrees on the units.
 // Its requests to object storage end with ctx.
-func (r *Resources) openText(ctx context.Context, cfg Config, d Dataset) (source.Source, string, error) {
+func (r *Resources) openText(ctx context.Context, cfg Config, d Dataset, f files.Format) (source.Source, string, error) {
 	tok, id, err := r.tokenizer(d.Name, d.Tokenizer)
 	if err != nil {
 		return nil, "", err
@@ -131,15 +125,15 @@ func (r *Resources) openText(ctx context.Context, cfg Config, d Dataset) (source
 		name := d.Name
 		spec.OnSkip = func(err error) { r.OnSkip(name, err) }
 	}
-	ds, err := text.Open(spec)
+	ds, err := text.OpenFormat(f, spec)
 	if err != nil {
 		return nil, "", err
 	}
 	want := uint64(cfg.LogicalShards) * unitsPerShard
-	if d.Format == files.JSONL && ds.Units() < want {
+	if f.Name == files.JSONL && ds.Units() < want {
 		spec.BlockBytes = max(textBlockFloor, ds.Bytes()/want)
 		ds.Close()
-		if ds, err = text.Open(spec); err != nil {
+		if ds, err = text.OpenFormat(f, spec); err != nil {
 			return nil, "", err
 		}
 	}

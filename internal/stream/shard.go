@@ -15,7 +15,7 @@ import (
 // line-length from this stream, so they depend on the seed and the config,
 // never on the world size.
 type shard struct {
-	ds     *dataset
+	ds     *shardedSource
 	index  uint32
 	lo, n  uint64
 	tokens uint64
@@ -288,19 +288,6 @@ type window struct {
 	first  []int
 	fc     frameCache
 	lines  uint64
-}
-
-// unitPrefetcher is a source that can prepare units ahead of their reads
-// (text datasets tokenize them on a worker pool; datasets in object
-// storage fetch their bytes into the node's cache). It never blocks.
-type unitPrefetcher interface {
-	Prefetch(units []uint64) int
-}
-
-// prefetchDepther is a unitPrefetcher that says how many units ahead of a
-// rank it wants (0: none).
-type prefetchDepther interface {
-	PrefetchDepth() uint64
 }
 
 // maxPrefetchAhead bounds the units one prefetchAhead hints.

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/dataloaderd/dataloaderd/internal/files"
 	"github.com/dataloaderd/dataloaderd/internal/source"
 	"github.com/dataloaderd/dataloaderd/internal/testcorpus"
 )
@@ -34,14 +35,14 @@ func firstBatchWork(t *testing.T, docs int) (calls, tokens int64) {
 	d, _ := testcorpus.UniqueDocs(rand.New(rand.NewSource(3)), docs, 200, 1)
 	prefix := testcorpus.Megatron(t, dir, "web", d)
 	var c, n atomic.Int64
-	openSource = func(s source.Spec) (source.Source, error) {
-		src, err := source.Open(s)
+	openSource = func(f files.Format, s source.Spec) (source.Source, error) {
+		src, err := source.OpenFormat(f, s)
 		if err != nil {
 			return nil, err
 		}
 		return countingSource{Source: src, calls: &c, tokens: &n}, nil
 	}
-	defer func() { openSource = source.Open }()
+	defer func() { openSource = source.OpenFormat }()
 	cfg := Config{SeqLen: 1023, BatchSize: 4, Seed: 1, LogicalShards: 64, EOS: 0, BOS: -1,
 		Datasets: []Dataset{{Name: "web", Path: filepath.Clean(prefix), Format: "megatron", Weight: 1}}}
 	corpus, err := OpenCorpus(cfg)

@@ -25,7 +25,7 @@ func FuzzJSONLBlocks(f *testing.F) {
 			t.Fatal(err)
 		}
 		defer ds.Close()
-		file := ds.(*dataset).parts[0].(*jsonlFile)
+		file := ds.(*concatDocs).parts[0].(*jsonlFile)
 		var end uint64
 		for b := range file.units() {
 			start, stop, err := file.unitRange(b)

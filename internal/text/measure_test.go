@@ -63,7 +63,7 @@ func TestMeasureCompressedFile(t *testing.T) {
 		ds, z := openZ(t, path, 256<<10, 0)
 		if whole {
 			z.hint, z.n = 0, 1
-			ds = newDataset(Spec{Name: "z"}, []part{z})
+			ds = newConcatDocs(Spec{Name: "z"}, []part{z})
 			ds.pool = z.pool
 		}
 		cache := NewCache(1 << 40)

@@ -14,14 +14,21 @@ import (
 // source.ErrInvalid and names the dataset and the path or value at fault,
 // except that of a path outside the roots, which wraps files.ErrOutsideRoots.
 func Open(spec Spec) (Dataset, error) {
+	format, _ := files.Lookup(spec.Format)
+	return OpenFormat(format, spec)
+}
+
+// OpenFormat is Open for a format already looked up in the registry (a
+// corpus looks each dataset's up once, when its config is checked); the
+// zero Format, or a token format, is refused as Open refuses its name.
+func OpenFormat(format files.Format, spec Spec) (Dataset, error) {
 	switch spec.OnBadRecord {
 	case "", OnBadRecordError, OnBadRecordSkip:
 	default:
 		return nil, fmt.Errorf("%w: dataset %q: on_bad_record %q: want %q or %q",
 			source.ErrInvalid, spec.Name, spec.OnBadRecord, OnBadRecordError, OnBadRecordSkip)
 	}
-	format, ok := files.Lookup(spec.Format)
-	if !ok || !format.Text {
+	if !format.Text {
 		return nil, fmt.Errorf("%w: dataset %q: format %q: want %s",
 			source.ErrInvalid, spec.Name, spec.Format, files.List(files.Quote(files.Names(files.IsText)), "or"))
 	}
@@ -58,7 +65,7 @@ func Open(spec Spec) (Dataset, error) {
 		}
 		parts = append(parts, p)
 	}
-	d := newDataset(spec, parts)
+	d := newConcatDocs(spec, parts)
 	d.pool = pool
 	return d, nil
 }

@@ -170,8 +170,9 @@ type part interface {
 	close() error
 }
 
-// dataset concatenates parts and applies the bad-record policy.
-type dataset struct {
+// concatDocs is a Dataset over the parts (files) of one dataset: their
+// units concatenated in path order, under the bad-record policy.
+type concatDocs struct {
 	name   string
 	parts  []part
 	units  files.Concat // of the parts, sized in bytes
@@ -186,8 +187,8 @@ type dataset struct {
 	closeErr  error
 }
 
-func newDataset(spec Spec, parts []part) *dataset {
-	return &dataset{
+func newConcatDocs(spec Spec, parts []part) *concatDocs {
+	return &concatDocs{
 		name:   spec.Name,
 		parts:  parts,
 		units:  files.NewConcat(len(parts), func(i int) (uint64, uint64) { return parts[i].units(), parts[i].bytes() }),
@@ -196,12 +197,12 @@ func newDataset(spec Spec, parts []part) *dataset {
 	}
 }
 
-func (d *dataset) Units() uint64 { return d.units.Units() }
-func (d *dataset) Bytes() uint64 { return d.units.Size() }
+func (d *concatDocs) Units() uint64 { return d.units.Units() }
+func (d *concatDocs) Bytes() uint64 { return d.units.Size() }
 
-func (d *dataset) locate(u uint64) (int, uint64) { return d.units.Locate(u) }
+func (d *concatDocs) locate(u uint64) (int, uint64) { return d.units.Locate(u) }
 
-func (d *dataset) Offset(u uint64) uint64 {
+func (d *concatDocs) Offset(u uint64) uint64 {
 	if u >= d.Units() {
 		return d.Bytes()
 	}
@@ -212,7 +213,7 @@ func (d *dataset) Offset(u uint64) uint64 {
 // Docs visits unit u's documents. Under "skip", the unit's bad records are
 // counted (and passed to OnSkip) only the first time the unit is read in
 // full, so the count is of records, not of reads.
-func (d *dataset) Docs(u uint64, visit func([]byte) error) error {
+func (d *concatDocs) Docs(u uint64, visit func([]byte) error) error {
 	if u >= d.Units() {
 		return fmt.Errorf("text: dataset %q: unit %d out of range [0, %d)", d.name, u, d.Units())
 	}
@@ -239,9 +240,9 @@ func (d *dataset) Docs(u uint64, visit func([]byte) error) error {
 	return nil
 }
 
-func (d *dataset) Skipped() uint64 { return d.skipped.Load() }
+func (d *concatDocs) Skipped() uint64 { return d.skipped.Load() }
 
-func (d *dataset) Groups(lo, hi uint64) [][2]uint64 {
+func (d *concatDocs) Groups(lo, hi uint64) [][2]uint64 {
 	hi = min(hi, d.Units())
 	if lo >= hi {
 		return nil
@@ -259,7 +260,7 @@ func (d *dataset) Groups(lo, hi uint64) [][2]uint64 {
 	return runs
 }
 
-func (d *dataset) Compressed() CompressedStats {
+func (d *concatDocs) Compressed() CompressedStats {
 	var st CompressedStats
 	for _, p := range d.parts {
 		if z, ok := p.(*zjsonlFile); ok {
@@ -279,7 +280,7 @@ func (d *dataset) Compressed() CompressedStats {
 	return st
 }
 
-func (d *dataset) Files() []source.File {
+func (d *concatDocs) Files() []source.File {
 	files := make([]source.File, len(d.parts))
 	for i, p := range d.parts {
 		files[i] = p.file()
@@ -287,7 +288,7 @@ func (d *dataset) Files() []source.File {
 	return files
 }
 
-func (d *dataset) Close() error {
+func (d *concatDocs) Close() error {
 	d.closeOnce.Do(func() { d.closeErr = closeParts(d.parts) })
 	return d.closeErr
 }

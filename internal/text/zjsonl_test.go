@@ -40,7 +40,7 @@ func zstdStream(t testing.TB, data []byte) []byte {
 
 // openZ opens one compressed JSONL file as a dataset, with its size hint
 // replaced by hint when hint is not 0.
-func openZ(t testing.TB, path string, block, hint uint64) (*dataset, *zjsonlFile) {
+func openZ(t testing.TB, path string, block, hint uint64) (*concatDocs, *zjsonlFile) {
 	t.Helper()
 	spec := Spec{Name: "z", Path: path, Format: files.JSONL, BlockBytes: block}
 	pool := newDecoderPool(0)
@@ -56,7 +56,7 @@ func openZ(t testing.TB, path string, block, hint uint64) (*dataset, *zjsonlFile
 		z.hint = hint
 		z.setUnits()
 	}
-	d := newDataset(spec, []part{z})
+	d := newConcatDocs(spec, []part{z})
 	d.pool = pool
 	t.Cleanup(func() { d.Close() })
 	return d, z
@@ -291,7 +291,7 @@ func TestCompressedDecoderBound(t *testing.T) {
 	}
 	for _, decoders := range []int{1, 2} {
 		ds := mustOpen(t, Spec{Name: "z", Path: dir, Format: files.JSONL, BlockBytes: 2000, Decoders: decoders})
-		d := ds.(*dataset)
+		d := ds.(*concatDocs)
 		runs := ds.Groups(0, ds.Units())
 		if len(runs) != 2 || runs[0][0] != 0 || runs[1][1] != ds.Units() || runs[0][1] != runs[1][0] {
 			t.Fatalf("Groups = %v, want the two files' units", runs)
