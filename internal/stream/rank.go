@@ -12,7 +12,7 @@ import (
 // block of logical shards in every dataset, asks its mixer which dataset
 // each line comes from (a deterministic deficit rule on the weights), picks
 // the shard within the dataset so that shards advance in proportion to
-// their tokens (shards.go), and lays the shard's next line into the batch
+// their tokens (shardchoice.go), and lays the shard's next line into the batch
 // (batch.go). Every choice is a function of the shard cursors and the
 // mixture log alone, so a rank rebuilt from a saved state continues
 // exactly where the old one was.
