@@ -122,28 +122,10 @@ func configFrom(c *pb.JobConfig) (stream.Config, error) {
 }
 
 // schedulePointFrom converts schedule point i, whose weights name the
-// datasets, into weights in dataset order: every dataset must be named,
-// and no other name.
+// datasets, into weights in dataset order (stream.WeightsByName).
 func schedulePointFrom(i int, p *pb.SchedulePoint, ds []stream.Dataset) (state.SchedulePoint, error) {
-	out := state.SchedulePoint{Step: p.GetStep(), Linear: p.GetLinear(), Weights: make([]float64, len(ds))}
-	index := make(map[string]int, len(ds))
-	for d, dd := range ds {
-		index[dd.Name] = d
-	}
-	for name, w := range p.GetWeights() {
-		d, ok := index[name]
-		if !ok {
-			return out, fmt.Errorf("%w: schedule[%d] (step %d): no dataset is named %q", stream.ErrInvalidConfig, i, p.GetStep(), name)
-		}
-		out.Weights[d] = w
-	}
-	for _, dd := range ds {
-		if _, ok := p.GetWeights()[dd.Name]; !ok {
-			return out, fmt.Errorf("%w: schedule[%d] (step %d): dataset %q has no weight (give every dataset one, 0 to leave it out)",
-				stream.ErrInvalidConfig, i, p.GetStep(), dd.Name)
-		}
-	}
-	return out, nil
+	ws, err := stream.WeightsByName(fmt.Sprintf("schedule[%d] (step %d)", i, p.GetStep()), "dataset", ds, p.GetWeights())
+	return state.SchedulePoint{Step: p.GetStep(), Linear: p.GetLinear(), Weights: ws}, err
 }
 
 // openedTo converts an opened session into the OpenSession response.

@@ -3,7 +3,6 @@ package session
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	"go.uber.org/zap"
@@ -88,19 +87,9 @@ func (m *Manager) SetWeights(ctx context.Context, uid uint32, id string, after, 
 	if err != nil {
 		return 0, err
 	}
-	names := ss.corpus.Config().Datasets
-	ws := make([]float64, len(names))
-	for name := range weights {
-		if !slices.ContainsFunc(names, func(d stream.Dataset) bool { return d.Name == name }) {
-			return 0, fmt.Errorf("%w: set_weights: no dataset of the job is named %q", stream.ErrInvalidConfig, name)
-		}
-	}
-	for i, d := range names {
-		w, ok := weights[d.Name]
-		if !ok {
-			return 0, fmt.Errorf("%w: set_weights: dataset %q has no weight (give every dataset one, 0 to leave it out)", stream.ErrInvalidConfig, d.Name)
-		}
-		ws[i] = w
+	ws, err := stream.WeightsByName("set_weights", "dataset of the job", ss.corpus.Config().Datasets, weights)
+	if err != nil {
+		return 0, err
 	}
 	if err := ss.pipeline.SetWeights(ctx, after, taken, ws); err != nil {
 		return 0, err

@@ -2,7 +2,9 @@ package stream
 
 import (
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"strings"
 
 	"github.com/dataloaderd/dataloaderd/internal/errkind"
@@ -242,4 +244,31 @@ func (c Config) ValidateRank(dpRank, dpSize uint32) error {
 		return invalid("logical_shards (%d) must be at least dp_size (%d): shards are the unit of ownership", c.LogicalShards, dpSize)
 	}
 	return nil
+}
+
+// WeightsByName maps weights given by dataset name (a change at run time,
+// a point of a schedule) onto the datasets' order: every dataset must have
+// a weight (0 leaves it out), and no other name may. what labels the
+// weights in errors ("set_weights", "schedule[2] (step 100)"); a name no
+// dataset has is "no <noun> is named ..." (noun "dataset", "dataset of the
+// job"). The weights' values are for state.CheckWeights to judge.
+func WeightsByName(what, noun string, datasets []Dataset, weights map[string]float64) ([]float64, error) {
+	index := make(map[string]int, len(datasets))
+	for i, d := range datasets {
+		index[d.Name] = i
+	}
+	for _, name := range slices.Sorted(maps.Keys(weights)) {
+		if _, ok := index[name]; !ok {
+			return nil, invalid("%s: no %s is named %q", what, noun, name)
+		}
+	}
+	ws := make([]float64, len(datasets))
+	for i, d := range datasets {
+		w, ok := weights[d.Name]
+		if !ok {
+			return nil, invalid("%s: dataset %q has no weight (give every dataset one, 0 to leave it out)", what, d.Name)
+		}
+		ws[i] = w
+	}
+	return ws, nil
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -160,5 +161,33 @@ func TestAllZeroRestoredRefused(t *testing.T) {
 				t.Fatalf("restored: %v, want ErrMismatch naming %q", err, c.want)
 			}
 		})
+	}
+}
+
+// TestWeightsByName: weights given by name come in the datasets' order;
+// a name no dataset has, and a dataset without a weight, are refused by
+// name under the label and noun given.
+func TestWeightsByName(t *testing.T) {
+	ds := []Dataset{{Name: "web"}, {Name: "code"}, {Name: "math"}}
+	ws, err := WeightsByName("set_weights", "dataset of the job", ds, map[string]float64{"math": 3, "web": 1, "code": 0})
+	if err != nil || !reflect.DeepEqual(ws, []float64{1, 0, 3}) {
+		t.Fatalf("weights %v, %v; want [1 0 3] in the datasets' order", ws, err)
+	}
+	for _, c := range []struct {
+		weights map[string]float64
+		want    string
+	}{
+		{map[string]float64{"web": 1, "code": 1}, `schedule[2] (step 9): dataset "math" has no weight (give every dataset one, 0 to leave it out)`},
+		{map[string]float64{"web": 1, "code": 1, "math": 1, "books": 1, "arxiv": 1}, `schedule[2] (step 9): no dataset is named "arxiv"`},
+		{map[string]float64{"web": 1, "books": 1}, `schedule[2] (step 9): no dataset is named "books"`},
+	} {
+		_, err := WeightsByName("schedule[2] (step 9)", "dataset", ds, c.weights)
+		if !errors.Is(err, ErrInvalidConfig) || !strings.HasSuffix(err.Error(), c.want) {
+			t.Errorf("weights %v: %v; want ErrInvalidConfig ending %q", c.weights, err, c.want)
+		}
+	}
+	_, err = WeightsByName("set_weights", "dataset of the job", ds, map[string]float64{"web": 1, "code": 1, "math": 1, "books": 1})
+	if want := `set_weights: no dataset of the job is named "books"`; err == nil || !strings.HasSuffix(err.Error(), want) {
+		t.Errorf("an unknown name at run time: %v; want it ending %q", err, want)
 	}
 }

@@ -3,6 +3,7 @@ package stream
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sync"
 
 	"github.com/dataloaderd/dataloaderd/internal/errkind"
@@ -77,12 +78,10 @@ type Pipeline struct {
 	// endSeen is, per consumer, 1 + the generation of the end Next handed
 	// it (0: none): the end of a generation is handed once.
 	endSeen []uint64
-	base    state.Rank
-	// mixture is the rank's mixture log, changes made at run time included,
-	// those queued for batches not made yet too: a state after step s holds
-	// the entries of steps <= s as its history and the later ones as its
-	// queue. Its history at the base step keeps MaxMixLog entries.
-	mixture []state.MixChange
+	// base is the state after the last step every consumer released, but
+	// for its mixture log: the rank's mixer keeps the one log, from which
+	// a state after any step from base on takes its own (stateAt).
+	base state.Rank
 	// pause holds the producer before its next batch; busy is set while it
 	// makes one (SetWeights waits for it to finish).
 	pause, busy bool
@@ -131,7 +130,7 @@ func NewPipeline(rank *Rank, ring Slots, consumers int) *Pipeline {
 		endSeen:  make([]uint64, consumers),
 		base:     rank.State(),
 	}
-	p.mixture = state.CloneMixture(p.base.Mixture)
+	p.base.Mixture = nil
 	for i := range p.next {
 		p.next[i] = p.produced
 	}
@@ -277,15 +276,18 @@ func (p *Pipeline) State(step uint64) (state.Rank, error) {
 // as of step step (>= last: the same cursors once the iteration ended); p.mu
 // is held.
 func (p *Pipeline) stateAt(last, step uint64) state.Rank {
-	st := p.base.Clone()
+	return state.Rank{DPRank: p.base.DPRank, DPSize: p.base.DPSize, Step: step,
+		Shards: p.shardsAt(last), Mixture: p.rank.mixtureAt(step)}
+}
+
+// shardsAt is the shards' state after step last (produced, not older than
+// the base); p.mu is held.
+func (p *Pipeline) shardsAt(last uint64) map[state.ShardID]state.Shard {
+	shards := maps.Clone(p.base.Shards)
 	for s := p.base.Step + 1; s <= last; s++ {
-		for id, sh := range p.inFlight[s].delta {
-			st.Shards[id] = sh
-		}
+		maps.Copy(shards, p.inFlight[s].delta)
 	}
-	st.Step = step
-	st.Mixture = state.CloneMixture(state.TrimMixture(p.mixture, step))
-	return st
+	return shards
 }
 
 // Ready is the number of produced batches consumer c has not been handed.

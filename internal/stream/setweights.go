@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-
-	"github.com/dataloaderd/dataloaderd/internal/state"
 )
 
 // SetWeights changes the mixing weights from batch after+1 on, as
@@ -32,18 +30,16 @@ func (p *Pipeline) SetWeights(ctx context.Context, after, taken uint64, weights 
 	}
 	// The consumers of a group each ask for the change before they read the
 	// batch it starts at: the first makes it, the others find it made.
-	for _, mc := range p.mixture {
-		if mc.Step == after && mc.Runtime {
-			if slices.Equal(mc.Weights, weights) {
-				return nil
-			}
-			if p.consumers > 1 {
-				return fmt.Errorf("%w: the consumers of this group asked for different weights from step %d (%v, now %v); every consumer must ask for the same",
-					ErrStep, after+1, mc.Weights, weights)
-			}
+	if made, ok := p.rank.changedAt(after); ok {
+		if slices.Equal(made, weights) {
+			return nil
+		}
+		if p.consumers > 1 {
+			return fmt.Errorf("%w: the consumers of this group asked for different weights from step %d (%v, now %v); every consumer must ask for the same",
+				ErrStep, after+1, made, weights)
 		}
 	}
-	if err := queueBound(p.mixture, p.base.Step, after); err != nil {
+	if err := p.rank.checkQueue(p.base.Step, after); err != nil {
 		return err
 	}
 	p.pause = true
@@ -62,21 +58,15 @@ func (p *Pipeline) SetWeights(ctx context.Context, after, taken uint64, weights 
 		return p.err
 	}
 	if after >= p.produced {
-		if err := p.rank.SetWeights(after, weights); err != nil {
-			return err
-		}
-		p.logChange(after, weights)
-		return nil
+		return p.rank.setWeights(p.base.Step, after, weights)
 	}
 	// Make the rank of step `after` again from its state, as a resume does,
 	// and change its weights there.
-	st := p.stateAt(after, after)
-	from := &state.Restored{Step: after, Shards: st.Shards, FromSize: p.rank.dpSize, Mixture: st.Mixture}
-	rank, err := NewRankContext(ctx, p.rank.corpus, p.rank.dpRank, p.rank.dpSize, from)
+	rank, err := p.rank.remake(ctx, after, p.shardsAt(after))
 	if err != nil {
 		return fmt.Errorf("making step %d's rank again: %w", after, err)
 	}
-	if err := rank.SetWeights(after, weights); err != nil {
+	if err := rank.setWeights(p.base.Step, after, weights); err != nil {
 		return err
 	}
 	for s := after + 1; s <= p.produced; s++ {
@@ -90,26 +80,12 @@ func (p *Pipeline) SetWeights(ctx context.Context, after, taken uint64, weights 
 		p.next[c] = min(p.next[c], after)
 	}
 	p.gen++
-	p.logChange(after, weights)
 	if p.hooks.Remade != nil {
 		if err := p.hook(func() { p.hooks.Remade(after) }); err != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-// logChange records a change made at run time in the pipeline's log,
-// dropping the entries it overrides and the oldest history; p.mu is held.
-func (p *Pipeline) logChange(after uint64, weights []float64) {
-	keep := p.mixture[:0]
-	for _, mc := range p.mixture {
-		if mc.Step < after || mc.Step == after && !mc.Runtime {
-			keep = append(keep, mc)
-		}
-	}
-	p.mixture = append(keep, state.MixChange{Step: after, Weights: slices.Clone(weights), Runtime: true})
-	p.mixture = state.TrimMixture(p.mixture, p.base.Step)
 }
 
 // Generation counts the times batches were dropped to be made again; a

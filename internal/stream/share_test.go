@@ -122,11 +122,11 @@ func TestScheduleReplayBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rank.share.perStep != 0 || rank.share.at != far {
-		t.Fatalf("resumed at step 2^32 under constant points: %d steps summed one by one, summed to step %d", rank.share.perStep, rank.share.at)
+	if rank.mix.share.perStep != 0 || rank.mix.share.at != far {
+		t.Fatalf("resumed at step 2^32 under constant points: %d steps summed one by one, summed to step %d", rank.mix.share.perStep, rank.mix.share.at)
 	}
-	if w := constant[999].Weights; fmt.Sprint(rank.weights) != fmt.Sprint(w) {
-		t.Fatalf("weights after step 2^32: %v, want the last point's %v", rank.weights, w)
+	if w := constant[999].Weights; fmt.Sprint(rank.mix.weights) != fmt.Sprint(w) {
+		t.Fatalf("weights after step 2^32: %v, want the last point's %v", rank.mix.weights, w)
 	}
 	if _, err := rank.NextBatch(batchBuf(c.cfg)); err != nil {
 		t.Fatal(err)
