@@ -170,12 +170,13 @@ type metaWriter struct {
 	ones []uint8
 }
 
-// newMetaWriter returns nil for a config without metadata.
-func newMetaWriter(c Config) *metaWriter {
+// newMetaWriter returns nil for a config without metadata; lay is the
+// config's slot layout, laid out once by its check.
+func newMetaWriter(c Config, lay Layout) *metaWriter {
 	if len(c.Metadata) == 0 {
 		return nil
 	}
-	m := &metaWriter{lay: c.Layout(), line: c.LineTokens(), seq: int(c.SeqLen), eos: int32(c.EOS),
+	m := &metaWriter{lay: lay, line: c.LineTokens(), seq: int(c.SeqLen), eos: int32(c.EOS),
 		cont: c.Positions == PositionsContinue, mask: c.MaskDocumentBoundaries,
 		iota: make([]int32, c.LineTokens()), ones: make([]uint8, c.SeqLen)}
 	for k := range m.iota {

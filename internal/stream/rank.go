@@ -52,7 +52,7 @@ func NewRankContext(ctx context.Context, c *Corpus, dpRank, dpSize uint32, from 
 			epochs: uint64(cfg.Epochs), line: uint64(cfg.LineTokens()), window: cfg.Window(), seed: cfg.Seed,
 		},
 		touched: map[*shardRun]struct{}{},
-		meta:    newMetaWriter(cfg),
+		meta:    newMetaWriter(cfg, c.Layout()),
 	}
 	if from != nil {
 		if from.Step > maxCount {
