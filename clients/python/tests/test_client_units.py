@@ -1,6 +1,7 @@
 """Client-side pieces without a daemon: config checking and the error mapping."""
 
 import grpc
+import numpy as np
 import pytest
 import yaml
 
@@ -226,8 +227,10 @@ def test_public_names():
               if isinstance(value, type) and issubclass(value, dataloaderd.DataloaderdError)}
     assert raised <= set(dataloaderd.__all__), raised - set(dataloaderd.__all__)
     assert all(getattr(dataloaderd, name) is getattr(errors, name) for name in raised)
-    assert set(dataloaderd.Batch.__annotations__) == {"tokens", "input_ids", "labels", "shift_labels", "step", "lines",
-                                                      "padding"}
+    assert dataloaderd.Batch.__required_keys__ == {"tokens", "input_ids", "labels", "shift_labels", "step", "lines",
+                                                   "padding"}
+    assert dataloaderd.Batch.__optional_keys__ == {"position_ids", "document_ids", "dataset_ids", "loss_mask",
+                                                   "cu_seqlens", "line_segments", "max_seqlen"}
 
 
 @pytest.mark.parametrize("max_skip, want", [(0, 32), (65536, 32), (64, 32), (32, 16), (16, 8), (3, 1), (2, 1)])
@@ -239,3 +242,34 @@ def test_recovery_kept_within_the_daemons_skip(max_skip, want):
     from dataloaderd._proto import dataloader_pb2 as pb
     from dataloaderd._reconnect import recovery_steps
     assert recovery_steps(pb.OpenSessionResponse(max_skip_steps=max_skip)) == want
+
+
+def test_int64_keys_reuse_only_arrays_nothing_holds():
+    """The default dtype's keys are planes of one int64 array per batch,
+    which a later batch reuses only once nothing references it: a batch, a
+    key or a view kept by the trainer stays as it was."""
+    from dataloaderd.batch import Buffers, make_batch
+
+    def lines(i):
+        return np.arange(i, i + 2 * 9, dtype=np.int32).reshape(2, 9)
+
+    def check(batch, i):
+        t = lines(i)
+        assert np.array_equal(batch["input_ids"], t[:, :-1]) and np.array_equal(batch["labels"], t[:, :-1])
+        assert np.array_equal(batch["shift_labels"], t[:, 1:]) and batch["input_ids"].dtype == np.int64
+
+    buffers = Buffers()
+    kept = make_batch(lines(0), 1, "int64", None, buffers=buffers)
+    arrays = set()
+    for i in range(1, 6):
+        batch = make_batch(lines(i), i + 1, "int64", None, buffers=buffers)
+        check(batch, i)
+        arrays.add(id(batch["input_ids"].base))
+        del batch
+    assert len(arrays) == 1, "a dropped batch's array was not reused"
+    check(kept, 0)
+    view = make_batch(lines(6), 7, "int64", None, buffers=buffers)["shift_labels"][:, 2:]
+    for i in range(7, 12):
+        check(make_batch(lines(i), i + 1, "int64", None, buffers=buffers), i)
+    check(kept, 0)
+    assert np.array_equal(view, lines(6)[:, 3:])
