@@ -273,3 +273,33 @@ def test_int64_keys_reuse_only_arrays_nothing_holds():
         check(make_batch(lines(i), i + 1, "int64", None, buffers=buffers), i)
     check(kept, 0)
     assert np.array_equal(view, lines(6)[:, 3:])
+
+
+@pytest.mark.parametrize("consumers", [1, 2])
+def test_recovery_keeps_the_changes_to_replay(consumers):
+    """A loader keeps the set_weights calls a reopened session lacks: those
+    from the step of the state it would reopen from (a group's consumers:
+    the state before the latest); older ones are in that state's log. The
+    reopen's arguments come from that state, or else the user's resume
+    point, which stays as it was."""
+    from dataloaderd._proto import dataloader_pb2 as pb
+    from dataloaderd._reconnect import OpenArgs, Recovery
+
+    rec = Recovery(60.0, consumers)
+    user = OpenArgs(resume_from="/ckpt")
+    rec.changes.add(3, {"a": 1.0})
+    rec.changes.add(40, {"a": 2.0})
+    args = rec.reopen_args(user, 50, 1.5)
+    assert args.resume_from == "/ckpt" and args.reconnected_after_ns == 1_500_000_000
+    assert (args.skip_to_step, args.reconnect_step) == ((50, 0) if consumers == 1 else (0, 50))
+    rec.keep(32, pb.ShardedState(run=b"32"))
+    rec.keep(64, pb.ShardedState(run=b"64"))
+    kept = 64 if consumers == 1 else 32
+    assert rec.changes.since(0) == ([] if consumers == 1 else [(40, {"a": 2.0})])
+    assert rec.reopen_args(user, 70, 0).resume_sharded.run == str(kept).encode()
+    assert user == OpenArgs(resume_from="/ckpt")
+    rec.changes.add(70, {"a": 3.0})
+    rec.changes.add(65, {"a": 4.0})  # replaces those for its step and after
+    assert rec.changes.since(kept)[-1] == (65, {"a": 4.0}) and (70, {"a": 3.0}) not in rec.changes.since(0)
+    rec.forget()
+    assert rec.changes.since(0) == [] and rec.reopen_args(user, 80, 0).resume_from == "/ckpt"
