@@ -103,6 +103,18 @@ class Buffers:
         return self._arrays[-1]
 
 
+def _pair(tokens: npt.NDArray[np.int32]) -> npt.NDArray[np.int32]:
+    """tokens [lines, width] read as [2, lines, width - 1]: the inputs, then
+    the same lines one token on (a view; as_strided's, built by hand when
+    tokens is contiguous: as_strided costs more than the conversion's
+    call)."""
+    lines, width = tokens.shape
+    row, col = tokens.strides
+    if tokens.flags.c_contiguous:
+        return np.ndarray((2, lines, width - 1), tokens.dtype, tokens, 0, (col, row, col))
+    return np.lib.stride_tricks.as_strided(tokens, (2, lines, width - 1), (col, row, col), writeable=False)
+
+
 def _targets(tokens: Any, dtype: str, torch_mod: Optional[Torch], buffers: Optional[Buffers]) -> Tuple[Any, Any, Any]:
     """input_ids, labels and shift_labels of tokens, numpy or a tensor.
 
@@ -122,8 +134,7 @@ def _targets(tokens: Any, dtype: str, torch_mod: Optional[Torch], buffers: Optio
         return x, x, y
     lines, width = tokens.shape
     if isinstance(tokens, np.ndarray):
-        row, col = tokens.strides
-        pair = np.lib.stride_tricks.as_strided(tokens, (2, lines, width - 1), (col, row, col), writeable=False)
+        pair = _pair(tokens)
         shape = (3, lines, width - 1)
         wide = buffers.get(shape) if buffers is not None else np.empty(shape, dtype=np.int64)
         np.copyto(wide[:2], pair)  # the one conversion

@@ -60,15 +60,12 @@ class Loader(Reconnecting):
     to DATALOADERD_SOCKET. Processes of one tensor/pipeline-parallel group pass
     the same ``dp_rank`` and ``consumers=<group size>`` and read the same batches.
 
-    Iterating yields :class:`Batch` dicts: ``tokens`` (the int32 lines
-    [lines, seq_len+1] as the daemon wrote them; on ``shm`` a read-only view
-    of shared memory, valid until the next batch is asked for),
-    ``input_ids`` (``tokens[:, :-1]``), ``labels`` (``input_ids`` again, as
-    Hugging Face models take it: they shift it), ``shift_labels``
-    (``tokens[:, 1:]``, the next tokens already shifted), ``step`` and
-    ``lines``. The three are ``dtype`` (int64 by default, writable torch
-    tensors, numpy arrays without torch; ``"int32"``: zero-copy views). Pass
-    ``copy=True`` for a ``tokens`` you may keep and write.
+    Iterating yields :class:`Batch` dicts (``tokens``, ``input_ids``,
+    ``labels``, ``shift_labels``, ``step``, ``lines``, ``padding`` and the
+    metadata the config asks for: see Batch); ``input_ids``, ``labels`` and
+    ``shift_labels`` are of ``dtype`` (int64 by default, writable; "int32":
+    zero-copy views). Pass ``copy=True`` for a ``tokens`` you may keep and
+    write.
 
     ``next()`` raises BatchTimeoutError when no batch comes within
     ``batch_timeout`` seconds (default 600; None waits forever), so a stuck
@@ -103,6 +100,7 @@ class Loader(Reconnecting):
 
     @property
     def transport(self) -> Transport:
+        """How batches reach this process (the argument)."""
         return self._opts.transport
 
     @property
