@@ -303,3 +303,18 @@ def test_recovery_keeps_the_changes_to_replay(consumers):
     assert rec.changes.since(kept)[-1] == (65, {"a": 4.0}) and (70, {"a": 3.0}) not in rec.changes.since(0)
     rec.forget()
     assert rec.changes.since(0) == [] and rec.reopen_args(user, 80, 0).resume_from == "/ckpt"
+
+
+def test_dtype_names_types_and_dtypes():
+    """dtype= takes "int64", numpy.int64, numpy.dtype("int64") (and torch.int64,
+    whose str is "torch.int64"), as the README says; nothing else."""
+    from dataloaderd._options import check_options
+
+    def dtype_of(d):
+        return check_options("shm", d, "stop", 0, 1, 0, False, True, 60.0, 600.0, 60.0).dtype
+
+    assert [dtype_of(d) for d in ("int64", np.int64, np.dtype("int64"), "int32", np.int32)] == \
+        ["int64", "int64", "int64", "int32", "int32"]
+    for bad in ("int16", np.int16, np.float32, 64):
+        with pytest.raises(ConfigError, match="dtype"):
+            dtype_of(bad)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Optional, Tuple, Union, get_args
+from typing import TYPE_CHECKING, Any, Literal, Optional, Tuple, Type, Union, get_args
 
 import numpy as np
 
@@ -22,8 +22,8 @@ __all__ = ["Transport", "End", "DTypeArg", "Options", "check_options", "check_ra
 # delivery for each), and what a loader yields after its rank's last batch.
 Transport = Literal["shm", "inline", "cuda", "shm-pinned"]
 End = Literal["stop", "pad"]
-# Loader(dtype=...): a name, or the numpy dtype or torch dtype of that name.
-DTypeArg = Union[DType, "np.dtype[Any]", "torch.dtype"]
+# Loader(dtype=...): a name, or the numpy type, numpy dtype or torch dtype of that name.
+DTypeArg = Union[DType, Type[np.int64], Type[np.int32], "np.dtype[Any]", "torch.dtype"]
 
 TRANSPORTS: Tuple[Transport, ...] = get_args(Transport)
 ENDS: Tuple[End, ...] = get_args(End)
@@ -69,6 +69,8 @@ def check_options(transport: str, dtype: object, end: str, device: Optional[int]
         raise ConfigError(f"reconnect_timeout must be >= 0 seconds (0: off), got {reconnect_timeout!r}")
     if end not in ENDS:
         raise ConfigError(f"end {end!r}: want 'stop' (iteration ends after the rank's last batch) or 'pad'")
+    if isinstance(dtype, type) and issubclass(dtype, np.generic):
+        dtype = np.dtype(dtype)  # numpy.int64, as the README says
     name = str(dtype).replace("torch.", "")  # "int64", np.dtype("int64") and torch.int64 alike
     if name not in DTYPES:
         raise ConfigError(f"dtype {dtype!r}: want one of {', '.join(DTYPES)} (or the torch or numpy type)")
