@@ -193,9 +193,11 @@ def test_a_restart_after_load_state_dict_goes_on_from_the_loaded_state(supervise
         it = iter(loader)
         got = [np.asarray(next(it)["tokens"]).copy() for _ in range(3)]
         supervised.kill()
-        threading.Timer(0.2, supervised.start).start()
+        restart = threading.Timer(0.2, supervised.start)
+        restart.start()
         got += [np.asarray(next(it)["tokens"]).copy() for _ in range(20)]  # past the ring's 8 slots
         assert loader.reconnects == 1 and loader.step == 28
+        restart.join()  # its start() done before the fixture stops the daemon
     assert len(got) == 23 and all(np.array_equal(a, b) for a, b in zip(got, want[5:28]))
 
 
