@@ -28,10 +28,10 @@ sys.path.insert(0, os.path.join(REPO, "clients", "python", "src"))
 from rundaemon import Daemon  # noqa: E402
 from corpus import make_corpus  # noqa: E402
 import standin_torch  # noqa: E402
-from dataloaderd import Loader, _cuda  # noqa: E402
+from dataloaderd import Loader, Transport, _cuda  # noqa: E402
 
 
-def waits(config: Dict[str, Any], sock: str, transport: str, fast: bool, batches: int,
+def waits(config: Dict[str, Any], sock: str, transport: Transport, fast: bool, batches: int,
           step_s: float) -> Tuple[float, float]:
     with Loader(config, dp_rank=0, dp_size=1, socket=sock, job=f"w-{transport}-{fast}-{time.time_ns()}",
                 transport=transport, fast=fast, slots=8) as ld:
@@ -70,7 +70,8 @@ def main() -> None:
             print(f"next() with the daemon ahead, {args.batches} batches of 8x2048 int32, "
                   f"{args.step_us:.0f} us busy step")
             for _ in range(args.repeats):
-                for transport, fast in (("shm", True), ("cuda", True), ("cuda", False)):
+                paths: Tuple[Tuple[Transport, bool], ...] = (("shm", True), ("cuda", True), ("cuda", False))
+                for transport, fast in paths:
                     p50, p99 = waits(config, d.socket, transport, fast, args.batches, args.step_us / 1e6)
                     print(f"  {transport:<5} fast={fast!s:<6} p50 {p50:7.1f} us   p99 {p99:7.1f} us")
         finally:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Generator, List, cast
 import numpy as np
 import numpy.typing as npt
 
-from dataloaderd import Loader, _cuda
+from dataloaderd import Loader, Transport, _cuda
 from dataloaderd._torchapi import Tensor
 from gpu_check_report import check, results
 
@@ -89,7 +89,7 @@ class Path:
     """One way of getting batches onto the GPU, as a trainer would use it:
     batches() opens a loader and yields int32 device tensors."""
 
-    def __init__(self, name: str, torch: ModuleType, config: Dict[str, Any], sock: str, device: int, transport: str,
+    def __init__(self, name: str, torch: ModuleType, config: Dict[str, Any], sock: str, device: int, transport: Transport,
                  fast: bool = True, copy: bool = False, to_device: bool = False):
         self.name, self.torch, self.config, self.sock, self.device = name, torch, config, sock, device
         self.dev = torch.device("cuda", device)

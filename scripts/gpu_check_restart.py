@@ -11,17 +11,17 @@ import subprocess
 import threading
 import time
 from types import ModuleType
-from typing import Any, Dict, List, Optional, cast
+from typing import Any, Dict, List, Optional, Tuple, cast
 
 import numpy as np
 import numpy.typing as npt
 
-from dataloaderd import Loader, _cuda
+from dataloaderd import Loader, Transport, _cuda
 from gpu_check_report import check, results
 
 META = ["position_ids", "document_ids", "cu_seqlens", "loss_mask", "dataset_ids"]
 KEYS = ["tokens", "position_ids", "document_ids", "cu_seqlens", "line_segments", "loss_mask", "dataset_ids"]
-DEVICE_PATHS = [("cuda, control block", "cuda", True), ("cuda, messages", "cuda", False),
+DEVICE_PATHS: List[Tuple[str, Transport, bool]] = [("cuda, control block", "cuda", True), ("cuda, messages", "cuda", False),
                 ("shm-pinned", "shm-pinned", True)]
 Arrays = Dict[str, npt.NDArray[Any]]
 

@@ -36,7 +36,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "clients", "python", "tests"))
 from corpus import write_megatron  # noqa: E402
-from dataloaderd import Loader, ResourceExhaustedError  # noqa: E402
+from dataloaderd import Loader, ResourceExhaustedError, Transport  # noqa: E402
 
 
 class Cgroup:
@@ -116,7 +116,7 @@ def budgets_hold(binary: str, cg: Cgroup, work: str, seconds: float) -> Tuple[bo
 
     threads = []
     for i in range(8):
-        transport = "inline" if i % 2 == 0 else "shm"
+        transport: Transport = "inline" if i % 2 == 0 else "shm"
         loader = Loader(cfg, socket=sock, dp_rank=i, dp_size=16, transport=transport, slots=8, job="memcheck")
         try:
             it = iter(loader)

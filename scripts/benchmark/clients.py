@@ -92,12 +92,14 @@ MODES = {"rate": run_rate, "paced": run_paced, "wait": run_wait}
 
 def client_main(spec):
     """One client process (bench.py --client SPEC). Also reports the time
-    from Loader() to the first batch."""
+    from Loader() to the first batch. The Loader has its default dtype
+    (int64 input_ids, labels, shift_labels) unless the spec names one."""
     from dataloaderd import Loader
     staging = np.empty((LINES, LINE_TOKENS), dtype=np.int32)
     opened = time.perf_counter()
+    options = {"dtype": spec["dtype"]} if spec.get("dtype") else {}  # none: the default, as Loader(cfg)
     with Loader(spec["config"], dp_rank=spec["rank"], dp_size=spec["size"], socket=spec["socket"],
-                transport=spec["transport"], job=spec["job"]) as loader:
+                transport=spec["transport"], job=spec["job"], **options) as loader:
         it = iter(loader)
         first = next(it)
         first_batch_s = time.perf_counter() - opened

@@ -16,18 +16,34 @@ from .daemon import daemon
 METADATA = ("position_ids", "document_ids", "cu_seqlens", "loss_mask", "dataset_ids")
 
 
-def rate_runs(d, prefix, transport, n, seconds, repeats, job, metadata=()):
-    """tokens/s summed over n clients, one sample per repeat; with metadata,
-    batches carry those fields and the clients copy them too."""
-    samples = []
+def rate_run(d, prefix, transport, n, seconds, job, metadata=(), dtype=None):
+    """tokens/s summed over n clients in one run; with metadata, batches
+    carry those fields and the clients copy them too; dtype None is the
+    Loader's default."""
     config = dict(job_config(prefix), metadata=list(metadata))
-    for r in range(repeats):
-        specs = [{"config": config, "rank": i, "size": n, "socket": d.socket, "transport": transport,
-                  "job": f"{job}-{r}", "mode": "rate", "seconds": seconds} for i in range(n)]
-        res = run_clients(specs)
-        samples.append(sum(x["tokens"] / x["seconds"] for x in res))
+    specs = [{"config": config, "rank": i, "size": n, "socket": d.socket, "transport": transport,
+              "job": job, "mode": "rate", "seconds": seconds, "dtype": dtype} for i in range(n)]
+    return sum(x["tokens"] / x["seconds"] for x in run_clients(specs))
+
+
+def rate_runs(d, prefix, transport, n, seconds, repeats, job, metadata=()):
+    """rate_run once per repeat: its samples."""
+    samples = [rate_run(d, prefix, transport, n, seconds, f"{job}-{r}", metadata) for r in range(repeats)]
     log(f"{transport} x{n}{' with metadata' if metadata else ''}: {statistics.median(samples):,.0f} tokens/s")
     return samples
+
+
+def dtype_runs(d, prefix, seconds, repeats):
+    """One shm client with the default dtype (int64 keys) and with
+    dtype="int32" (zero-copy views), alternating run by run on one daemon so
+    that both see the same machine: the rows e2e_shm_1 and e2e_shm_int32_1."""
+    rows = {"e2e_shm_1": [], "e2e_shm_int32_1": []}
+    for r in range(repeats):
+        rows["e2e_shm_1"].append(rate_run(d, prefix, "shm", 1, seconds, f"rate-shm-1-{r}"))
+        rows["e2e_shm_int32_1"].append(rate_run(d, prefix, "shm", 1, seconds, f"rate-shm-int32-{r}", dtype="int32"))
+    log(f"shm x1: {statistics.median(rows['e2e_shm_1']):,.0f} tokens/s (default dtype), "
+        f"{statistics.median(rows['e2e_shm_int32_1']):,.0f} (int32)")
+    return rows
 
 
 def wait_runs(d, prefix, transport, repeats, wait_batches, job):
@@ -51,8 +67,11 @@ def end_to_end(binary, tmp, prefix, clients, transports, seconds, repeats, wait_
     with daemon(binary, tmp, "e2e") as d:
         for transport in transports:
             for n in clients:
-                rows[f"e2e_{transport}_{n}"] = rate_runs(d, prefix, transport, n, seconds, repeats,
-                                                         f"rate-{transport}-{n}")
+                if transport == "shm" and n == 1:
+                    rows.update(dtype_runs(d, prefix, seconds, repeats))
+                else:
+                    rows[f"e2e_{transport}_{n}"] = rate_runs(d, prefix, transport, n, seconds, repeats,
+                                                             f"rate-{transport}-{n}")
                 if transport == "shm" and n == 1:
                     rows["e2e_shm_meta_1"] = rate_runs(d, prefix, transport, n, seconds, repeats, "rate-shm-meta",
                                                        METADATA)

@@ -21,6 +21,7 @@ ROWS = [
     ("go_guard_ratio", "Go pipeline, fault guard on / off, side by side, 1 core", "x", None),
     ("go_pipeline_meta", "Go pipeline into an 8-slot ring, every metadata field, 1 core", "tokens/s", "go_pipeline"),
     ("e2e_shm_1", "client shm, 1 process", "tokens/s", "numpy_copy"),
+    ("e2e_shm_int32_1", "client shm, 1 process, dtype=int32", "tokens/s", "numpy_copy"),
     ("e2e_shm_meta_1", "client shm, 1 process, every metadata field", "tokens/s", "e2e_shm_1"),
     ("e2e_shm_2", "client shm, 2 processes (sum)", "tokens/s", "numpy_copy"),
     ("e2e_shm_8", "client shm, 8 processes (sum)", "tokens/s", "numpy_copy"),

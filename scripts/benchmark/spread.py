@@ -13,7 +13,7 @@ from .targets import targets
 # The rows shown side by side (in this order), and the rows whose value is a
 # ratio within the run rather than an absolute figure.
 HEADLINE = [
-    "go_rank", "go_pipeline", "e2e_shm_1", "e2e_shm_2", "e2e_shm_8", "e2e_inline_1",
+    "go_rank", "go_pipeline", "e2e_shm_1", "e2e_shm_int32_1", "e2e_shm_2", "e2e_shm_8", "e2e_inline_1",
     "peer_torch", "peer_stateful", "peer_streaming",
     "wait_shm_p50", "wait_shm_p99", "wait_inline_p50", "wait_inline_p99",
     "cpu_total_paced", "cpu_daemon_paced", "cpu_clients_paced", "interval_paced", "cores_paced",

@@ -45,6 +45,14 @@ def end_to_end(rows):
     return (f"{e2e:.3f}x numpy copy", e2e >= 0.3) if e2e else ("not measured", None)
 
 
+def default_dtype(rows):
+    default, int32 = rows.med("e2e_shm_1"), rows.med("e2e_shm_int32_1")
+    if not (default and int32):
+        return "not measured", None
+    return f"default / int32 = {default / int32:.3f} ({default / 1e6:,.0f} M of {int32 / 1e6:,.0f} M tokens/s)", \
+        default >= 0.8 * int32
+
+
 def peers(rows):
     shm = rows.med("e2e_shm_1")
     if not shm:
@@ -97,6 +105,7 @@ TARGETS = [
     ("Go pipeline alone >= 0.5x memory copy per core", pipeline),
     ("fault guard on mapped memory costs <= 3% of the Go pipeline", fault_guard),
     ("end to end to one client on shm >= 0.3x memory copy", end_to_end),
+    ("the default dtype (int64 keys) within 20% of dtype=int32, one shm client", default_dtype),
     ("document metadata on >= 0.8x tokens only (Go pipeline, shm x1)", metadata),
     (">= 1000x IBM's ~90,000 tokens/s per worker and ahead of every peer in the same run", peers),
     ("p99 client wait < 50 µs when the daemon is ahead", wait),

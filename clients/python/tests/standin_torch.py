@@ -54,6 +54,16 @@ class DeviceTensor(np.ndarray[Any, np.dtype[Any]]):
     def long(self) -> DeviceTensor:
         return np.asarray(self, dtype=np.int64).view(DeviceTensor)
 
+    def contiguous(self) -> DeviceTensor:
+        return np.ascontiguousarray(self).view(DeviceTensor)
+
+    def stride(self) -> Tuple[int, ...]:  # torch's: in elements
+        return tuple(s // self.itemsize for s in self.strides)
+
+    def as_strided(self, size: Tuple[int, ...], stride: Tuple[int, ...]) -> DeviceTensor:
+        byte_strides = tuple(s * self.itemsize for s in stride)
+        return np.lib.stride_tricks.as_strided(self, size, byte_strides, writeable=False).view(DeviceTensor)
+
     def copy_(self, src: npt.ArrayLike, non_blocking: bool = False) -> DeviceTensor:
         np.copyto(self, src)
         return self

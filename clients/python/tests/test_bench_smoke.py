@@ -17,7 +17,7 @@ BENCH = os.path.join(REPO, "scripts", "bench.py")
 
 TOKEN_ROWS = ["go_copy", "numpy_copy", "go_rank", "go_pipeline", "go_pipeline_meta",
               "e2e_shm_meta_1",
-              "e2e_shm_1", "e2e_shm_2", "e2e_inline_1", "e2e_inline_2"]
+              "e2e_shm_1", "e2e_shm_int32_1", "e2e_shm_2", "e2e_inline_1", "e2e_inline_2"]
 OTHER_ROWS = ["go_guard_ratio", "wait_shm_p50", "wait_shm_p99", "wait_inline_p50", "wait_inline_p99",
               "ttfb_1x", "ttfb_20x", "save_client", "save_daemon", "state_bytes",
               "rss_1x", "rss_20x", "rss_e2e", "anon_1x", "anon_20x", "anon_e2e"]
@@ -81,7 +81,9 @@ def test_bench_quick(tmp_path):
     assert result["peers"] == {"skipped": "--no-peers"}
 
     # The targets, each with a verdict, in the JSON and the Markdown.
-    assert len(result["targets"]) == 10
+    assert len(result["targets"]) == 11
+    dtype = [t for t in result["targets"] if t["target"].startswith("the default dtype")]
+    assert len(dtype) == 1 and dtype[0]["measured"].startswith("default / int32 = "), dtype
     guard = [t for t in result["targets"] if t["target"].startswith("fault guard")]
     assert len(guard) == 1 and guard[0]["measured"].startswith("guarded / unguarded pipeline = "), guard
     assert all(t["met"] in (True, False, None) and t["measured"] for t in result["targets"])

@@ -1,6 +1,7 @@
 """Client-side pieces without a daemon: config checking and the error mapping."""
 
 import grpc
+import numpy as np
 import pytest
 import yaml
 
@@ -226,8 +227,10 @@ def test_public_names():
               if isinstance(value, type) and issubclass(value, dataloaderd.DataloaderdError)}
     assert raised <= set(dataloaderd.__all__), raised - set(dataloaderd.__all__)
     assert all(getattr(dataloaderd, name) is getattr(errors, name) for name in raised)
-    assert set(dataloaderd.Batch.__annotations__) == {"tokens", "input_ids", "labels", "shift_labels", "step", "lines",
-                                                      "padding"}
+    assert dataloaderd.Batch.__required_keys__ == {"tokens", "input_ids", "labels", "shift_labels", "step", "lines",
+                                                   "padding"}
+    assert dataloaderd.Batch.__optional_keys__ == {"position_ids", "document_ids", "dataset_ids", "loss_mask",
+                                                   "cu_seqlens", "line_segments", "max_seqlen"}
 
 
 @pytest.mark.parametrize("max_skip, want", [(0, 32), (65536, 32), (64, 32), (32, 16), (16, 8), (3, 1), (2, 1)])
@@ -239,3 +242,79 @@ def test_recovery_kept_within_the_daemons_skip(max_skip, want):
     from dataloaderd._proto import dataloader_pb2 as pb
     from dataloaderd._reconnect import recovery_steps
     assert recovery_steps(pb.OpenSessionResponse(max_skip_steps=max_skip)) == want
+
+
+def test_int64_keys_reuse_only_arrays_nothing_holds():
+    """The default dtype's keys are planes of one int64 array per batch,
+    which a later batch reuses only once nothing references it: a batch, a
+    key or a view kept by the trainer stays as it was."""
+    from dataloaderd.batch import Buffers, make_batch
+
+    def lines(i):
+        return np.arange(i, i + 2 * 9, dtype=np.int32).reshape(2, 9)
+
+    def check(batch, i):
+        t = lines(i)
+        assert np.array_equal(batch["input_ids"], t[:, :-1]) and np.array_equal(batch["labels"], t[:, :-1])
+        assert np.array_equal(batch["shift_labels"], t[:, 1:]) and batch["input_ids"].dtype == np.int64
+
+    buffers = Buffers()
+    kept = make_batch(lines(0), 1, "int64", None, buffers=buffers)
+    arrays = set()
+    for i in range(1, 6):
+        batch = make_batch(lines(i), i + 1, "int64", None, buffers=buffers)
+        check(batch, i)
+        arrays.add(id(batch["input_ids"].base))
+        del batch
+    assert len(arrays) == 1, "a dropped batch's array was not reused"
+    check(kept, 0)
+    view = make_batch(lines(6), 7, "int64", None, buffers=buffers)["shift_labels"][:, 2:]
+    for i in range(7, 12):
+        check(make_batch(lines(i), i + 1, "int64", None, buffers=buffers), i)
+    check(kept, 0)
+    assert np.array_equal(view, lines(6)[:, 3:])
+
+
+@pytest.mark.parametrize("consumers", [1, 2])
+def test_recovery_keeps_the_changes_to_replay(consumers):
+    """A loader keeps the set_weights calls a reopened session lacks: those
+    from the step of the state it would reopen from (a group's consumers:
+    the state before the latest); older ones are in that state's log. The
+    reopen's arguments come from that state, or else the user's resume
+    point, which stays as it was."""
+    from dataloaderd._proto import dataloader_pb2 as pb
+    from dataloaderd._reconnect import OpenArgs, Recovery
+
+    rec = Recovery(60.0, consumers)
+    user = OpenArgs(resume_from="/ckpt")
+    rec.changes.add(3, {"a": 1.0})
+    rec.changes.add(40, {"a": 2.0})
+    args = rec.reopen_args(user, 50, 1.5)
+    assert args.resume_from == "/ckpt" and args.reconnected_after_ns == 1_500_000_000
+    assert (args.skip_to_step, args.reconnect_step) == ((50, 0) if consumers == 1 else (0, 50))
+    rec.keep(32, pb.ShardedState(run=b"32"))
+    rec.keep(64, pb.ShardedState(run=b"64"))
+    kept = 64 if consumers == 1 else 32
+    assert rec.changes.since(0) == ([] if consumers == 1 else [(40, {"a": 2.0})])
+    assert rec.reopen_args(user, 70, 0).resume_sharded.run == str(kept).encode()
+    assert user == OpenArgs(resume_from="/ckpt")
+    rec.changes.add(70, {"a": 3.0})
+    rec.changes.add(65, {"a": 4.0})  # replaces those for its step and after
+    assert rec.changes.since(kept)[-1] == (65, {"a": 4.0}) and (70, {"a": 3.0}) not in rec.changes.since(0)
+    rec.forget()
+    assert rec.changes.since(0) == [] and rec.reopen_args(user, 80, 0).resume_from == "/ckpt"
+
+
+def test_dtype_names_types_and_dtypes():
+    """dtype= takes "int64", numpy.int64, numpy.dtype("int64") (and torch.int64,
+    whose str is "torch.int64"), as the README says; nothing else."""
+    from dataloaderd._options import check_options
+
+    def dtype_of(d):
+        return check_options("shm", d, "stop", 0, 1, 0, False, True, 60.0, 600.0, 60.0).dtype
+
+    assert [dtype_of(d) for d in ("int64", np.int64, np.dtype("int64"), "int32", np.int32)] == \
+        ["int64", "int64", "int64", "int32", "int32"]
+    for bad in ("int16", np.int16, np.float32, 64):
+        with pytest.raises(ConfigError, match="dtype"):
+            dtype_of(bad)

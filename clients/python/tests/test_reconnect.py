@@ -174,6 +174,33 @@ def test_save_and_state_dict_carry_on_through_a_restart(supervised, config, tmp_
         assert np.array_equal(np.asarray(next(iter(fresh))["tokens"]), want[10])
 
 
+def test_a_restart_after_load_state_dict_goes_on_from_the_loaded_state(supervised, config):
+    # A loader that read 40 batches (it kept its state at step 32) loads the
+    # state of step 5 and reads on; a restart then reopens the session from
+    # the loaded state, not from the one kept of the run it left.
+    with Loader(config, socket=supervised.socket, dp_rank=0, dp_size=1, job="ref") as ref:
+        want = [np.asarray(b["tokens"]).copy() for _, b in zip(range(30), ref)]
+    with Loader(config, socket=supervised.socket, dp_rank=0, dp_size=1, job="sd") as first:
+        it = iter(first)
+        for _ in range(5):
+            next(it)
+        sd = first.state_dict()
+    with Loader(config, socket=supervised.socket, dp_rank=0, dp_size=1, job="run") as loader:
+        it = iter(loader)
+        for _ in range(40):
+            next(it)
+        loader.load_state_dict(sd)
+        it = iter(loader)
+        got = [np.asarray(next(it)["tokens"]).copy() for _ in range(3)]
+        supervised.kill()
+        restart = threading.Timer(0.2, supervised.start)
+        restart.start()
+        got += [np.asarray(next(it)["tokens"]).copy() for _ in range(20)]  # past the ring's 8 slots
+        assert loader.reconnects == 1 and loader.step == 28
+        restart.join()  # its start() done before the fixture stops the daemon
+    assert len(got) == 23 and all(np.array_equal(a, b) for a, b in zip(got, want[5:28]))
+
+
 VOCAB = os.environ.get("DATALOADERD_TOKENIZER_VOCAB", "")
 
 

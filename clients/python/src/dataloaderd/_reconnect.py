@@ -1,33 +1,38 @@
 """How a Loader rides through a daemon restart (``reconnect_timeout``).
 
-The loader keeps its rank's state every ``RECOVERY_STEPS`` batches and
-remembers its ``set_weights`` calls. When the daemon goes away (a batch, a
-save, a state or a change of weights fails with DaemonUnavailableError: no
-daemon answers, or a restarted one says the session is of its earlier run)
-it waits for the daemon to come back, opens the session again from the kept
-state moved on to the last step yielded, makes the remembered changes again,
-and the call goes on there. A supervisor's restart is then not a training
-restart: the batches equal those of a daemon that never died.
+The loader keeps its rank's state every ``RECOVERY_STEPS`` batches and the
+``set_weights`` calls made since (Recovery). When the daemon goes away (a
+batch, a save, a state or a change of weights fails with
+DaemonUnavailableError: no daemon answers, or a restarted one says the
+session is of its earlier run) it waits for the daemon to come back, opens
+the session again from the kept state moved on to the last step yielded
+(OpenArgs: the reopen's arguments, given explicitly; the user's resume point
+is left as it is), makes the kept changes again, and the call goes on there.
+A supervisor's restart is then not a training restart: the batches equal
+those of a daemon that never died.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Callable, Dict, List, NoReturn, Optional, Tuple, TypeVar
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Dict, List, NoReturn, Optional, Tuple, TypeVar
 
 import grpc
 
-from ._delivery import Delivery
-from ._feed import Announced, Feed
+from ._feed import Announced
+from ._options import Options
 from ._proto import dataloader_pb2 as pb
 from ._proto import dataloader_pb2_grpc as pb_grpc
+from ._session import Session
 from .errors import DaemonUnavailableError, from_rpc_error
 
-__all__ = ["Session", "Reconnecting", "connect", "MAX_CHANGES", "RECOVERY_STEPS", "recovery_steps"]
+__all__ = ["OpenArgs", "Changes", "Recovery", "Reconnecting", "connect", "MAX_CHANGES", "RECOVERY_STEPS",
+           "recovery_steps"]
 
 R = TypeVar("R")
 
-# set_weights calls a loader remembers, to make them again on a reopened session:
+# set_weights calls a loader keeps, to make them again on a reopened session:
 # as many as the daemon queues for later steps (state.MaxQueued), which the state
 # a session reopens from carries too.
 MAX_CHANGES = 256
@@ -54,16 +59,95 @@ def connect(path: str) -> Tuple[grpc.Channel, pb_grpc.LoaderStub]:
     return channel, pb_grpc.LoaderStub(channel)
 
 
-class Session:
-    """An open session: the daemon's reply, how its batches are announced
-    (feed) and how a slot becomes tokens (delivery)."""
+@dataclass(frozen=True)
+class OpenArgs:
+    """What an OpenSession starts from, beside the loader's own fields: the
+    user's resume point (a folder, version 1 states or a sharded state), and
+    for a session reopened on a restarted daemon how long it was away, the
+    step to move past (one consumer) or the consumer's own last step (a
+    group's)."""
 
-    __slots__ = ("reply", "feed", "delivery", "reopened_as")
+    resume_from: str = ""
+    resume_states: Tuple[bytes, ...] = ()
+    resume_sharded: Optional[pb.ShardedState] = None
+    reconnected_after_ns: int = 0
+    skip_to_step: int = 0
+    reconnect_step: int = 0
 
-    def __init__(self, reply: pb.OpenSessionResponse, feed: Feed, delivery: Delivery):
-        self.reply, self.feed, self.delivery = reply, feed, delivery
-        # The session that took this one's place on a restarted daemon.
-        self.reopened_as: Optional[Session] = None
+    def resumes(self) -> bool:
+        """Whether the session starts from a saved state."""
+        return bool(self.resume_from or self.resume_states or self.resume_sharded is not None)
+
+    def fields(self) -> Dict[str, Any]:
+        """The OpenSessionRequest fields of these arguments."""
+        return {"resume_from": self.resume_from, "resume_states": list(self.resume_states),
+                "resume_sharded": self.resume_sharded, "reconnected_after_ns": self.reconnected_after_ns,
+                "skip_to_step": self.skip_to_step, "reconnect_step": self.reconnect_step}
+
+
+class Changes:
+    """The set_weights calls a reopened session must be given again: (after
+    step, weights), those from the step of the state it would reopen from
+    on. A change before that step is in the state's own log."""
+
+    def __init__(self) -> None:
+        self._list: List[Tuple[int, Dict[str, float]]] = []
+
+    def add(self, after: int, weights: Dict[str, float]) -> None:
+        """A change the daemon took: it replaces those for its step and after."""
+        self._list = [c for c in self._list if c[0] < after][-(MAX_CHANGES - 1):] + [(after, dict(weights))]
+
+    def since(self, step: int) -> List[Tuple[int, Dict[str, float]]]:
+        """The changes from step on: what a session opened at step lacks."""
+        return [c for c in self._list if c[0] >= step]
+
+    def forget_before(self, step: int) -> None:
+        """Drops the changes a state kept at step holds."""
+        self._list = self.since(step)
+
+
+class Recovery:
+    """What a loader keeps to reopen its session on a restarted daemon: the
+    rank's state at two recent steps (one consumer reopens from the latest;
+    a group's consumers, a step or two apart, from the one before, which
+    every consumer has read past), the changes since, and a count."""
+
+    def __init__(self, timeout: float, consumers: int):
+        self.timeout, self.consumers = timeout, consumers
+        self.latest: Optional[Tuple[int, pb.ShardedState]] = None
+        self.before: Optional[Tuple[int, pb.ShardedState]] = None
+        self.changes = Changes()
+        self.reconnects = 0
+
+    def on(self) -> bool:
+        """Whether a lost daemon is waited for (reconnect_timeout > 0)."""
+        return self.timeout > 0
+
+    def forget(self) -> None:
+        """Drops the kept states and changes: they belong to a run the loader
+        no longer reads (load_state_dict)."""
+        self.latest = self.before = None
+        self.changes = Changes()
+
+    def keep(self, step: int, sharded: pb.ShardedState) -> None:
+        """Keeps the rank's state at step."""
+        self.before, self.latest = self.latest, (step, sharded)
+        state = self._state()
+        if state is not None:
+            self.changes.forget_before(state[0])
+
+    def _state(self) -> Optional[Tuple[int, pb.ShardedState]]:
+        return self.latest if self.consumers == 1 else self.before
+
+    def reopen_args(self, resume: OpenArgs, last: int, away_s: float) -> OpenArgs:
+        """The arguments of a session reopened after away_s seconds without
+        a daemon, whose next batch is the one after step last: from the kept
+        state, else the user's resume point."""
+        state = self._state()
+        start = resume if state is None else OpenArgs(resume_sharded=state[1])
+        return replace(start, reconnected_after_ns=int(away_s * 1e9),
+                       skip_to_step=last if self.consumers == 1 else 0,
+                       reconnect_step=last if self.consumers > 1 else 0)
 
 
 def _gone(err: grpc.RpcError) -> bool:
@@ -72,44 +156,33 @@ def _gone(err: grpc.RpcError) -> bool:
 
 
 class Reconnecting:
-    """The Loader's half that reopens its session on a restarted daemon: what
-    it keeps for that and how it reopens. The Loader sets the attributes
-    declared here and gives _open and _close_session."""
+    """The Loader's half that reopens its session on a restarted daemon.
+    The Loader sets the attributes declared here and gives _open_session,
+    _close_session and _time_out."""
 
     socket: str
-    _timeout: float
-    _consumers: int
+    _opts: Options
     _channel: grpc.Channel
     _stub: pb_grpc.LoaderStub
     _live: Optional[Session]
     _last_step: int
     _closed: bool
-    _resume_from: str
-    _resume_states: List[bytes]
-    _resume_sharded: Optional[pb.ShardedState]
-    _reopened_after: float  # seconds without a daemon, told to the next OpenSession
-    _skip_to: int  # the step the next OpenSession moves past (reopening a session)
-    _reconnect_step: int  # a group consumer's last step, told to the next OpenSession
+    _resume: OpenArgs  # the user's resume point
+    _recovery: Recovery
 
-    def _open(self) -> pb.OpenSessionResponse:
+    def _open_session(self, args: OpenArgs, run: object) -> Session:
         raise NotImplementedError  # the Loader's
 
     def _close_session(self, tell_daemon: bool = True) -> None:
         raise NotImplementedError  # the Loader's
 
-    def _init_reconnect(self, reconnect_timeout: float) -> None:
-        self._reconnect_timeout = float(reconnect_timeout)
-        # The state a session reopened on a restarted daemon resumes from:
-        # (step, the rank's sharded state at that step), refreshed every
-        # RECOVERY_STEPS batches; None: the session's own start.
-        self._recovery: Optional[Tuple[int, pb.ShardedState]] = None
-        self._recovery_prev: Optional[Tuple[int, pb.ShardedState]] = None  # the one before (groups)
-        self._changes: List[Tuple[int, Dict[str, float]]] = []  # set_weights calls: (after step, weights)
-        self.reconnects = 0
+    def _time_out(self, published: Optional[int]) -> NoReturn:
+        raise NotImplementedError  # the Loader's
 
-    def _reconnects(self) -> bool:
-        """Whether a lost daemon is waited for."""
-        return self._reconnect_timeout > 0
+    @property
+    def reconnects(self) -> int:
+        """How many times this loader reopened its session on a restarted daemon."""
+        return self._recovery.reconnects
 
     def _keep_recovery(self, live: Session) -> None:
         """Keeps the rank's state at the last yielded step, for a session
@@ -117,16 +190,15 @@ class Reconnecting:
         leaves the previous one)."""
         try:
             resp = self._stub.GetState(pb.GetStateRequest(session_id=live.reply.session_id, step=self._last_step),
-                                       timeout=self._timeout)
+                                       timeout=self._opts.timeout)
         except grpc.RpcError:
             return
-        self._recovery_prev, self._recovery = self._recovery, (self._last_step, resp.sharded)
+        self._recovery.keep(self._last_step, resp.sharded)
 
     def _remember_change(self, after: int, weights: Dict[str, float]) -> None:
-        """Remembers a change of weights the daemon took, for a session
-        reopened later: it replaces those remembered for its step and after."""
-        self._changes = [c for c in self._changes if c[0] < after][-(MAX_CHANGES - 1):] + [(after, weights)]
-        if self._reconnects() and self._live is not None:
+        """Keeps a change of weights the daemon took, for a session reopened later."""
+        self._recovery.changes.add(after, weights)
+        if self._recovery.on() and self._live is not None:
             self._keep_recovery(self._live)  # a reopened session must know the change
 
     def _after_reconnect(self, call: Callable[[], R]) -> R:
@@ -140,10 +212,10 @@ class Reconnecting:
                 return call()
             except grpc.RpcError as err:
                 live = self._live
-                if not _gone(err) or not self._reconnects() or live is None or self._closed:
+                if not _gone(err) or not self._recovery.on() or live is None or self._closed:
                     raise
                 since = time.monotonic() if since is None else since
-                if time.monotonic() - since > self._reconnect_timeout:
+                if time.monotonic() - since > self._recovery.timeout:
                     raise
             self._reconnect(live)
 
@@ -154,24 +226,15 @@ class Reconnecting:
         a group's consumer by reading up to it: the same batches, the stream
         being a function of the state) and returns the new session, whose
         next batch is the one the old would have given."""
-        lost = time.monotonic()
-        last = self._last_step
+        lost, last = time.monotonic(), self._last_step
         self._live = None
         try:
             live.delivery.close()
         finally:
             live.feed.close()
-        # A group's consumers may be a step or two apart: the first back opens
-        # the session from the state it kept before its latest, which every
-        # consumer has read past, and each then reads up to its own step.
-        kept = self._recovery if self._consumers == 1 else self._recovery_prev
-        if kept is not None:
-            self._resume_from, self._resume_states = "", []
-            self._resume_sharded = kept[1]
-        deadline = lost + self._reconnect_timeout
         while True:
             try:
-                new = self._reopen(last, lost)
+                new = self._reopen(last, lost, live.run)
                 break
             except DaemonUnavailableError:
                 pass
@@ -180,31 +243,24 @@ class Reconnecting:
                     raise from_rpc_error(err) from err
             self._close_session()  # what reopened before it went again
             self._last_step = last
-            if time.monotonic() > deadline:
+            if time.monotonic() > lost + self._recovery.timeout:
                 raise DaemonUnavailableError(
                     f"the daemon at {self.socket} went away and did not come back within "
-                    f"reconnect_timeout={self._reconnect_timeout:g} s; resume from the last checkpoint") from None
+                    f"reconnect_timeout={self._recovery.timeout:g} s; resume from the last checkpoint") from None
             time.sleep(0.01)
-        self.reconnects += 1
-        live.reopened_as = new
+        self._recovery.reconnects += 1
         return new
 
-    def _reopen(self, last: int, lost: float) -> Session:
+    def _reopen(self, last: int, lost: float, run: object) -> Session:
         """One try at opening the session again on a new connection, moved
-        on to step last, with the remembered changes made again."""
+        on to step last, with the kept changes made again."""
         self._channel.close()
         self._channel, self._stub = connect(self.socket)
-        self._reopened_after = time.monotonic() - lost
-        self._skip_to = last if self._consumers == 1 else 0
-        self._reconnect_step = last if self._consumers > 1 else 0
-        self._open()
-        new = self._live
-        assert new is not None, "_open() sets the session"
-        for after, weights in self._changes:  # made since the state reopened from: made again
-            if after >= self._last_step:
-                self._stub.SetWeights(pb.SetWeightsRequest(
-                    session_id=new.reply.session_id, after_step=after, taken_step=self._last_step,
-                    weights={k: float(v) for k, v in weights.items()}), timeout=self._timeout)
+        new = self._open_session(self._recovery.reopen_args(self._resume, last, time.monotonic() - lost), run)
+        for after, weights in self._recovery.changes.since(self._last_step):  # made since the state reopened from
+            self._stub.SetWeights(pb.SetWeightsRequest(
+                session_id=new.reply.session_id, after_step=after, taken_step=self._last_step,
+                weights=weights), timeout=self._opts.timeout)
         new.feed.start()
         while self._last_step < last:  # a daemon that did not skip to it: take them again
             got = self._next_announced(new)
@@ -218,6 +274,3 @@ class Reconnecting:
         """The announcement of the batch after the last one yielded."""
         live.delivery.give_back()
         return live.feed.next(self._last_step + 1, live.delivery.give_back_finished, self._time_out)
-
-    def _time_out(self, published: Optional[int]) -> NoReturn:
-        raise NotImplementedError  # the Loader's

@@ -21,11 +21,13 @@ import numpy as np
 from ._proto import dataloader_pb2 as pb
 from .errors import StateError
 
-__all__ = ["VERSION", "owned", "template", "from_sharded", "to_sharded", "step_of"]
+__all__ = ["VERSION", "owned", "template", "from_sharded", "to_sharded", "step_of", "check_v1"]
 
 VERSION = 2
-# A shard's cursor, in this order (internal/state.Shard).
-FIELDS = ("lines", "epoch", "pos", "offset", "taken", "base")
+# A shard's cursor: the fields of the daemon's ShardState message after its
+# (dataset, shard) key, in the message's order (the wire says; the client
+# copies no list of internal/state.Shard).
+FIELDS = tuple(f.name for f in pb.ShardState.DESCRIPTOR.fields if f.name not in ("dataset", "shard"))
 
 
 def owned(dp_rank: int, dp_size: int, shards: int) -> Tuple[int, int]:
@@ -104,3 +106,22 @@ def step_of(run: bytes) -> int:
         return int(json.loads(run)["step"])
     except (ValueError, KeyError, TypeError) as e:
         raise StateError(f"state dict: its run part is not a dataloaderd state ({e})") from e
+
+
+def check_v1(sd: Mapping[str, Any], dp_rank: int, dp_size: int) -> int:
+    """Checks a version 1 state dict (one rank's state file) for rank dp_rank
+    of dp_size and returns its step."""
+    try:
+        rank, size, step = sd["dp_rank"], sd["dp_size"], int(sd["step"])
+        bytes(sd["state"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise StateError(f"not a dataloaderd state dict: missing or bad {e}") from e
+    if size != dp_size:
+        raise StateError(
+            f"state dict is from dp_size {size}, this loader has dp_size {dp_size}: a version 1 state dict "
+            "holds one rank's shards; to resume onto another dp_size pass resume_from=<checkpoint folder>")
+    if rank != dp_rank:
+        raise StateError(
+            f"state dict is dp_rank {rank}'s, this loader is dp_rank {dp_rank}: load each "
+            "rank's own state dict, or pass resume_from=<checkpoint folder>")
+    return step

@@ -12,7 +12,7 @@ from typing import Any, Dict, Mapping, Optional, Tuple, Union
 from ._proto import dataloader_pb2 as pb
 from .errors import ConfigError
 
-__all__ = ["load_config", "to_proto", "KEYS", "DATASET_KEYS", "SCHEDULE_KEYS"]
+__all__ = ["load_config", "to_proto", "check_weights", "KEYS", "DATASET_KEYS", "SCHEDULE_KEYS"]
 
 # key: (type or types, default); a default of ... means required.
 Keys = Dict[str, Tuple[Union[type, Tuple[type, ...]], object]]
@@ -180,3 +180,13 @@ def local_folder(what: str, path: Optional[Union[str, os.PathLike[str]]]) -> str
                           "folder, not object storage or another URL; save them with the model's checkpoint through "
                           "state_dict() and torch.distributed.checkpoint to put them in object storage")
     return optional_abspath(path)
+
+
+def check_weights(weights: Mapping[str, float]) -> Dict[str, float]:
+    """set_weights' weights: dataset names to numbers (the daemon checks the
+    names and values)."""
+    bad = [f"{k!r}: {v!r}" for k, v in weights.items()
+           if not isinstance(k, str) or isinstance(v, bool) or not isinstance(v, (int, float))]
+    if bad:
+        raise ConfigError(f"set_weights: weights must map dataset names to numbers, got {', '.join(bad)}")
+    return {k: float(v) for k, v in weights.items()}

@@ -22,6 +22,7 @@ __all__ = [
     "BatchTimeoutError",
     "CudaUnavailableError",
     "CudaError",
+    "FileChangedError",
 ]
 
 

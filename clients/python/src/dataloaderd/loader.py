@@ -5,23 +5,22 @@ from __future__ import annotations
 import atexit
 import os
 import sys
-import time
 import weakref
-from typing import Any, Dict, Iterator, List, Mapping, NoReturn, Optional, Union, cast
+from typing import Any, Dict, Iterator, Mapping, NoReturn, Optional, Union, cast
 
-import grpc
-import numpy as np
-
-from . import _control, _cuda, _state
-from ._delivery import DELIVERIES, CudaDelivery, PinnedDelivery
-from ._feed import ControlFeed, Feed, Held, open_feed
+from . import _cuda, _state
+from ._control import Control
+from ._delivery import layout_of
+from ._feed import Held
 from ._job import default_job
+from ._options import DTypeArg, End, Transport, check_options, check_rank, socket_path
 from ._proto import dataloader_pb2 as pb
-from ._reconnect import Reconnecting, Session, connect, recovery_steps
+from ._reconnect import OpenArgs, Reconnecting, Recovery, connect, recovery_steps
+from ._session import Session, close_session, open_session
 from ._torchapi import Torch
-from .batch import DTYPES, Batch, make_batch, padding_arrays
-from .config import env_int, load_config, local_folder, to_proto
-from .errors import BatchTimeoutError, ConfigError, DaemonUnavailableError, DataloaderdError, StateError, translate
+from .batch import Batch, make_batch, padding_arrays
+from .config import check_weights, load_config, local_folder, to_proto
+from .errors import BatchTimeoutError, DaemonUnavailableError, DataloaderdError, StateError, translate
 
 
 def _optional_torch() -> Optional[Torch]:
@@ -61,15 +60,12 @@ class Loader(Reconnecting):
     to DATALOADERD_SOCKET. Processes of one tensor/pipeline-parallel group pass
     the same ``dp_rank`` and ``consumers=<group size>`` and read the same batches.
 
-    Iterating yields :class:`Batch` dicts: ``tokens`` (the int32 lines
-    [lines, seq_len+1] as the daemon wrote them; on ``shm`` a read-only view
-    of shared memory, valid until the next batch is asked for),
-    ``input_ids`` (``tokens[:, :-1]``), ``labels`` (``input_ids`` again, as
-    Hugging Face models take it: they shift it), ``shift_labels``
-    (``tokens[:, 1:]``, the next tokens already shifted), ``step`` and
-    ``lines``. The three are ``dtype`` (int64 by default, writable torch
-    tensors, numpy arrays without torch; ``"int32"``: zero-copy views). Pass
-    ``copy=True`` for a ``tokens`` you may keep and write.
+    Iterating yields :class:`Batch` dicts (``tokens``, ``input_ids``,
+    ``labels``, ``shift_labels``, ``step``, ``lines``, ``padding`` and the
+    metadata the config asks for: see Batch); ``input_ids``, ``labels`` and
+    ``shift_labels`` are of ``dtype`` (int64 by default, writable; "int32":
+    zero-copy views). Pass ``copy=True`` for a ``tokens`` you may keep and
+    write.
 
     ``next()`` raises BatchTimeoutError when no batch comes within
     ``batch_timeout`` seconds (default 600; None waits forever), so a stuck
@@ -79,112 +75,68 @@ class Loader(Reconnecting):
     def __init__(self, config: Union[str, os.PathLike[str], Mapping[str, object]],
                  dp_rank: Optional[int] = None, dp_size: Optional[int] = None,
                  socket: Optional[str] = None, resume_from: Optional[Union[str, os.PathLike[str]]] = None,
-                 transport: str = "shm", *, job: Optional[str] = None, consumers: int = 1,
+                 transport: Transport = "shm", *, job: Optional[str] = None, consumers: int = 1,
                  slots: int = 0, copy: bool = False, timeout: float = 60.0, fast: bool = True,
-                 device: Optional[int] = None, batch_timeout: Optional[float] = 600.0, dtype: object = "int64",
-                 end: str = "stop", reconnect_timeout: float = 60.0):
+                 device: Optional[int] = None, batch_timeout: Optional[float] = 600.0, dtype: DTypeArg = "int64",
+                 end: End = "stop", reconnect_timeout: float = 60.0):
         data, base = load_config(config)
         self._config = to_proto(data, base)
-        self.dp_rank = env_int("RANK", 0) if dp_rank is None else int(dp_rank)
-        self.dp_size = env_int("WORLD_SIZE", 1) if dp_size is None else int(dp_size)
-        if self.dp_size < 1 or not 0 <= self.dp_rank < self.dp_size:
-            raise ConfigError(f"dp_rank {self.dp_rank} is out of range for dp_size {self.dp_size}")
-        if transport not in DELIVERIES:
-            raise ConfigError(f"transport {transport!r}: want one of {', '.join(DELIVERIES)}")
-        if consumers < 1 or slots < 0:
-            raise ConfigError(f"consumers must be >= 1 and slots >= 0, got {consumers} and {slots}")
-        if batch_timeout is not None and not batch_timeout > 0:
-            raise ConfigError(f"batch_timeout must be > 0 seconds or None, got {batch_timeout!r}")
-        if not reconnect_timeout >= 0:
-            raise ConfigError(f"reconnect_timeout must be >= 0 seconds (0: off), got {reconnect_timeout!r}")
-        self._init_reconnect(reconnect_timeout)  # see _reconnect.py
-        if end not in ("stop", "pad"):
-            raise ConfigError(f"end {end!r}: want 'stop' (iteration ends after the rank's last batch) or 'pad'")
-        self._end = end
-        self._dtype = str(dtype).replace("torch.", "")  # "int64", np.int64 and torch.int64 alike
-        if self._dtype not in DTYPES:
-            raise ConfigError(f"dtype {dtype!r}: want one of {', '.join(DTYPES)} (or the torch or numpy type)")
-        self._batch_timeout = batch_timeout
+        self.dp_rank, self.dp_size = check_rank(dp_rank, dp_size)
+        self._opts = check_options(transport, dtype, end, device, consumers, slots, copy, fast, timeout,
+                                   batch_timeout, reconnect_timeout)
         self.job = job or default_job()  # see _job.py
-        self.transport = transport
-        self._consumers, self._slots, self._copy, self._timeout = consumers, slots, copy, timeout
-        self._fast = fast
-        self.device = env_int("LOCAL_RANK", 0) if device is None else int(device)
-        if self.device < 0:
-            raise ConfigError(f"device must be >= 0, got {self.device}")
-        self._resume_from = local_folder("resume_from", resume_from)
-        self._resume_states: List[bytes] = []
-
-        path = socket or os.environ.get("DATALOADERD_SOCKET")
-        if not path:
-            raise DaemonUnavailableError("no daemon socket: pass socket= or set DATALOADERD_SOCKET")
-        path = path[len("unix://"):] if path.startswith("unix://") else path
-        if not os.path.exists(path):
-            raise DaemonUnavailableError(f"no daemon socket at {path}: is 'dataloaderd serve --socket {path}' running?")
-        self.socket = path
-        self._channel, self._stub = connect(path)
+        self._resume = OpenArgs(resume_from=local_folder("resume_from", resume_from))  # the user's resume point
+        self._recovery = Recovery(self._opts.reconnect_timeout, consumers)  # see _reconnect.py
+        self.socket = socket_path(socket)
+        self._channel, self._stub = connect(self.socket)
         _open_loaders.add(self)
-        self._resume_sharded: Optional[pb.ShardedState] = None
-        self._reopened_after, self._skip_to, self._reconnect_step = 0.0, 0, 0
         self._live: Optional[Session] = None
         self._last_step = 0
         # Whether _last_step is the resumed step before a session said so:
         # the step of a resume folder is the daemon's to read (OpenSession's
         # start_step); the client opens no rank file.
-        self._step_known = not self._resume_from
-        self._ended = False
+        self._step_known = not self._resume.resume_from
         self._closed = False
+
+    @property
+    def transport(self) -> Transport:
+        """How batches reach this process (the argument)."""
+        return self._opts.transport
+
+    @property
+    def device(self) -> int:
+        """The CUDA device of the cuda and shm-pinned transports (LOCAL_RANK by default)."""
+        return self._opts.device
 
     # -- session --------------------------------------------------------------
 
     @translate
     def _open(self) -> pb.OpenSessionResponse:
+        """The open session's reply; opens one from the user's resume point first if none is."""
+        if self._live is None:
+            self._open_session(self._resume, object())
+        assert self._live is not None
+        return self._live.reply
+
+    def _open_session(self, args: OpenArgs, run: object) -> Session:
+        """Opens a session from args for the iteration run; it is the live one."""
         if self._closed:
             raise DataloaderdError("the loader is closed")
-        if self._live is None:
-            # Zero-copy torch views of shm are copy-on-write: torch has no
-            # read-only tensors, and a write into the ring's read-only
-            # mapping would kill the process.
-            writable = self._dtype == "int32" and torch is not None
-            delivery = DELIVERIES[self.transport](self._copy, self.device, writable)  # before the daemon makes a ring
-            s = self._stub.OpenSession(pb.OpenSessionRequest(
-                job=self.job, config=self._config, dp_rank=self.dp_rank, dp_size=self.dp_size,
-                consumers=self._consumers, transport=delivery.wire,
-                resume_from=self._resume_from, resume_states=self._resume_states,
-                resume_sharded=self._resume_sharded, slots=self._slots, device=self.device,
-                reconnected_after_ns=int(self._reopened_after * 1e9), skip_to_step=self._skip_to,
-                reconnect_step=self._reconnect_step,
-            ), timeout=self._timeout)
-            self._reopened_after, self._skip_to, self._reconnect_step = 0.0, 0, 0
-            feed: Optional[Feed] = None
-            try:
-                feed = open_feed(self._stub, s, self._fast, self._batch_timeout)
-                delivery.open(s, feed.release)
-            except Exception:  # torch's own errors too: nothing of the session may stay
-                delivery.close()
-                if feed is not None:
-                    feed.close()
-                self._stub.CloseSession(pb.CloseSessionRequest(session_id=s.session_id, consumer=s.consumer),
-                                        timeout=self._timeout)
-                raise
-            self._live = Session(s, feed, delivery)
-            self._last_step, self._step_known = s.start_step, True
-            self._ended = False
-        return self._live.reply
+        # Zero-copy torch views of shm are copy-on-write: torch has no
+        # read-only tensors, and a write into the ring's read-only mapping
+        # would kill the process.
+        writable = self._opts.dtype == "int32" and torch is not None
+        request = pb.OpenSessionRequest(job=self.job, config=self._config, dp_rank=self.dp_rank, dp_size=self.dp_size,
+                                        consumers=self._opts.consumers, slots=self._opts.slots,
+                                        device=self._opts.device, **args.fields())
+        self._live = open_session(self._stub, request, self._opts, writable, run)
+        self._last_step, self._step_known = self._live.reply.start_step, True
+        return self._live
 
     def _close_session(self, tell_daemon: bool = True) -> None:
         live, self._live = self._live, None
-        if live is None:
-            return
-        live.delivery.close()  # on the GPU, waits for the kernels still reading device slots
-        try:
-            if tell_daemon:
-                self._stub.CloseSession(pb.CloseSessionRequest(session_id=live.reply.session_id,
-                                                               consumer=live.reply.consumer),
-                                        timeout=self._timeout)
-        except grpc.RpcError:
-            pass  # the daemon reclaims a session whose stream ends anyway
-        live.feed.close()
+        if live is not None:
+            close_session(self._stub, live, self._opts.timeout, tell_daemon)
 
     # -- iteration ------------------------------------------------------------
 
@@ -195,49 +147,44 @@ class Loader(Reconnecting):
     def _batches(self) -> Iterator[Batch]:
         live = self._live
         assert live is not None, "_open() first"
+        run = live.run
         live.feed.start()
-        while not self._ended:
-            while live.reopened_as is not None:  # by save() or state_dict(), on a restarted daemon
-                live = live.reopened_as
-            if self._live is not live:
-                return  # closed, or another session opened (load_state_dict)
+        while True:
+            live = self._live  # a session reopened on a restarted daemon (by save() too) serves the same run
+            if live is None or live.run is not run or live.ended:
+                return  # closed, another session opened (load_state_dict), or over
             try:
                 got = self._next_announced(live)
             except DaemonUnavailableError:
-                if not self._reconnects() or self._closed or self._live is not live:
+                if not self._recovery.on() or self._closed or self._live is not live:
                     raise
-                live = self._reconnect(live)
+                self._reconnect(live)
                 continue
             if got is None:
-                self._ended = True
-                if self._end == "pad":
+                live.ended = True
+                if self._opts.end == "pad":
                     yield from self._padding(live)
                 return
             arrays = live.delivery.take(got)
             tokens = arrays.pop("tokens")
             self._last_step = got.held.step
-            if self._reconnects() and self._last_step % recovery_steps(live.reply) == 0:
+            if self._recovery.on() and self._last_step % recovery_steps(live.reply) == 0:
                 self._keep_recovery(live)
-            yield make_batch(tokens, got.held.step, self._dtype, torch, metadata=arrays, max_seqlen=got.max_seqlen)
+            yield make_batch(tokens, got.held.step, self._opts.dtype, torch, metadata=arrays,
+                             max_seqlen=got.max_seqlen, buffers=live.buffers)
 
     def _padding(self, live: Session) -> Iterator[Batch]:
         """end="pad": after the rank's last batch, batches of pad_id flagged
         as padding, one step after another, for as long as the trainer asks
         (until every rank pads: see all_padding). The daemon saves the state
         at these steps too, and a resume from one goes on padding."""
-        c = self._config
-        host = padding_arrays(c.batch_size, c.seq_len, c.pad_id, c.metadata)
-        for a in host.values():
-            a.flags.writeable = False
-        arrays: Dict[str, Any] = dict(host)
-        if self.transport in ("cuda", "shm-pinned"):
-            t = _cuda._torch()
-            arrays = {k: t.as_tensor(a, device=t.device("cuda", self.device)) for k, a in host.items()}
+        on_gpu = self._opts.transport in ("cuda", "shm-pinned")
+        arrays = padding_arrays(layout_of(live.reply), self._config.pad_id, self._opts.device if on_gpu else None)
         tokens = arrays.pop("tokens")
         while self._live is live:
             self._last_step += 1
-            yield make_batch(tokens, self._last_step, self._dtype, torch, padding=True, metadata=arrays,
-                             max_seqlen=c.seq_len)
+            yield make_batch(tokens, self._last_step, self._opts.dtype, torch, padding=True, metadata=arrays,
+                             max_seqlen=self._config.seq_len, buffers=live.buffers)
 
     def _time_out(self, published: Optional[int]) -> NoReturn:
         """Closes the loader and raises BatchTimeoutError for the batch awaited."""
@@ -246,7 +193,7 @@ class Loader(Reconnecting):
         seen = "" if published is None else f"; the daemon has announced steps up to {published}"
         self._shut(tell_daemon=False)
         raise BatchTimeoutError(
-            f"no batch {self._last_step + 1} within batch_timeout={self._batch_timeout:g} s from the daemon at "
+            f"no batch {self._last_step + 1} within batch_timeout={self._opts.batch_timeout:g} s from the daemon at "
             f"{self.socket} ({what}, job {self.job!r}, dp_rank {self.dp_rank}){seen}. The daemon or its reading "
             "is stuck: see its log and dataloaderd_ready_slots. This loader is closed; resume from the last "
             "checkpoint with a new one")
@@ -259,22 +206,16 @@ class Loader(Reconnecting):
         return None if self._live is None else self._live.reply
 
     @property
-    def _ctl(self) -> Optional[_control.Control]:
-        """The control block batches are announced in, or None (messages)."""
-        feed = None if self._live is None else self._live.feed
-        return feed.control if isinstance(feed, ControlFeed) else None
+    def _ctl(self) -> Optional[Control]:
+        return None if self._live is None else self._live.control
 
     @property
     def _dev_ring(self) -> Optional[_cuda.IpcRing]:
-        """The device ring of an open cuda session, else None."""
-        delivery = None if self._live is None else self._live.delivery
-        return delivery.ring if isinstance(delivery, CudaDelivery) else None
+        return None if self._live is None else self._live.dev_ring
 
     @property
     def _fence(self) -> Optional[_cuda.ReleaseFence[Held]]:
-        """The release fence of an open cuda or shm-pinned session, else None."""
-        delivery = None if self._live is None else self._live.delivery
-        return delivery.fence if isinstance(delivery, (CudaDelivery, PinnedDelivery)) else None
+        return None if self._live is None else self._live.fence
 
     # -- state ----------------------------------------------------------------
 
@@ -309,21 +250,17 @@ class Loader(Reconnecting):
         first = self._last_step + 1 if step is None else int(step)
         if first <= self._last_step:
             raise StateError(f"set_weights for step {first}, but this loader already yielded step {self._last_step}")
-        bad = [f"{k!r}: {v!r}" for k, v in weights.items()
-               if not isinstance(k, str) or isinstance(v, bool) or not isinstance(v, (int, float))]
-        if bad:
-            raise ConfigError(f"set_weights: weights must map dataset names to numbers, got {', '.join(bad)}")
-        ws = {k: float(v) for k, v in weights.items()}
+        ws = check_weights(weights)
 
         def call() -> None:  # on the session open now: reopened if the daemon went away
             live = self._live
             assert live is not None
             resp = self._stub.SetWeights(pb.SetWeightsRequest(
                 session_id=live.reply.session_id, after_step=first - 1, taken_step=self._last_step,
-                weights=ws), timeout=self._timeout)
+                weights=ws), timeout=self._opts.timeout)
             live.feed.drop_older(resp.generation, first - 1)
         self._after_reconnect(call)
-        self._remember_change(first - 1, dict(weights))
+        self._remember_change(first - 1, ws)
 
     @translate
     def save(self, folder: Union[str, os.PathLike[str]]) -> str:
@@ -337,7 +274,7 @@ class Loader(Reconnecting):
             assert s is not None
             return self._stub.SaveState(pb.SaveStateRequest(
                 session_id=s.session_id, step=self._last_step, folder=path),
-                timeout=self._timeout).path
+                timeout=self._opts.timeout).path
         return self._after_reconnect(call)
 
     @translate
@@ -347,7 +284,7 @@ class Loader(Reconnecting):
         rank's and reshards it onto any dp_size. Before the first batch, with
         nothing to resume, it is the initial state and opens no session: DCP
         asks for it as the template of a load."""
-        if self._live is None and not (self._resume_from or self._resume_states or self._resume_sharded):
+        if self._live is None and not self._resume.resumes():
             return _state.template(self._config, self.dp_rank, self.dp_size)
         self._open()
 
@@ -355,7 +292,7 @@ class Loader(Reconnecting):
             s = self._session
             assert s is not None
             return self._stub.GetState(pb.GetStateRequest(session_id=s.session_id, step=self._last_step),
-                                       timeout=self._timeout)
+                                       timeout=self._opts.timeout)
         return _state.from_sharded(self._after_reconnect(call).sharded)
 
     def load_state_dict(self, sd: Mapping[str, Any]) -> None:
@@ -367,32 +304,16 @@ class Loader(Reconnecting):
         if version == _state.VERSION:
             sharded = _state.to_sharded(sd, self._config, self.dp_rank, self.dp_size)
             step = _state.step_of(sharded.run)
-            self._close_session()
-            self._resume_sharded, self._resume_states, self._resume_from = sharded, [], ""
+            resume = OpenArgs(resume_sharded=sharded)
         elif version == 1:
-            step = self._check_v1(sd)
-            self._close_session()
-            self._resume_sharded, self._resume_states, self._resume_from = None, [bytes(sd["state"])], ""
+            step = _state.check_v1(sd, self.dp_rank, self.dp_size)
+            resume = OpenArgs(resume_states=(bytes(sd["state"]),))
         else:
             raise StateError(f"state dict version {version!r}: this client reads versions 1 and {_state.VERSION}")
+        self._close_session()
+        self._resume = resume
+        self._recovery.forget()  # a restarted daemon reopens from the loaded state, not the run left
         self._last_step, self._step_known = step, True
-
-    def _check_v1(self, sd: Mapping[str, Any]) -> int:
-        """Checks a version 1 state dict (one rank's state file) and returns its step."""
-        try:
-            rank, size, step = sd["dp_rank"], sd["dp_size"], int(sd["step"])
-            bytes(sd["state"])
-        except (KeyError, TypeError, ValueError) as e:
-            raise StateError(f"not a dataloaderd state dict: missing or bad {e}") from e
-        if size != self.dp_size:
-            raise StateError(
-                f"state dict is from dp_size {size}, this loader has dp_size {self.dp_size}: a version 1 state dict "
-                "holds one rank's shards; to resume onto another dp_size pass resume_from=<checkpoint folder>")
-        if rank != self.dp_rank:
-            raise StateError(
-                f"state dict is dp_rank {rank}'s, this loader is dp_rank {self.dp_rank}: load each "
-                "rank's own state dict, or pass resume_from=<checkpoint folder>")
-        return step
 
     # -- lifetime -------------------------------------------------------------
 
