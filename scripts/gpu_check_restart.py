@@ -20,7 +20,11 @@ from dataloaderd import Loader, Transport, _cuda
 from gpu_check_report import check, results
 
 META = ["position_ids", "document_ids", "cu_seqlens", "loss_mask", "dataset_ids"]
-KEYS = ["tokens", "position_ids", "document_ids", "cu_seqlens", "line_segments", "loss_mask", "dataset_ids"]
+# With the default dtype (int64) a batch also carries input_ids, labels and
+# shift_labels, made by the client from the slot's tokens (on the GPU for cuda).
+INT64_KEYS = ["input_ids", "labels", "shift_labels"]
+KEYS = ["tokens", "input_ids", "labels", "shift_labels", "position_ids", "document_ids", "cu_seqlens",
+        "line_segments", "loss_mask", "dataset_ids"]
 DEVICE_PATHS: List[Tuple[str, Transport, bool]] = [("cuda, control block", "cuda", True), ("cuda, messages", "cuda", False),
                 ("shm-pinned", "shm-pinned", True)]
 Arrays = Dict[str, npt.NDArray[Any]]
@@ -38,8 +42,7 @@ def metadata_config(config: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def arrays(batch: Any) -> Arrays:
-    """A batch's arrays as host copies (the metadata keys are not in the
-    client's Batch type yet: issue 24)."""
+    """A batch's arrays as host copies."""
     row = cast(Dict[str, Any], batch)
     out = {k: host(row[k]) for k in KEYS}
     out["step"] = np.array(row["step"])
@@ -78,6 +81,27 @@ def metadata(torch: ModuleType, config: Dict[str, Any], sock: str, device: int, 
         check(on_gpu and same(want, got),
               f"{name}: {len(got)} batches, tokens and every metadata array equal to shm's"
               + (", as device tensors" if transport == "cuda" else ""))
+    host_path: List[Tuple[str, Transport, bool]] = [("shm", "shm", True)]
+    for name, transport, fast in host_path + DEVICE_PATHS:
+        held_keys(cfg, sock, device, name, transport, fast, want)
+
+
+def held_keys(cfg: Dict[str, Any], sock: str, device: int, name: str, transport: Transport, fast: bool,
+              want: List[Arrays]) -> None:
+    """The int64 keys the client makes are the trainer's to keep: every
+    batch's input_ids, labels and shift_labels, held (not copied) while the
+    loader goes on, still equal shm's at the end."""
+    kept: List[Dict[str, Any]] = []
+    with Loader(cfg, dp_rank=0, dp_size=1, socket=sock, job=f"gpucheck-held-{transport}-{int(fast)}",
+                transport=transport, fast=fast, device=device) as ld:
+        for batch in ld:
+            row = cast(Dict[str, Any], batch)
+            kept.append({k: row[k] for k in INT64_KEYS})
+            if len(kept) == len(want):
+                break
+    ok = len(kept) == len(want) and all(np.array_equal(host(k[key]), w[key])
+                                        for k, w in zip(kept, want) for key in INT64_KEYS)
+    check(ok, f"{name}: {', '.join(INT64_KEYS)} of {len(kept)} batches held by the trainer keep their values")
 
 
 class Restartable:
