@@ -44,7 +44,8 @@ const (
 	// largest state, and 1 MiB for the other fields (job name, paths).
 	MaxRequestBytes = MaxConfigBytes + state.MaxBytes + 1<<20
 	// MaxOtherRequestBytes bounds the request of every other method
-	// (SetWeights, SaveState, GetState, CloseSession, a batch stream's
+	// (SetWeights, SaveState, GetState, CloseSession, StateTemplate, whose
+	// job config wire.go bounds as OpenSession's, a batch stream's
 	// messages, health checks): gRPC's default.
 	MaxOtherRequestBytes = 4 << 20
 	// MaxDatasets bounds the datasets of a job config, and the entries of

@@ -171,3 +171,19 @@ func (s *Server) SaveState(ctx context.Context, req *pb.SaveStateRequest) (*pb.S
 	}
 	return &pb.SaveStateResponse{Path: saved.Path, Bytes: uint64(saved.Bytes)}, nil
 }
+
+// StateTemplate implements Loader: the state of a rank before its first
+// batch, by the daemon's rule of which shards a rank owns, so that clients
+// copy no such rule. It opens no session and reads no file, so it asks
+// nothing of the caller.
+func (s *Server) StateTemplate(_ context.Context, req *pb.StateTemplateRequest) (*pb.StateTemplateResponse, error) {
+	cfg, err := configFrom(req.GetConfig())
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	sharded, err := session.StateTemplate(cfg, req.GetDpRank(), req.GetDpSize())
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	return &pb.StateTemplateResponse{Sharded: shardedTo(sharded)}, nil
+}

@@ -32,6 +32,8 @@ var (
 	openStates  = fieldNumber(&pb.OpenSessionRequest{}, "resume_states")
 	openSharded = fieldNumber(&pb.OpenSessionRequest{}, "resume_sharded")
 
+	templateConfig = fieldNumber(&pb.StateTemplateRequest{}, "config")
+
 	configShards   = fieldNumber(&pb.JobConfig{}, "logical_shards")
 	configDatasets = fieldNumber(&pb.JobConfig{}, "datasets")
 	configMetadata = fieldNumber(&pb.JobConfig{}, "metadata")
@@ -53,6 +55,8 @@ func requestWire(b []byte, req proto.Message) []byte {
 	switch req.(type) {
 	case *pb.OpenSessionRequest:
 		return openRequestWire(b)
+	case *pb.StateTemplateRequest:
+		return templateRequestWire(b)
 	case *pb.SetWeightsRequest:
 		if n := countField(b, setWeightsWeights); n > MaxDatasets {
 			return cutFields(b, []protowire.Number{setWeightsWeights},
@@ -138,24 +142,8 @@ func openRequestWire(b []byte) []byte {
 			cut = append(cut, field)
 		}
 	}
-	if c.configBytes > MaxConfigBytes {
-		add(openConfig, "the job config is %.1f MiB, too large for the daemon: a job config must be under %d MiB; name a dataset's files by directory or glob rather than one by one",
-			float64(c.configBytes)/(1<<20), MaxConfigBytes>>20)
-	}
-	if c.datasets > MaxDatasets {
-		add(openConfig, "config.datasets holds %d datasets, more than the %d a job config may have (server.MaxDatasets)", c.datasets, MaxDatasets)
-	}
-	if n := len(stream.MetadataFields); c.metadata > n {
-		add(openConfig, "config.metadata holds %d names, more than the %d fields there are (%s)", c.metadata, n, strings.Join(stream.MetadataFields, ", "))
-	}
-	if c.points > MaxSchedulePoints {
-		add(openConfig, "config.schedule holds %d points, more than the %d a schedule may have (server.MaxSchedulePoints)", c.points, MaxSchedulePoints)
-	}
-	if c.widestWeights > MaxDatasets {
-		add(openConfig, "config.schedule[%d].weights holds %d entries, more than the %d datasets a job config may have (server.MaxDatasets)", c.widest, c.widestWeights, MaxDatasets)
-	}
-	if c.weights > MaxScheduleWeights {
-		add(openConfig, "config.schedule holds %d weights in all, more than the %d a schedule may have (server.MaxScheduleWeights: points times datasets)", c.weights, MaxScheduleWeights)
+	for _, w := range c.configRefusals() {
+		add(openConfig, "%s", w)
 	}
 	// A world's dp_size is at most its logical_shards, which its states
 	// share with the config that resumes them (a state of other
@@ -178,6 +166,53 @@ func openRequestWire(b []byte) []byte {
 		return b
 	}
 	return cutFields(b, cut, strings.Join(why, "; "))
+}
+
+// configRefusals says what in the counted job config is past a bound: its
+// size, its datasets, metadata names, schedule points and weights entries.
+func (c openCounts) configRefusals() []string {
+	var why []string
+	add := func(format string, args ...any) { why = append(why, fmt.Sprintf(format, args...)) }
+	if c.configBytes > MaxConfigBytes {
+		add("the job config is %.1f MiB, too large for the daemon: a job config must be under %d MiB; name a dataset's files by directory or glob rather than one by one",
+			float64(c.configBytes)/(1<<20), MaxConfigBytes>>20)
+	}
+	if c.datasets > MaxDatasets {
+		add("config.datasets holds %d datasets, more than the %d a job config may have (server.MaxDatasets)", c.datasets, MaxDatasets)
+	}
+	if n := len(stream.MetadataFields); c.metadata > n {
+		add("config.metadata holds %d names, more than the %d fields there are (%s)", c.metadata, n, strings.Join(stream.MetadataFields, ", "))
+	}
+	if c.points > MaxSchedulePoints {
+		add("config.schedule holds %d points, more than the %d a schedule may have (server.MaxSchedulePoints)", c.points, MaxSchedulePoints)
+	}
+	if c.widestWeights > MaxDatasets {
+		add("config.schedule[%d].weights holds %d entries, more than the %d datasets a job config may have (server.MaxDatasets)", c.widest, c.widestWeights, MaxDatasets)
+	}
+	if c.weights > MaxScheduleWeights {
+		add("config.schedule holds %d weights in all, more than the %d a schedule may have (server.MaxScheduleWeights: points times datasets)", c.weights, MaxScheduleWeights)
+	}
+	return why
+}
+
+// templateRequestWire bounds a StateTemplateRequest's job config as an
+// OpenSessionRequest's is bounded.
+func templateRequestWire(b []byte) []byte {
+	var c openCounts
+	for r := (wireFields{b}); ; {
+		num, typ, _, value, ok := r.next()
+		if !ok {
+			break
+		}
+		if num == templateConfig && typ == protowire.BytesType {
+			c.configBytes += len(value)
+			c.countConfig(value)
+		}
+	}
+	if why := c.configRefusals(); len(why) > 0 {
+		return cutFields(b, []protowire.Number{templateConfig}, strings.Join(why, "; "))
+	}
+	return b
 }
 
 // cutFields is a copy of b (which may be gRPC's own buffer) without the

@@ -23,11 +23,8 @@ type plan struct {
 // the order a client learns of its mistakes (config, rank, the request's
 // own fields, the ring, the state's size).
 func newPlan(req Request, defaultSlots int) (plan, error) {
-	checked, err := stream.Check(req.Config)
+	checked, err := checkJob(req.Config, req.DPRank, req.DPSize)
 	if err != nil {
-		return plan{}, err
-	}
-	if err := req.Config.ValidateRank(req.DPRank, req.DPSize); err != nil {
 		return plan{}, err
 	}
 	if err := req.resolve(defaultSlots); err != nil {
@@ -44,4 +41,17 @@ func newPlan(req Request, defaultSlots int) (plan, error) {
 		return plan{}, err
 	}
 	return p, nil
+}
+
+// checkJob checks a config, and a rank of it: the rules of an open that
+// the config and rank alone decide, which StateTemplate keeps too.
+func checkJob(cfg stream.Config, dpRank, dpSize uint32) (stream.Checked, error) {
+	checked, err := stream.Check(cfg)
+	if err != nil {
+		return stream.Checked{}, err
+	}
+	if err := cfg.ValidateRank(dpRank, dpSize); err != nil {
+		return stream.Checked{}, err
+	}
+	return checked, nil
 }

@@ -35,6 +35,17 @@ func (m *Manager) State(uid uint32, id string, step uint64) (Snapshot, error) {
 	return Snapshot{State: b, DPRank: st.DPRank, DPSize: st.DPSize, Sharded: sharded}, nil
 }
 
+// StateTemplate is the state of rank dpRank of dpSize before its first
+// batch under cfg, split by shard (state.Initial): the shards the rank owns,
+// every cursor zero. The config and rank are checked as an open checks
+// them, with the same errors; no session is opened and no file is read.
+func StateTemplate(cfg stream.Config, dpRank, dpSize uint32) (state.Sharded, error) {
+	if _, err := checkJob(cfg, dpRank, dpSize); err != nil {
+		return state.Sharded{}, err
+	}
+	return state.Initial(len(cfg.Datasets), dpRank, dpSize, cfg.LogicalShards), nil
+}
+
 // Save writes session id's rank state after step into
 // <folder>/dataloader/rank-<r>-of-<W>.json, atomically, with the daemon's
 // own rights on the folder.

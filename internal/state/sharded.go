@@ -45,6 +45,21 @@ func Split(fp Fingerprint, r Rank) (Sharded, error) {
 	return Sharded{Run: b, Shards: shards}, nil
 }
 
+// Initial is the state of rank r of w before its first batch, split: no
+// run part, and a zero cursor for each shard the rank owns (Owned) in each
+// of datasets datasets of shards logical shards. Restore takes it as a
+// fresh start; a client templates its state dict on it.
+func Initial(datasets int, r, w, shards uint32) Sharded {
+	lo, hi := Owned(r, w, shards)
+	out := Sharded{Shards: make(map[ShardID]Shard, datasets*int(hi-lo))}
+	for d := range datasets {
+		for k := lo; k < hi; k++ {
+			out.Shards[ShardID{Dataset: d, Shard: k}] = Shard{}
+		}
+	}
+	return out
+}
+
 // Restore checks a sharded state against the current fingerprint and the
 // rank it is loaded into (rank r of w), and returns what that rank resumes
 // from. It must hold the cursors of exactly the shards the rank owns, in

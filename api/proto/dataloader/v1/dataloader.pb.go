@@ -1727,6 +1727,111 @@ func (x *GetStateResponse) GetSharded() *ShardedState {
 	return nil
 }
 
+type StateTemplateRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Config        *JobConfig             `protobuf:"bytes,1,opt,name=config,proto3" json:"config,omitempty"`
+	DpRank        uint32                 `protobuf:"varint,2,opt,name=dp_rank,json=dpRank,proto3" json:"dp_rank,omitempty"`
+	DpSize        uint32                 `protobuf:"varint,3,opt,name=dp_size,json=dpSize,proto3" json:"dp_size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StateTemplateRequest) Reset() {
+	*x = StateTemplateRequest{}
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StateTemplateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StateTemplateRequest) ProtoMessage() {}
+
+func (x *StateTemplateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StateTemplateRequest.ProtoReflect.Descriptor instead.
+func (*StateTemplateRequest) Descriptor() ([]byte, []int) {
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *StateTemplateRequest) GetConfig() *JobConfig {
+	if x != nil {
+		return x.Config
+	}
+	return nil
+}
+
+func (x *StateTemplateRequest) GetDpRank() uint32 {
+	if x != nil {
+		return x.DpRank
+	}
+	return 0
+}
+
+func (x *StateTemplateRequest) GetDpSize() uint32 {
+	if x != nil {
+		return x.DpSize
+	}
+	return 0
+}
+
+type StateTemplateResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The shards dp_rank owns, in (dataset, shard) order, every cursor zero.
+	Sharded       *ShardedState `protobuf:"bytes,1,opt,name=sharded,proto3" json:"sharded,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StateTemplateResponse) Reset() {
+	*x = StateTemplateResponse{}
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StateTemplateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StateTemplateResponse) ProtoMessage() {}
+
+func (x *StateTemplateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StateTemplateResponse.ProtoReflect.Descriptor instead.
+func (*StateTemplateResponse) Descriptor() ([]byte, []int) {
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *StateTemplateResponse) GetSharded() *ShardedState {
+	if x != nil {
+		return x.Sharded
+	}
+	return nil
+}
+
 type CloseSessionRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
@@ -1737,7 +1842,7 @@ type CloseSessionRequest struct {
 
 func (x *CloseSessionRequest) Reset() {
 	*x = CloseSessionRequest{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[19]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1749,7 +1854,7 @@ func (x *CloseSessionRequest) String() string {
 func (*CloseSessionRequest) ProtoMessage() {}
 
 func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[19]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1762,7 +1867,7 @@ func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionRequest.ProtoReflect.Descriptor instead.
 func (*CloseSessionRequest) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{19}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CloseSessionRequest) GetSessionId() string {
@@ -1787,7 +1892,7 @@ type CloseSessionResponse struct {
 
 func (x *CloseSessionResponse) Reset() {
 	*x = CloseSessionResponse{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[20]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1799,7 +1904,7 @@ func (x *CloseSessionResponse) String() string {
 func (*CloseSessionResponse) ProtoMessage() {}
 
 func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[20]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1812,7 +1917,7 @@ func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionResponse.ProtoReflect.Descriptor instead.
 func (*CloseSessionResponse) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{20}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{22}
 }
 
 var File_dataloader_v1_dataloader_proto protoreflect.FileDescriptor
@@ -1974,7 +2079,13 @@ const file_dataloader_v1_dataloader_proto_rawDesc = "" +
 	"\x05state\x18\x01 \x01(\fR\x05state\x12\x17\n" +
 	"\adp_rank\x18\x02 \x01(\rR\x06dpRank\x12\x17\n" +
 	"\adp_size\x18\x03 \x01(\rR\x06dpSize\x125\n" +
-	"\asharded\x18\x04 \x01(\v2\x1b.dataloader.v1.ShardedStateR\asharded\"P\n" +
+	"\asharded\x18\x04 \x01(\v2\x1b.dataloader.v1.ShardedStateR\asharded\"z\n" +
+	"\x14StateTemplateRequest\x120\n" +
+	"\x06config\x18\x01 \x01(\v2\x18.dataloader.v1.JobConfigR\x06config\x12\x17\n" +
+	"\adp_rank\x18\x02 \x01(\rR\x06dpRank\x12\x17\n" +
+	"\adp_size\x18\x03 \x01(\rR\x06dpSize\"N\n" +
+	"\x15StateTemplateResponse\x125\n" +
+	"\asharded\x18\x01 \x01(\v2\x1b.dataloader.v1.ShardedStateR\asharded\"P\n" +
 	"\x13CloseSessionRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1a\n" +
@@ -1984,7 +2095,7 @@ const file_dataloader_v1_dataloader_proto_rawDesc = "" +
 	"\x15TRANSPORT_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rTRANSPORT_SHM\x10\x01\x12\x14\n" +
 	"\x10TRANSPORT_INLINE\x10\x02\x12\x12\n" +
-	"\x0eTRANSPORT_CUDA\x10\x032\xeb\x03\n" +
+	"\x0eTRANSPORT_CUDA\x10\x032\xc7\x04\n" +
 	"\x06Loader\x12T\n" +
 	"\vOpenSession\x12!.dataloader.v1.OpenSessionRequest\x1a\".dataloader.v1.OpenSessionResponse\x12B\n" +
 	"\aBatches\x12\x1d.dataloader.v1.BatchesRequest\x1a\x14.dataloader.v1.Batch(\x010\x01\x12N\n" +
@@ -1992,7 +2103,8 @@ const file_dataloader_v1_dataloader_proto_rawDesc = "" +
 	"\bGetState\x12\x1e.dataloader.v1.GetStateRequest\x1a\x1f.dataloader.v1.GetStateResponse\x12W\n" +
 	"\fCloseSession\x12\".dataloader.v1.CloseSessionRequest\x1a#.dataloader.v1.CloseSessionResponse\x12Q\n" +
 	"\n" +
-	"SetWeights\x12 .dataloader.v1.SetWeightsRequest\x1a!.dataloader.v1.SetWeightsResponseBIZGgithub.com/dataloaderd/dataloaderd/api/proto/dataloader/v1;dataloaderv1b\x06proto3"
+	"SetWeights\x12 .dataloader.v1.SetWeightsRequest\x1a!.dataloader.v1.SetWeightsResponse\x12Z\n" +
+	"\rStateTemplate\x12#.dataloader.v1.StateTemplateRequest\x1a$.dataloader.v1.StateTemplateResponseBIZGgithub.com/dataloaderd/dataloaderd/api/proto/dataloader/v1;dataloaderv1b\x06proto3"
 
 var (
 	file_dataloader_v1_dataloader_proto_rawDescOnce sync.Once
@@ -2007,37 +2119,39 @@ func file_dataloader_v1_dataloader_proto_rawDescGZIP() []byte {
 }
 
 var file_dataloader_v1_dataloader_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_dataloader_v1_dataloader_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_dataloader_v1_dataloader_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_dataloader_v1_dataloader_proto_goTypes = []any{
-	(Transport)(0),               // 0: dataloader.v1.Transport
-	(*Dataset)(nil),              // 1: dataloader.v1.Dataset
-	(*JobConfig)(nil),            // 2: dataloader.v1.JobConfig
-	(*SchedulePoint)(nil),        // 3: dataloader.v1.SchedulePoint
-	(*OpenSessionRequest)(nil),   // 4: dataloader.v1.OpenSessionRequest
-	(*ShardedState)(nil),         // 5: dataloader.v1.ShardedState
-	(*ShardState)(nil),           // 6: dataloader.v1.ShardState
-	(*Ring)(nil),                 // 7: dataloader.v1.Ring
-	(*OpenSessionResponse)(nil),  // 8: dataloader.v1.OpenSessionResponse
-	(*SlotField)(nil),            // 9: dataloader.v1.SlotField
-	(*Attach)(nil),               // 10: dataloader.v1.Attach
-	(*Release)(nil),              // 11: dataloader.v1.Release
-	(*BatchesRequest)(nil),       // 12: dataloader.v1.BatchesRequest
-	(*Batch)(nil),                // 13: dataloader.v1.Batch
-	(*SetWeightsRequest)(nil),    // 14: dataloader.v1.SetWeightsRequest
-	(*SetWeightsResponse)(nil),   // 15: dataloader.v1.SetWeightsResponse
-	(*SaveStateRequest)(nil),     // 16: dataloader.v1.SaveStateRequest
-	(*SaveStateResponse)(nil),    // 17: dataloader.v1.SaveStateResponse
-	(*GetStateRequest)(nil),      // 18: dataloader.v1.GetStateRequest
-	(*GetStateResponse)(nil),     // 19: dataloader.v1.GetStateResponse
-	(*CloseSessionRequest)(nil),  // 20: dataloader.v1.CloseSessionRequest
-	(*CloseSessionResponse)(nil), // 21: dataloader.v1.CloseSessionResponse
-	nil,                          // 22: dataloader.v1.SchedulePoint.WeightsEntry
-	nil,                          // 23: dataloader.v1.SetWeightsRequest.WeightsEntry
+	(Transport)(0),                // 0: dataloader.v1.Transport
+	(*Dataset)(nil),               // 1: dataloader.v1.Dataset
+	(*JobConfig)(nil),             // 2: dataloader.v1.JobConfig
+	(*SchedulePoint)(nil),         // 3: dataloader.v1.SchedulePoint
+	(*OpenSessionRequest)(nil),    // 4: dataloader.v1.OpenSessionRequest
+	(*ShardedState)(nil),          // 5: dataloader.v1.ShardedState
+	(*ShardState)(nil),            // 6: dataloader.v1.ShardState
+	(*Ring)(nil),                  // 7: dataloader.v1.Ring
+	(*OpenSessionResponse)(nil),   // 8: dataloader.v1.OpenSessionResponse
+	(*SlotField)(nil),             // 9: dataloader.v1.SlotField
+	(*Attach)(nil),                // 10: dataloader.v1.Attach
+	(*Release)(nil),               // 11: dataloader.v1.Release
+	(*BatchesRequest)(nil),        // 12: dataloader.v1.BatchesRequest
+	(*Batch)(nil),                 // 13: dataloader.v1.Batch
+	(*SetWeightsRequest)(nil),     // 14: dataloader.v1.SetWeightsRequest
+	(*SetWeightsResponse)(nil),    // 15: dataloader.v1.SetWeightsResponse
+	(*SaveStateRequest)(nil),      // 16: dataloader.v1.SaveStateRequest
+	(*SaveStateResponse)(nil),     // 17: dataloader.v1.SaveStateResponse
+	(*GetStateRequest)(nil),       // 18: dataloader.v1.GetStateRequest
+	(*GetStateResponse)(nil),      // 19: dataloader.v1.GetStateResponse
+	(*StateTemplateRequest)(nil),  // 20: dataloader.v1.StateTemplateRequest
+	(*StateTemplateResponse)(nil), // 21: dataloader.v1.StateTemplateResponse
+	(*CloseSessionRequest)(nil),   // 22: dataloader.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil),  // 23: dataloader.v1.CloseSessionResponse
+	nil,                           // 24: dataloader.v1.SchedulePoint.WeightsEntry
+	nil,                           // 25: dataloader.v1.SetWeightsRequest.WeightsEntry
 }
 var file_dataloader_v1_dataloader_proto_depIdxs = []int32{
 	1,  // 0: dataloader.v1.JobConfig.datasets:type_name -> dataloader.v1.Dataset
 	3,  // 1: dataloader.v1.JobConfig.schedule:type_name -> dataloader.v1.SchedulePoint
-	22, // 2: dataloader.v1.SchedulePoint.weights:type_name -> dataloader.v1.SchedulePoint.WeightsEntry
+	24, // 2: dataloader.v1.SchedulePoint.weights:type_name -> dataloader.v1.SchedulePoint.WeightsEntry
 	2,  // 3: dataloader.v1.OpenSessionRequest.config:type_name -> dataloader.v1.JobConfig
 	0,  // 4: dataloader.v1.OpenSessionRequest.transport:type_name -> dataloader.v1.Transport
 	5,  // 5: dataloader.v1.OpenSessionRequest.resume_sharded:type_name -> dataloader.v1.ShardedState
@@ -2047,25 +2161,29 @@ var file_dataloader_v1_dataloader_proto_depIdxs = []int32{
 	9,  // 9: dataloader.v1.OpenSessionResponse.fields:type_name -> dataloader.v1.SlotField
 	10, // 10: dataloader.v1.BatchesRequest.attach:type_name -> dataloader.v1.Attach
 	11, // 11: dataloader.v1.BatchesRequest.release:type_name -> dataloader.v1.Release
-	23, // 12: dataloader.v1.SetWeightsRequest.weights:type_name -> dataloader.v1.SetWeightsRequest.WeightsEntry
+	25, // 12: dataloader.v1.SetWeightsRequest.weights:type_name -> dataloader.v1.SetWeightsRequest.WeightsEntry
 	5,  // 13: dataloader.v1.GetStateResponse.sharded:type_name -> dataloader.v1.ShardedState
-	4,  // 14: dataloader.v1.Loader.OpenSession:input_type -> dataloader.v1.OpenSessionRequest
-	12, // 15: dataloader.v1.Loader.Batches:input_type -> dataloader.v1.BatchesRequest
-	16, // 16: dataloader.v1.Loader.SaveState:input_type -> dataloader.v1.SaveStateRequest
-	18, // 17: dataloader.v1.Loader.GetState:input_type -> dataloader.v1.GetStateRequest
-	20, // 18: dataloader.v1.Loader.CloseSession:input_type -> dataloader.v1.CloseSessionRequest
-	14, // 19: dataloader.v1.Loader.SetWeights:input_type -> dataloader.v1.SetWeightsRequest
-	8,  // 20: dataloader.v1.Loader.OpenSession:output_type -> dataloader.v1.OpenSessionResponse
-	13, // 21: dataloader.v1.Loader.Batches:output_type -> dataloader.v1.Batch
-	17, // 22: dataloader.v1.Loader.SaveState:output_type -> dataloader.v1.SaveStateResponse
-	19, // 23: dataloader.v1.Loader.GetState:output_type -> dataloader.v1.GetStateResponse
-	21, // 24: dataloader.v1.Loader.CloseSession:output_type -> dataloader.v1.CloseSessionResponse
-	15, // 25: dataloader.v1.Loader.SetWeights:output_type -> dataloader.v1.SetWeightsResponse
-	20, // [20:26] is the sub-list for method output_type
-	14, // [14:20] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	2,  // 14: dataloader.v1.StateTemplateRequest.config:type_name -> dataloader.v1.JobConfig
+	5,  // 15: dataloader.v1.StateTemplateResponse.sharded:type_name -> dataloader.v1.ShardedState
+	4,  // 16: dataloader.v1.Loader.OpenSession:input_type -> dataloader.v1.OpenSessionRequest
+	12, // 17: dataloader.v1.Loader.Batches:input_type -> dataloader.v1.BatchesRequest
+	16, // 18: dataloader.v1.Loader.SaveState:input_type -> dataloader.v1.SaveStateRequest
+	18, // 19: dataloader.v1.Loader.GetState:input_type -> dataloader.v1.GetStateRequest
+	22, // 20: dataloader.v1.Loader.CloseSession:input_type -> dataloader.v1.CloseSessionRequest
+	14, // 21: dataloader.v1.Loader.SetWeights:input_type -> dataloader.v1.SetWeightsRequest
+	20, // 22: dataloader.v1.Loader.StateTemplate:input_type -> dataloader.v1.StateTemplateRequest
+	8,  // 23: dataloader.v1.Loader.OpenSession:output_type -> dataloader.v1.OpenSessionResponse
+	13, // 24: dataloader.v1.Loader.Batches:output_type -> dataloader.v1.Batch
+	17, // 25: dataloader.v1.Loader.SaveState:output_type -> dataloader.v1.SaveStateResponse
+	19, // 26: dataloader.v1.Loader.GetState:output_type -> dataloader.v1.GetStateResponse
+	23, // 27: dataloader.v1.Loader.CloseSession:output_type -> dataloader.v1.CloseSessionResponse
+	15, // 28: dataloader.v1.Loader.SetWeights:output_type -> dataloader.v1.SetWeightsResponse
+	21, // 29: dataloader.v1.Loader.StateTemplate:output_type -> dataloader.v1.StateTemplateResponse
+	23, // [23:30] is the sub-list for method output_type
+	16, // [16:23] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_dataloader_v1_dataloader_proto_init() }
@@ -2083,7 +2201,7 @@ func file_dataloader_v1_dataloader_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_dataloader_v1_dataloader_proto_rawDesc), len(file_dataloader_v1_dataloader_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   23,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -23,12 +23,13 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Loader_OpenSession_FullMethodName  = "/dataloader.v1.Loader/OpenSession"
-	Loader_Batches_FullMethodName      = "/dataloader.v1.Loader/Batches"
-	Loader_SaveState_FullMethodName    = "/dataloader.v1.Loader/SaveState"
-	Loader_GetState_FullMethodName     = "/dataloader.v1.Loader/GetState"
-	Loader_CloseSession_FullMethodName = "/dataloader.v1.Loader/CloseSession"
-	Loader_SetWeights_FullMethodName   = "/dataloader.v1.Loader/SetWeights"
+	Loader_OpenSession_FullMethodName   = "/dataloader.v1.Loader/OpenSession"
+	Loader_Batches_FullMethodName       = "/dataloader.v1.Loader/Batches"
+	Loader_SaveState_FullMethodName     = "/dataloader.v1.Loader/SaveState"
+	Loader_GetState_FullMethodName      = "/dataloader.v1.Loader/GetState"
+	Loader_CloseSession_FullMethodName  = "/dataloader.v1.Loader/CloseSession"
+	Loader_SetWeights_FullMethodName    = "/dataloader.v1.Loader/SetWeights"
+	Loader_StateTemplate_FullMethodName = "/dataloader.v1.Loader/StateTemplate"
 )
 
 // LoaderClient is the client API for Loader service.
@@ -52,6 +53,12 @@ type LoaderClient interface {
 	// SetWeights changes the session's mixing weights from batch
 	// after_step + 1 on; batches already made past it are made again.
 	SetWeights(ctx context.Context, in *SetWeightsRequest, opts ...grpc.CallOption) (*SetWeightsResponse, error)
+	// StateTemplate returns the state of dp_rank of dp_size before its first
+	// batch, split by shard: no run part, and a zero cursor for each shard the
+	// rank owns in every dataset (what torch.distributed.checkpoint asks for
+	// before a load). The config and rank are checked as OpenSession checks
+	// them; no session is opened and no file is read.
+	StateTemplate(ctx context.Context, in *StateTemplateRequest, opts ...grpc.CallOption) (*StateTemplateResponse, error)
 }
 
 type loaderClient struct {
@@ -125,6 +132,16 @@ func (c *loaderClient) SetWeights(ctx context.Context, in *SetWeightsRequest, op
 	return out, nil
 }
 
+func (c *loaderClient) StateTemplate(ctx context.Context, in *StateTemplateRequest, opts ...grpc.CallOption) (*StateTemplateResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(StateTemplateResponse)
+	err := c.cc.Invoke(ctx, Loader_StateTemplate_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // LoaderServer is the server API for Loader service.
 // All implementations must embed UnimplementedLoaderServer
 // for forward compatibility.
@@ -146,6 +163,12 @@ type LoaderServer interface {
 	// SetWeights changes the session's mixing weights from batch
 	// after_step + 1 on; batches already made past it are made again.
 	SetWeights(context.Context, *SetWeightsRequest) (*SetWeightsResponse, error)
+	// StateTemplate returns the state of dp_rank of dp_size before its first
+	// batch, split by shard: no run part, and a zero cursor for each shard the
+	// rank owns in every dataset (what torch.distributed.checkpoint asks for
+	// before a load). The config and rank are checked as OpenSession checks
+	// them; no session is opened and no file is read.
+	StateTemplate(context.Context, *StateTemplateRequest) (*StateTemplateResponse, error)
 	mustEmbedUnimplementedLoaderServer()
 }
 
@@ -173,6 +196,9 @@ func (UnimplementedLoaderServer) CloseSession(context.Context, *CloseSessionRequ
 }
 func (UnimplementedLoaderServer) SetWeights(context.Context, *SetWeightsRequest) (*SetWeightsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SetWeights not implemented")
+}
+func (UnimplementedLoaderServer) StateTemplate(context.Context, *StateTemplateRequest) (*StateTemplateResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method StateTemplate not implemented")
 }
 func (UnimplementedLoaderServer) mustEmbedUnimplementedLoaderServer() {}
 func (UnimplementedLoaderServer) testEmbeddedByValue()                {}
@@ -292,6 +318,24 @@ func _Loader_SetWeights_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Loader_StateTemplate_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StateTemplateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LoaderServer).StateTemplate(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Loader_StateTemplate_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LoaderServer).StateTemplate(ctx, req.(*StateTemplateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Loader_ServiceDesc is the grpc.ServiceDesc for Loader service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -318,6 +362,10 @@ var Loader_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SetWeights",
 			Handler:    _Loader_SetWeights_Handler,
+		},
+		{
+			MethodName: "StateTemplate",
+			Handler:    _Loader_StateTemplate_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

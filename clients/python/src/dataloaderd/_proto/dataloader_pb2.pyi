@@ -871,6 +871,54 @@ class GetStateResponse(_message.Message):
 Global___GetStateResponse: _TypeAlias = GetStateResponse  # noqa: Y015
 
 @_typing.final
+class StateTemplateRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CONFIG_FIELD_NUMBER: _builtins.int
+    DP_RANK_FIELD_NUMBER: _builtins.int
+    DP_SIZE_FIELD_NUMBER: _builtins.int
+    dp_rank: _builtins.int
+    dp_size: _builtins.int
+    @_builtins.property
+    def config(self) -> Global___JobConfig: ...
+    def __init__(
+        self,
+        *,
+        config: Global___JobConfig | None = ...,
+        dp_rank: _builtins.int = ...,
+        dp_size: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["config", b"config"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["config", b"config", "dp_rank", b"dp_rank", "dp_size", b"dp_size"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StateTemplateRequest: _TypeAlias = StateTemplateRequest  # noqa: Y015
+
+@_typing.final
+class StateTemplateResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SHARDED_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def sharded(self) -> Global___ShardedState:
+        """The shards dp_rank owns, in (dataset, shard) order, every cursor zero."""
+
+    def __init__(
+        self,
+        *,
+        sharded: Global___ShardedState | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["sharded", b"sharded"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["sharded", b"sharded"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StateTemplateResponse: _TypeAlias = StateTemplateResponse  # noqa: Y015
+
+@_typing.final
 class CloseSessionRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -64,6 +64,11 @@ class LoaderStub:
                 request_serializer=dataloaderd_dot___proto_dot_dataloader__pb2.SetWeightsRequest.SerializeToString,
                 response_deserializer=dataloaderd_dot___proto_dot_dataloader__pb2.SetWeightsResponse.FromString,
                 _registered_method=True)
+        self.StateTemplate = channel.unary_unary(
+                '/dataloader.v1.Loader/StateTemplate',
+                request_serializer=dataloaderd_dot___proto_dot_dataloader__pb2.StateTemplateRequest.SerializeToString,
+                response_deserializer=dataloaderd_dot___proto_dot_dataloader__pb2.StateTemplateResponse.FromString,
+                _registered_method=True)
 
 
 class LoaderServicer:
@@ -116,6 +121,17 @@ class LoaderServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def StateTemplate(self, request, context):
+        """StateTemplate returns the state of dp_rank of dp_size before its first
+        batch, split by shard: no run part, and a zero cursor for each shard the
+        rank owns in every dataset (what torch.distributed.checkpoint asks for
+        before a load). The config and rank are checked as OpenSession checks
+        them; no session is opened and no file is read.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_LoaderServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -148,6 +164,11 @@ def add_LoaderServicer_to_server(servicer, server):
                     servicer.SetWeights,
                     request_deserializer=dataloaderd_dot___proto_dot_dataloader__pb2.SetWeightsRequest.FromString,
                     response_serializer=dataloaderd_dot___proto_dot_dataloader__pb2.SetWeightsResponse.SerializeToString,
+            ),
+            'StateTemplate': grpc.unary_unary_rpc_method_handler(
+                    servicer.StateTemplate,
+                    request_deserializer=dataloaderd_dot___proto_dot_dataloader__pb2.StateTemplateRequest.FromString,
+                    response_serializer=dataloaderd_dot___proto_dot_dataloader__pb2.StateTemplateResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -312,6 +333,33 @@ class Loader:
             '/dataloader.v1.Loader/SetWeights',
             dataloaderd_dot___proto_dot_dataloader__pb2.SetWeightsRequest.SerializeToString,
             dataloaderd_dot___proto_dot_dataloader__pb2.SetWeightsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StateTemplate(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/dataloader.v1.Loader/StateTemplate',
+            dataloaderd_dot___proto_dot_dataloader__pb2.StateTemplateRequest.SerializeToString,
+            dataloaderd_dot___proto_dot_dataloader__pb2.StateTemplateResponse.FromString,
             options,
             channel_credentials,
             insecure,

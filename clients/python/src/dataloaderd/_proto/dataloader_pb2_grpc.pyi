@@ -56,6 +56,13 @@ class LoaderStub:
     """SetWeights changes the session's mixing weights from batch
     after_step + 1 on; batches already made past it are made again.
     """
+    StateTemplate: _grpc.UnaryUnaryMultiCallable[_dataloader_pb2.StateTemplateRequest, _dataloader_pb2.StateTemplateResponse]
+    """StateTemplate returns the state of dp_rank of dp_size before its first
+    batch, split by shard: no run part, and a zero cursor for each shard the
+    rank owns in every dataset (what torch.distributed.checkpoint asks for
+    before a load). The config and rank are checked as OpenSession checks
+    them; no session is opened and no file is read.
+    """
 
 @_typing.type_check_only
 class LoaderAsyncStub(LoaderStub):
@@ -81,6 +88,13 @@ class LoaderAsyncStub(LoaderStub):
     SetWeights: _aio.UnaryUnaryMultiCallable[_dataloader_pb2.SetWeightsRequest, _dataloader_pb2.SetWeightsResponse]  # type: ignore[assignment]
     """SetWeights changes the session's mixing weights from batch
     after_step + 1 on; batches already made past it are made again.
+    """
+    StateTemplate: _aio.UnaryUnaryMultiCallable[_dataloader_pb2.StateTemplateRequest, _dataloader_pb2.StateTemplateResponse]  # type: ignore[assignment]
+    """StateTemplate returns the state of dp_rank of dp_size before its first
+    batch, split by shard: no run part, and a zero cursor for each shard the
+    rank owns in every dataset (what torch.distributed.checkpoint asks for
+    before a load). The config and rank are checked as OpenSession checks
+    them; no session is opened and no file is read.
     """
 
 class LoaderServicer(metaclass=_abc_1.ABCMeta):
@@ -140,6 +154,19 @@ class LoaderServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_dataloader_pb2.SetWeightsResponse, _abc.Awaitable[_dataloader_pb2.SetWeightsResponse]]:
         """SetWeights changes the session's mixing weights from batch
         after_step + 1 on; batches already made past it are made again.
+        """
+
+    @_abc_1.abstractmethod
+    def StateTemplate(
+        self,
+        request: _dataloader_pb2.StateTemplateRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_dataloader_pb2.StateTemplateResponse, _abc.Awaitable[_dataloader_pb2.StateTemplateResponse]]:
+        """StateTemplate returns the state of dp_rank of dp_size before its first
+        batch, split by shard: no run part, and a zero cursor for each shard the
+        rank owns in every dataset (what torch.distributed.checkpoint asks for
+        before a load). The config and rank are checked as OpenSession checks
+        them; no session is opened and no file is read.
         """
 
 def add_LoaderServicer_to_server(servicer: LoaderServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
