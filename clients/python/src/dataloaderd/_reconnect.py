@@ -9,7 +9,8 @@ the session again from the kept state moved on to the last step yielded
 (OpenArgs: the reopen's arguments, given explicitly; the user's resume point
 is left as it is), makes the kept changes again, and the call goes on there.
 A supervisor's restart is then not a training restart: the batches equal
-those of a daemon that never died.
+those of a daemon that never died. A call that needs no session (the state
+template) waits for the daemon the same way, on a new connection.
 """
 
 from __future__ import annotations
@@ -218,6 +219,24 @@ class Reconnecting:
                 if time.monotonic() - since > self._recovery.timeout:
                     raise
             self._reconnect(live)
+
+    def _without_session(self, call: Callable[[pb_grpc.LoaderStub], R]) -> R:
+        """call(stub) of a call that needs no session (StateTemplate), and
+        while no daemon answers it, again until reconnect_timeout passes, as
+        a session's calls wait (_after_reconnect); without a session, on a
+        new connection each time (a broken one waits out its backoff)."""
+        since = time.monotonic()
+        while True:
+            try:
+                return call(self._stub)
+            except grpc.RpcError as err:
+                if not _gone(err) or not self._recovery.on() or self._closed \
+                        or time.monotonic() - since > self._recovery.timeout:
+                    raise
+            time.sleep(0.01)
+            if self._live is None:
+                self._channel.close()
+                self._channel, self._stub = connect(self.socket)
 
     def _reconnect(self, live: Session) -> Session:
         """The daemon went away: waits up to reconnect_timeout for it to come

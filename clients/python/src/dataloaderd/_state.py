@@ -7,33 +7,29 @@ no other rank has, the cursor of each logical shard this rank owns (datasets
 and shards by their index in the config). DCP saves each shard's cursor from
 its owner, and on a resume with another dp_size loads into each rank the
 cursors of the shards it owns now: its own resharding, with nothing added
-across ranks. The state before the first batch needs no daemon: an empty run
-and zero cursors, which is also the template DCP asks for before a load.
+across ranks. The state before the first batch (an empty run and zero
+cursors, the template DCP asks for before a load) is the daemon's to say
+(StateTemplate): which shards a rank owns is its rule, which the client does
+not copy.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any, Dict, List, Mapping, Tuple
+from typing import Any, Callable, Dict, List, Mapping
 
 import numpy as np
 
 from ._proto import dataloader_pb2 as pb
 from .errors import StateError
 
-__all__ = ["VERSION", "owned", "template", "from_sharded", "to_sharded", "step_of", "check_v1"]
+__all__ = ["VERSION", "from_sharded", "to_sharded", "step_of", "check_v1"]
 
 VERSION = 2
 # A shard's cursor: the fields of the daemon's ShardState message after its
 # (dataset, shard) key, in the message's order (the wire says; the client
 # copies no list of internal/state.Shard).
 FIELDS = tuple(f.name for f in pb.ShardState.DESCRIPTOR.fields if f.name not in ("dataset", "shard"))
-
-
-def owned(dp_rank: int, dp_size: int, shards: int) -> Tuple[int, int]:
-    """The logical shards [lo, hi) that rank dp_rank of dp_size owns in every
-    dataset: the daemon's rule (internal/state.Owned)."""
-    return dp_rank * shards // dp_size, (dp_rank + 1) * shards // dp_size
 
 
 def _cursor(values: List[int]) -> Any:
@@ -46,32 +42,24 @@ def _cursor(values: List[int]) -> Any:
     return torch.tensor(values, dtype=torch.int64)
 
 
-def template(config: pb.JobConfig, dp_rank: int, dp_size: int) -> Dict[str, Any]:
-    """The state before the first batch: an empty run and zero cursors for
-    every shard the rank owns."""
-    lo, hi = owned(dp_rank, dp_size, config.logical_shards)
-    shards = {str(d): {str(k): _cursor([0] * len(FIELDS)) for k in range(lo, hi)}
-              for d in range(len(config.datasets))}
-    return {"version": VERSION, "run": b"", "shards": shards}
-
-
 def from_sharded(state: pb.ShardedState) -> Dict[str, Any]:
-    """The state dict of the daemon's split state."""
+    """The state dict of the daemon's split state (GetState's, or
+    StateTemplate's: the state before the first batch)."""
     shards: Dict[str, Dict[str, Any]] = {}
     for sh in state.shards:
         shards.setdefault(str(sh.dataset), {})[str(sh.shard)] = _cursor([getattr(sh, f) for f in FIELDS])
     return {"version": VERSION, "run": bytes(state.run), "shards": shards}
 
 
-def to_sharded(sd: Mapping[str, Any], config: pb.JobConfig, dp_rank: int, dp_size: int) -> pb.ShardedState:
+def to_sharded(sd: Mapping[str, Any], owned: Callable[[], pb.ShardedState], dp_rank: int,
+               dp_size: int) -> pb.ShardedState:
     """The daemon's form of a state dict, checked to hold the cursors of
-    exactly the shards this rank owns (what DCP loads into a rank whose
-    template state_dict() built)."""
+    exactly the shards this rank owns: those of the daemon's template,
+    owned() (what DCP loads into a rank whose template state_dict() gave),
+    asked for once the dict's own form is checked."""
     run, shards = sd.get("run"), sd.get("shards")
     if not isinstance(run, (bytes, bytearray)) or not isinstance(shards, Mapping):
         raise StateError("not a dataloaderd state dict: it needs 'run' (bytes) and 'shards' (a dict)")
-    lo, hi = owned(dp_rank, dp_size, config.logical_shards)
-    want = {(d, k) for d in range(len(config.datasets)) for k in range(lo, hi)}
     out = pb.ShardedState(run=bytes(run))
     got = set()
     for dkey, per_dataset in shards.items():
@@ -87,6 +75,10 @@ def to_sharded(sd: Mapping[str, Any], config: pb.JobConfig, dp_rank: int, dp_siz
                 raise StateError(f"state dict: shards[{dkey!r}][{skey!r}] holds {values}, want {len(FIELDS)} counts >= 0")
             got.add(ident)
             out.shards.append(pb.ShardState(dataset=ident[0], shard=ident[1], **dict(zip(FIELDS, values))))
+    template = owned().shards
+    want = {(sh.dataset, sh.shard) for sh in template}
+    ks = [sh.shard for sh in template]  # a block of each dataset, by the daemon's rule
+    lo, hi = (min(ks), max(ks) + 1) if ks else (0, 0)
     if got != want:
         missing, extra = sorted(want - got), sorted(got - want)
         raise StateError(

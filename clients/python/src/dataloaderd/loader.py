@@ -91,6 +91,7 @@ class Loader(Reconnecting):
         self._channel, self._stub = connect(self.socket)
         _open_loaders.add(self)
         self._live: Optional[Session] = None
+        self._template: Optional[pb.ShardedState] = None  # the daemon's, fixed for config and rank: asked once
         self._last_step = 0
         # Whether _last_step is the resumed step before a session said so:
         # the step of a resume folder is the daemon's to read (OpenSession's
@@ -282,10 +283,10 @@ class Loader(Reconnecting):
         """This rank's state after the last yielded batch, split by shard (see
         dataloaderd._state) so that torch.distributed.checkpoint saves every
         rank's and reshards it onto any dp_size. Before the first batch, with
-        nothing to resume, it is the initial state and opens no session: DCP
-        asks for it as the template of a load."""
+        nothing to resume, it is the initial state, as the daemon says, and
+        opens no session: DCP asks for it as the template of a load."""
         if self._live is None and not self._resume.resumes():
-            return _state.template(self._config, self.dp_rank, self.dp_size)
+            return _state.from_sharded(self._state_template())
         self._open()
 
         def call() -> pb.GetStateResponse:
@@ -295,6 +296,14 @@ class Loader(Reconnecting):
                                        timeout=self._opts.timeout)
         return _state.from_sharded(self._after_reconnect(call).sharded)
 
+    @translate
+    def _state_template(self) -> pb.ShardedState:
+        """This rank's state before its first batch: the daemon's (StateTemplate names the shards it owns)."""
+        if self._template is None:
+            req = pb.StateTemplateRequest(config=self._config, dp_rank=self.dp_rank, dp_size=self.dp_size)
+            self._template = self._without_session(lambda s: s.StateTemplate(req, timeout=self._opts.timeout)).sharded
+        return self._template
+
     def load_state_dict(self, sd: Mapping[str, Any]) -> None:
         """Resumes from a state dict: the next batch is the one after its step.
         A version 2 dict (state_dict()) must hold the cursors of the shards
@@ -302,7 +311,7 @@ class Loader(Reconnecting):
         dict (older clients) must be this rank's own, on the same dp_size."""
         version = sd.get("version") if isinstance(sd, Mapping) else None
         if version == _state.VERSION:
-            sharded = _state.to_sharded(sd, self._config, self.dp_rank, self.dp_size)
+            sharded = _state.to_sharded(sd, self._state_template, self.dp_rank, self.dp_size)
             step = _state.step_of(sharded.run)
             resume = OpenArgs(resume_sharded=sharded)
         elif version == 1:
