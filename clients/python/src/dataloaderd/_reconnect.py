@@ -223,8 +223,9 @@ class Reconnecting:
     def _without_session(self, call: Callable[[pb_grpc.LoaderStub], R]) -> R:
         """call(stub) of a call that needs no session (StateTemplate), and
         while no daemon answers it, again until reconnect_timeout passes, as
-        a session's calls wait (_after_reconnect); without a session, on a
-        new connection each time (a broken one waits out its backoff)."""
+        a session's calls wait (_after_reconnect). Without a session it asks
+        on a new connection each time (a broken one waits out its backoff);
+        an open session keeps its connection, for its own reopen."""
         since = time.monotonic()
         while True:
             try:
