@@ -42,19 +42,28 @@ class Supervised:
         os.makedirs(self.shm, exist_ok=True)
         self.log = open(tmp_path / "daemon.log", "ab")
         self.proc = None
+        self.stopped = False
+        self.lock = threading.Lock()  # a start (often a test's timer thread) against stop()
         self.start()
 
     def start(self):
-        self.port = free_port()
-        self.proc = subprocess.Popen([BIN, "serve", "--socket", self.socket, "--shm-dir", self.shm,
-                                      "--log-level", "warn", "--metrics-addr", f"127.0.0.1:{self.port}", *self.extra],
-                                     stdout=self.log, stderr=self.log)
-        for _ in range(200):
+        # A restart's timer can fire, or still be polling, when the test ends
+        # and stop() runs: it then starts nothing, or stops polling quietly
+        # (stop() terminates what it started).
+        with self.lock:
+            if self.stopped:
+                return
+            self.port = free_port()
+            self.proc = subprocess.Popen([BIN, "serve", "--socket", self.socket, "--shm-dir", self.shm,
+                                          "--log-level", "warn", "--metrics-addr", f"127.0.0.1:{self.port}",
+                                          *self.extra], stdout=self.log, stderr=self.log)
+        deadline = time.monotonic() + 30  # a loaded machine starts a daemon slowly
+        while time.monotonic() < deadline:
             if subprocess.run([BIN, "healthcheck", "--socket", self.socket, "--timeout", "1s"],
-                              capture_output=True).returncode == 0:
+                              capture_output=True).returncode == 0 or self.stopped:
                 return
             time.sleep(0.02)
-        raise RuntimeError("the daemon did not start")
+        raise RuntimeError("the daemon did not start within 30 s")
 
     def kill(self, sig=signal.SIGKILL):
         self.proc.send_signal(sig)
@@ -68,6 +77,8 @@ class Supervised:
         return 0.0
 
     def stop(self):
+        with self.lock:
+            self.stopped = True
         if self.proc.poll() is None:
             self.proc.terminate()
             self.proc.wait(timeout=30)
