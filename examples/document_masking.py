@@ -27,8 +27,10 @@ from torch import nn
 
 def document_mask(document_ids: torch.Tensor) -> torch.Tensor:
     """[lines, 1, seq, seq] boolean attention mask: query i sees key j when
-    j <= i and both are tokens of the same document (padding, id -1, sees
-    only itself, so that no row is empty)."""
+    j <= i and both are tokens of the same document. Padding (id -1 in every
+    line) is one run of equal ids, so a padding query sees the padding before
+    it in its line and itself, never a document; the loss masks its
+    predictions. Every query sees at least itself, so no row is empty."""
     seq = document_ids.shape[1]
     same = document_ids[:, :, None] == document_ids[:, None, :]
     causal = torch.ones(seq, seq, dtype=torch.bool, device=document_ids.device).tril()

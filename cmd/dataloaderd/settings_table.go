@@ -79,9 +79,9 @@ func processSettings() []setting {
 		{key: "tokenize_workers", flag: "tokenize-workers", value: intValue{get: func(c *daemonConfig) *int { return &c.TokenizeWorkers }, def: runtime.NumCPU(), valid: within(1, 4096)},
 			help: "workers tokenizing text datasets ahead of demand (default: one per core)", docDefault: "cores",
 			doc: "Workers tokenizing text datasets ahead of demand, shared by every session."},
-		{key: "token_cache_mb", flag: "token-cache-mb", value: intValue{get: func(c *daemonConfig) *int { return &c.TokenCacheMB }, def: defaultTokenCacheMB, valid: atLeast(16)},
+		{key: "token_cache_mb", flag: "token-cache-mb", value: intValue{get: func(c *daemonConfig) *int { return &c.TokenCacheMB }, def: defaultTokenCacheMB, valid: atLeast(minCacheMB)},
 			help: "MiB of tokenized text units kept in memory (default {})", docDefault: "{} (under a memory limit, at most an eighth of it)",
-			doc: "MiB of tokenized text units kept in memory, shared by every session. Each shard a rank reads keeps its current unit cached (256 KiB blocks of JSONL text, plain or compressed; a Parquet row group): 8 ranks of 64 shards of JSONL need about 128 MiB. A compressed file whose header has no usable size (a zstd frame without its content size, e.g. written from a pipe) is one unit, tokenized whole; the daemon warns of those at open. Watch `dataloaderd_token_cache_misses_total`."},
+			doc: "MiB of tokenized text units kept in memory, shared by every session. Each shard a rank reads keeps its current unit cached (256 KiB blocks of JSONL text, plain or compressed; a Parquet row group): 8 ranks of 64 shards of JSONL need about 128 MiB. A compressed file whose header has no usable size (a zstd frame without its content size, e.g. written from a pipe) is one unit, tokenized whole; the daemon warns of those at open. Watch `dataloaderd_token_cache_misses_total`. " + minimumMB},
 		{key: "tokenizer_dirs", flag: "tokenizer-dir", value: listValue{get: func(c *daemonConfig) *[]string { return &c.TokenizerDirs }},
 			help: "directory holding <encoding>.tiktoken rank files for built-in tokenizer names (repeatable; then $DATALOADERD_TOKENIZERS)", docDefault: "none",
 			doc: "Repeatable. Directories holding `<encoding>.tiktoken` rank files for built-in tokenizer names (checked against tiktoken's SHA-256), searched before `$DATALOADERD_TOKENIZERS`."},
@@ -98,15 +98,15 @@ func processSettings() []setting {
 // and the client.
 func objectSettings() []setting {
 	return []setting{
-		{key: "object_cache_mb", flag: "object-cache-mb", value: intValue{get: func(c *daemonConfig) *int { return &c.ObjectCacheMB }, def: objstore.DefaultMemoryBytes >> 20, valid: atLeast(16)},
+		{key: "object_cache_mb", flag: "object-cache-mb", value: intValue{get: func(c *daemonConfig) *int { return &c.ObjectCacheMB }, def: objstore.DefaultMemoryBytes >> 20, valid: atLeast(minCacheMB)},
 			help: "MiB of memory caching s3:// objects for every session (default {})", docDefault: "{} (under a memory limit, at most a quarter of it)",
-			doc: "MiB of memory holding the blocks of `s3://` objects, shared by every session (without `--object-cache-dir`). Blocks no read holds are evicted oldest first; what is fetched ahead and not yet read is kept under half of it. When `--allow-root`s are given and none names a bucket, the daemon has no object store and this takes nothing."},
+			doc: "MiB of memory holding the blocks of `s3://` objects, shared by every session (without `--object-cache-dir`). Blocks no read holds are evicted oldest first; what is fetched ahead and not yet read is kept under half of it. When `--allow-root`s are given and none names a bucket, the daemon has no object store and this takes nothing. " + minimumMB},
 		{key: "object_cache_dir", flag: "object-cache-dir", value: stringValue{get: func(c *daemonConfig) *string { return &c.ObjectCacheDir }, valid: writableDir},
 			help: "directory to cache s3:// objects in instead of memory, within --object-cache-disk-mb (default: memory)", docDefault: "none (memory)",
 			doc: "A local directory to hold the blocks instead, in sparse files that are unlinked as soon as they are made (nothing to clean after a crash), within `--object-cache-disk-mb`; the kernel's page cache keeps the hot ones in memory. Size it to the corpus and every later epoch reads nothing from the store."},
-		{key: "object_cache_disk_mb", flag: "object-cache-disk-mb", value: intValue{get: func(c *daemonConfig) *int { return &c.ObjectCacheDiskMB }, def: objstore.DefaultDiskBytes >> 20, valid: atLeast(16)},
+		{key: "object_cache_disk_mb", flag: "object-cache-disk-mb", value: intValue{get: func(c *daemonConfig) *int { return &c.ObjectCacheDiskMB }, def: objstore.DefaultDiskBytes >> 20, valid: atLeast(minCacheMB)},
 			help: "MiB of --object-cache-dir the cache may fill (default {})", docDefault: "{}",
-			doc: "MiB of `--object-cache-dir` the cache may fill."},
+			doc: "MiB of `--object-cache-dir` the cache may fill. " + minimumMB},
 		{key: "object_block_kb", flag: "object-block-kb", value: intValue{get: func(c *daemonConfig) *int { return &c.ObjectBlockKB }, def: objstore.DefaultBlockSize >> 10, valid: objectBlock},
 			help: "KiB of an s3:// object fetched and cached as one block, the least a read fetches (default {})", docDefault: "{}",
 			doc: "KiB of an object the cache fetches and keeps as one block: the least a read fetches (absent blocks in a row go in one GET of up to 16 MiB). Smaller blocks fetch less beside the documents read when the cache is smaller than the corpus; larger ones make fewer requests. A multiple of 4 in [4, 262144]."},
@@ -126,7 +126,14 @@ func objectSettings() []setting {
 	}
 }
 
-// atLeast checks an int setting is min or more.
+// minCacheMB is the least MiB a cache setting takes (--token-cache-mb,
+// --object-cache-mb, --object-cache-disk-mb); minimumMB says so in their
+// README rows.
+const minCacheMB = 16
+
+var minimumMB = fmt.Sprintf("At least %d.", minCacheMB)
+
+// atLeast checks an int setting is at least min.
 func atLeast(min int) func(key string, v int) error {
 	return func(key string, v int) error {
 		if v < min {
