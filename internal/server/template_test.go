@@ -134,6 +134,8 @@ func TestStateTemplateRefusesAsOpen(t *testing.T) {
 		{"seq_len 0", with(func(c *pb.JobConfig) { c.SeqLen = 0 }), 0, 1, "seq_len must be at least 1"},
 		{"no shards", with(func(c *pb.JobConfig) { c.LogicalShards = 0 }), 0, 1, "logical_shards must be at least 1"},
 		{"unknown format", with(func(c *pb.JobConfig) { c.Datasets[0].Format = "csv" }), 0, 1, `unknown format "csv"`},
+		{"a state larger than the daemon takes back", with(func(c *pb.JobConfig) { c.LogicalShards = 1 << 20 }), 0, 1,
+			"owns 1048576 of logical_shards 1048576 in each of 1 datasets"},
 		{"unknown schedule dataset", with(func(c *pb.JobConfig) {
 			c.Schedule = []*pb.SchedulePoint{{Step: 0, Weights: map[string]float64{"nope": 1}}}
 		}), 0, 1, `no dataset is named "nope"`},

@@ -111,13 +111,21 @@ func checkStateSize(fp state.Fingerprint, req Request, from *state.Restored) err
 // corpus's adds its files' counts and digests, so it is never shorter), a
 // geometry refused here would be refused once the corpus is open.
 func (p *plan) checkStateSizeEarly() error {
-	cfg, r := p.checked.Config(), p.req
+	return checkConfigStateSize(p.checked, p.req.DPRank, p.req.DPSize)
+}
+
+// checkConfigStateSize refuses a config whose state at rank r of w could be
+// larger than the daemon takes back (state.CheckLargest), from the config
+// alone: an open's rule, and StateTemplate's, whose reply would be that
+// state's cursors.
+func checkConfigStateSize(checked stream.Checked, dpRank, dpSize uint32) error {
+	cfg := checked.Config()
 	fp := state.Fingerprint{SeqLen: cfg.SeqLen, LogicalShards: cfg.LogicalShards, Seed: cfg.Seed, EOS: cfg.EOS, BOS: cfg.BOS,
 		ShuffleWindow: uint32(cfg.Window())}
 	for _, d := range cfg.Datasets {
 		fp.Datasets = append(fp.Datasets, state.DatasetPrint{Name: d.Name, Format: d.Format})
 	}
-	if err := state.CheckLargest(fp, r.DPRank, r.DPSize, len(cfg.Schedule)); err != nil {
+	if err := state.CheckLargest(fp, dpRank, dpSize, len(cfg.Schedule)); err != nil {
 		return fmt.Errorf("%w: %w", stream.ErrInvalidConfig, err)
 	}
 	return nil

@@ -40,7 +40,13 @@ func (m *Manager) State(uid uint32, id string, step uint64) (Snapshot, error) {
 // every cursor zero. The config and rank are checked as an open checks
 // them, with the same errors; no session is opened and no file is read.
 func StateTemplate(cfg stream.Config, dpRank, dpSize uint32) (state.Sharded, error) {
-	if _, err := checkJob(cfg, dpRank, dpSize); err != nil {
+	checked, err := checkJob(cfg, dpRank, dpSize)
+	if err != nil {
+		return state.Sharded{}, err
+	}
+	// A rank of 2^20 shards in each of many datasets would be a reply of
+	// gigabytes: an open refuses such a state, and so does its template.
+	if err := checkConfigStateSize(checked, dpRank, dpSize); err != nil {
 		return state.Sharded{}, err
 	}
 	return state.Initial(len(cfg.Datasets), dpRank, dpSize, cfg.LogicalShards), nil
