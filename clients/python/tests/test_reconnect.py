@@ -146,6 +146,31 @@ def test_a_daemon_that_stays_away_still_raises(supervised, config):
         assert time.monotonic() - start < 10
 
 
+@pytest.mark.parametrize("after", [5, 40], ids=["before-a-kept-state", "after-a-kept-state"])
+def test_after_a_reconnect_gave_up_the_loader_goes_on_from_where_it_was(supervised, config, after):
+    # The daemon stays away past reconnect_timeout: next() raises. Once it is
+    # back, the state the trainer saves on that failure is at the last batch
+    # yielded (not the initial state a state_dict() before any batch gives),
+    # and a new iteration goes on with the batch after it (40: from the state
+    # kept at step 32, moved on; 5: from the start, moved on).
+    with Loader(config, socket=supervised.socket, dp_rank=0, dp_size=1, job="ref") as ref:
+        want = [np.asarray(b["tokens"]).copy() for _, b in zip(range(after + 20), ref)]
+    with Loader(config, socket=supervised.socket, dp_rank=0, dp_size=1, job="run", reconnect_timeout=0.5) as loader:
+        loader.state_dict()  # DCP's template, asked before the first batch
+        it = iter(loader)
+        for _ in range(after):
+            last = next(it)["step"]
+        supervised.kill()
+        with pytest.raises(DaemonUnavailableError):
+            for _ in range(1000):
+                last = next(it)["step"]  # the batches the dead daemon had published come first
+        supervised.start()
+        sd = loader.state_dict()
+        assert json.loads(sd["run"])["step"] == last, "the state saved after the failure is not at the last batch"
+        got = [np.asarray(b["tokens"]).copy() for _, b in zip(range(5), loader)]
+        assert len(got) == 5 and all(np.array_equal(g, w) for g, w in zip(got, want[last:]))
+
+
 def test_reconnect_off_raises_at_once(supervised, config):
     with Loader(config, socket=supervised.socket, dp_rank=0, dp_size=1, reconnect_timeout=0) as loader:
         it = iter(loader)

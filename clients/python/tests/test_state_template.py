@@ -5,10 +5,11 @@ they agree with what its sessions own, uneven splits included."""
 import threading
 import time
 
+import grpc
 import numpy as np
 import pytest
 
-from dataloaderd import DaemonUnavailableError, Loader, StateError
+from dataloaderd import DaemonUnavailableError, DataloaderdError, Loader, StateError, TransportUnavailableError
 
 from test_loader import same, take
 from test_reconnect import Supervised
@@ -96,3 +97,24 @@ def test_template_is_asked_once_and_waits_for_a_restarted_daemon(tmp_path, confi
             assert time.monotonic() - start >= 0.25 and keys(sd) == keys(first)
     finally:
         d.stop()
+
+
+class _Unimplemented(grpc.RpcError):
+    """What an older daemon, without StateTemplate, answers."""
+
+    def code(self):
+        return grpc.StatusCode.UNIMPLEMENTED
+
+    def details(self):
+        return "unknown method StateTemplate for service dataloaderd.v1.Loader"
+
+
+def test_a_daemon_without_the_template_is_named_as_too_old(daemon, config, monkeypatch):
+    with Loader(config, dp_rank=0, dp_size=1, socket=daemon.socket, job="old-daemon") as loader:
+        def unimplemented(*_args, **_kwargs):
+            raise _Unimplemented()
+
+        monkeypatch.setattr(loader._stub, "StateTemplate", unimplemented)
+        with pytest.raises(DataloaderdError, match="older than this client.*no StateTemplate") as err:
+            loader.state_dict()
+        assert not isinstance(err.value, TransportUnavailableError)

@@ -119,6 +119,10 @@ class Recovery:
         self.before: Optional[Tuple[int, pb.ShardedState]] = None
         self.changes = Changes()
         self.reconnects = 0
+        # A reconnect that gave up: the step after which the loader's next
+        # batch lies, and when the daemon went. The next open goes on from
+        # there, not from the user's resume point.
+        self.lost: Optional[Tuple[int, float]] = None
 
     def on(self) -> bool:
         """Whether a lost daemon is waited for (reconnect_timeout > 0)."""
@@ -129,6 +133,7 @@ class Recovery:
         no longer reads (load_state_dict)."""
         self.latest = self.before = None
         self.changes = Changes()
+        self.lost = None
 
     def keep(self, step: int, sharded: pb.ShardedState) -> None:
         """Keeps the rank's state at step."""
@@ -264,11 +269,32 @@ class Reconnecting:
             self._close_session()  # what reopened before it went again
             self._last_step = last
             if time.monotonic() > lost + self._recovery.timeout:
+                self._recovery.lost = (last, lost)  # the next open (state_dict, save, iter) goes on from last
                 raise DaemonUnavailableError(
                     f"the daemon at {self.socket} went away and did not come back within "
                     f"reconnect_timeout={self._recovery.timeout:g} s; resume from the last checkpoint") from None
             time.sleep(0.01)
         self._recovery.reconnects += 1
+        return new
+
+    def _open_lost(self, run: object) -> Session:
+        """Opens the session of a loader whose reconnect gave up, where it
+        was: from the kept state, moved on to the last step yielded, with
+        the kept changes made again (one try: DaemonUnavailableError while
+        the daemon is still gone)."""
+        assert self._recovery.lost is not None
+        last, lost = self._recovery.lost
+        try:
+            new = self._reopen(last, lost, run)
+        except grpc.RpcError as err:
+            self._close_session()
+            self._last_step = last
+            raise from_rpc_error(err) from err
+        except DaemonUnavailableError:
+            self._close_session()
+            self._last_step = last
+            raise
+        self._recovery.lost = None
         return new
 
     def _reopen(self, last: int, lost: float, run: object) -> Session:

@@ -8,6 +8,8 @@ import sys
 import weakref
 from typing import Any, Dict, Iterator, Mapping, NoReturn, Optional, Union, cast
 
+import grpc
+
 from . import _cuda, _state
 from ._control import Control
 from ._delivery import layout_of
@@ -113,8 +115,11 @@ class Loader(Reconnecting):
 
     @translate
     def _open(self) -> pb.OpenSessionResponse:
-        """The open session's reply; opens one from the user's resume point first if none is."""
-        if self._live is None:
+        """The open session's reply; opens one first if none is: where the
+        loader was when a reconnect gave up, else from the user's resume point."""
+        if self._live is None and self._recovery.lost is not None:
+            self._open_lost(object())
+        elif self._live is None:
             self._open_session(self._resume, object())
         assert self._live is not None
         return self._live.reply
@@ -285,7 +290,7 @@ class Loader(Reconnecting):
         rank's and reshards it onto any dp_size. Before the first batch, with
         nothing to resume, it is the initial state, as the daemon says, and
         opens no session: DCP asks for it as the template of a load."""
-        if self._live is None and not self._resume.resumes():
+        if self._live is None and self._recovery.lost is None and not self._resume.resumes():
             return _state.from_sharded(self._state_template())
         self._open()
 
@@ -301,7 +306,15 @@ class Loader(Reconnecting):
         """This rank's state before its first batch: the daemon's (StateTemplate names the shards it owns)."""
         if self._template is None:
             req = pb.StateTemplateRequest(config=self._config, dp_rank=self.dp_rank, dp_size=self.dp_size)
-            self._template = self._without_session(lambda s: s.StateTemplate(req, timeout=self._opts.timeout)).sharded
+            try:
+                self._template = self._without_session(lambda s: s.StateTemplate(req, timeout=self._opts.timeout)).sharded
+            except grpc.RpcError as err:
+                if err.code() != grpc.StatusCode.UNIMPLEMENTED:
+                    raise
+                raise DataloaderdError(
+                    f"the daemon at {self.socket} is older than this client: it cannot say which shards a rank owns "
+                    "(no StateTemplate), which state_dict() before the first batch and load_state_dict() need; "
+                    "run a daemon as new as the client") from None
         return self._template
 
     def load_state_dict(self, sd: Mapping[str, Any]) -> None:
