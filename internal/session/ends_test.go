@@ -2,6 +2,7 @@ package session
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -31,6 +32,10 @@ func TestEnds(t *testing.T) {
 	}
 	if _, err := m.Attach(0, o.ID, 0, false); !errors.Is(err, ErrSessionClosed) || !errors.Is(err, ErrNoSession) {
 		t.Errorf("attach after close: %v, want ErrSessionClosed", err)
+	} else if want := fmt.Sprintf("no such session: session %q was closed by its consumers", o.ID); err.Error() != want {
+		// A reading consumer is told so in these words (goneErr); a later
+		// call must say the same, whichever a client meets first.
+		t.Errorf("attach after close: %q, want %q", err, want)
 	}
 
 	o = mustOpen(t, m, Request{Job: "gone", DPSize: 1, Config: cfg})

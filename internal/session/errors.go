@@ -6,6 +6,11 @@ import (
 	"github.com/dataloaderd/dataloaderd/internal/errkind"
 )
 
+// whyClosedByConsumers is why a session its consumers closed is gone, in the
+// words of both a reading consumer's error (session.goneErr) and a later
+// call's (Manager.lookup): one message whichever a client meets first.
+const whyClosedByConsumers = "closed by its consumers"
+
 // Errors of the session lifecycle. The server maps each to a status code
 // (internal/server/errors.go); their messages name the job, rank, session
 // or value at fault.
@@ -14,8 +19,9 @@ var (
 	// opened).
 	ErrNoSession = errkind.New(errkind.NotFound, "no such session")
 	// ErrSessionClosed: the session is gone because its consumers closed
-	// it (an ErrNoSession).
-	ErrSessionClosed = fmt.Errorf("%w: its consumers closed it", ErrNoSession)
+	// it (an ErrNoSession). Its message is ErrNoSession's: what follows it
+	// says so in the words a reading consumer gets (whyClosedByConsumers).
+	ErrSessionClosed = fmt.Errorf("%w", ErrNoSession)
 	// ErrSessionExists: the (job, rank) session is open and takes no more
 	// consumers, or a consumer attached twice.
 	ErrSessionExists = errkind.New(errkind.AlreadyExists, "session already open")

@@ -268,7 +268,7 @@ func (m *Manager) lookup(uid uint32, id string) (*session, error) {
 		return ss, nil
 	case ss != nil:
 	case slices.Contains(m.closedByConsumers, id):
-		return nil, fmt.Errorf("%w: %q", ErrSessionClosed, id)
+		return nil, fmt.Errorf("%w: session %q was %s", ErrSessionClosed, id, whyClosedByConsumers)
 	case m.ofEarlierRun(id):
 		return nil, fmt.Errorf("%w: session %q was opened by an earlier run of the daemon; open it again (a Loader does, with reconnect_timeout > 0)",
 			ErrDaemonRestarted, id)
@@ -309,7 +309,7 @@ func (m *Manager) Close(uid uint32, id string, consumer int) error {
 	}
 	if last {
 		m.closedBy(id)
-		m.drop(ss, "closed by its consumers")
+		m.drop(ss, whyClosedByConsumers)
 	}
 	return nil
 }

@@ -257,9 +257,15 @@ class Reconnecting:
             live.delivery.close()
         finally:
             live.feed.close()
+        return self._reopen_within(last, lost, lost, live.run)
+
+    def _reopen_within(self, last: int, lost: float, since: float, run: object) -> Session:
+        """_reopen until it succeeds (a new connection can wait out gRPC's
+        backoff of the one before) or reconnect_timeout passes from since;
+        then the loader's position is kept as lost, for the next open."""
         while True:
             try:
-                new = self._reopen(last, lost, live.run)
+                new = self._reopen(last, lost, run)
                 break
             except DaemonUnavailableError:
                 pass
@@ -268,34 +274,24 @@ class Reconnecting:
                     raise from_rpc_error(err) from err
             self._close_session()  # what reopened before it went again
             self._last_step = last
-            if time.monotonic() > lost + self._recovery.timeout:
+            if time.monotonic() > since + self._recovery.timeout:
                 self._recovery.lost = (last, lost)  # the next open (state_dict, save, iter) goes on from last
                 raise DaemonUnavailableError(
                     f"the daemon at {self.socket} went away and did not come back within "
                     f"reconnect_timeout={self._recovery.timeout:g} s; resume from the last checkpoint") from None
             time.sleep(0.01)
+        self._recovery.lost = None
         self._recovery.reconnects += 1
         return new
 
     def _open_lost(self, run: object) -> Session:
         """Opens the session of a loader whose reconnect gave up, where it
         was: from the kept state, moved on to the last step yielded, with
-        the kept changes made again (one try: DaemonUnavailableError while
-        the daemon is still gone)."""
+        the kept changes made again, waiting for the daemon up to
+        reconnect_timeout as a reconnect does."""
         assert self._recovery.lost is not None
         last, lost = self._recovery.lost
-        try:
-            new = self._reopen(last, lost, run)
-        except grpc.RpcError as err:
-            self._close_session()
-            self._last_step = last
-            raise from_rpc_error(err) from err
-        except DaemonUnavailableError:
-            self._close_session()
-            self._last_step = last
-            raise
-        self._recovery.lost = None
-        return new
+        return self._reopen_within(last, lost, time.monotonic(), run)
 
     def _reopen(self, last: int, lost: float, run: object) -> Session:
         """One try at opening the session again on a new connection, moved
