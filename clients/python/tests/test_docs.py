@@ -12,7 +12,8 @@ MARK = re.compile(r"<!-- code from (\S+) -->\s*\n\s*```python\n(.*?)```", re.S)
 
 def test_readme_examples_are_tested_code():
     checked = 0
-    for doc in ("README.md", os.path.join("clients", "python", "README.md"), os.path.join("docs", "metadata.md")):
+    for doc in ("README.md", os.path.join("clients", "python", "README.md"), os.path.join("docs", "metadata.md"),
+                os.path.join("docs", "trainers.md")):
         with open(os.path.join(REPO, doc), encoding="utf-8") as f:
             text = f.read()
         for source, block in MARK.findall(text):
