@@ -1,0 +1,418 @@
+package dcp
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"strings"
+)
+
+// The opcodes this reader executes: what pickle.dump (protocols 2 to 5)
+// writes for DCP's Metadata (dataclasses, dicts, tuples, torch.Size,
+// dtypes as globals) and torch.save (protocol 2) for tensors and plain
+// values. The text protocols' opcodes, sets, out-of-band buffers and
+// NEWOBJ_EX are not among them and are refused.
+const (
+	opMark           = '('
+	opStop           = '.'
+	opPop            = '0'
+	opPopMark        = '1'
+	opDup            = '2'
+	opBinFloat       = 'G'
+	opBinInt         = 'J'
+	opBinInt1        = 'K'
+	opBinInt2        = 'M'
+	opNone           = 'N'
+	opBinPersID      = 'Q'
+	opReduce         = 'R'
+	opBinUnicode     = 'X'
+	opBinBytes       = 'B'
+	opShortBinBytes  = 'C'
+	opAppend         = 'a'
+	opBuild          = 'b'
+	opGlobal         = 'c'
+	opAppends        = 'e'
+	opBinGet         = 'h'
+	opLongBinGet     = 'j'
+	opBinPut         = 'q'
+	opLongBinPut     = 'r'
+	opSetItem        = 's'
+	opTuple          = 't'
+	opSetItems       = 'u'
+	opEmptyDict      = '}'
+	opEmptyList      = ']'
+	opEmptyTuple     = ')'
+	opProto          = 0x80
+	opNewObj         = 0x81
+	opTuple1         = 0x85
+	opTuple2         = 0x86
+	opTuple3         = 0x87
+	opNewTrue        = 0x88
+	opNewFalse       = 0x89
+	opLong1          = 0x8a
+	opShortBinString = 0x8c // SHORT_BINUNICODE
+	opBinUnicode8    = 0x8d
+	opStackGlobal    = 0x93
+	opMemoize        = 0x94
+	opFrame          = 0x95
+)
+
+// step executes one opcode.
+func (u *unpickler) step(op byte) error {
+	switch op {
+	case opProto:
+		v, err := u.uint(1)
+		if err == nil && (v < 2 || v > 5) {
+			return u.fail("pickle protocol %d; this reader takes 2 to 5", v)
+		}
+		return err
+	case opFrame: // a hint of the next frame's length: checked, then ignored
+		n, err := u.uint(8)
+		if err == nil && n > uint64(len(u.data)-u.pos) {
+			return u.fail("a frame of %d bytes, %d are left", n, len(u.data)-u.pos)
+		}
+		return err
+	case opStop:
+		v, err := u.pop()
+		if err != nil {
+			return err
+		}
+		if len(u.stack) != 0 || len(u.marks) != 0 {
+			return u.fail("STOP leaves %d values and %d marks behind", len(u.stack), len(u.marks))
+		}
+		u.result, u.done = v, true
+		return nil
+	case opMark:
+		if len(u.marks) >= u.lim.Marks {
+			return u.fail("MARKs nested more than %d deep", u.lim.Marks)
+		}
+		u.marks = append(u.marks, len(u.stack))
+		return nil
+	case opPop:
+		_, err := u.pop()
+		return err
+	case opPopMark:
+		_, err := u.popMark()
+		return err
+	case opDup:
+		v, err := u.top()
+		if err == nil {
+			u.push(v)
+		}
+		return err
+	}
+	if handled, err := u.scalar(op); handled {
+		return err
+	}
+	if handled, err := u.container(op); handled {
+		return err
+	}
+	if handled, err := u.object(op); handled {
+		return err
+	}
+	return u.memoOp(op)
+}
+
+// scalar executes the opcodes that push a constant read from the data.
+func (u *unpickler) scalar(op byte) (bool, error) {
+	var v any
+	var err error
+	switch op {
+	case opNone:
+		v = nil
+	case opNewTrue, opNewFalse:
+		v = op == opNewTrue
+	case opBinInt1, opBinInt2:
+		var n uint64
+		n, err = u.uint(map[byte]int{opBinInt1: 1, opBinInt2: 2}[op])
+		v = int64(n)
+	case opBinInt:
+		var n uint64
+		n, err = u.uint(4)
+		v = int64(int32(uint32(n)))
+	case opLong1:
+		var n uint64
+		var b []byte
+		if n, err = u.uint(1); err == nil {
+			if b, err = u.read(n); err == nil {
+				v, err = u.long(b)
+			}
+		}
+	case opBinFloat:
+		var b []byte
+		b, err = u.read(8)
+		if err == nil {
+			v = math.Float64frombits(binary.BigEndian.Uint64(b))
+		}
+	case opShortBinString, opBinUnicode, opBinUnicode8:
+		var n uint64
+		if n, err = u.uint(map[byte]int{opShortBinString: 1, opBinUnicode: 4, opBinUnicode8: 8}[op]); err == nil {
+			v, err = u.text(n)
+		}
+	case opShortBinBytes, opBinBytes:
+		var n uint64
+		var b []byte
+		if n, err = u.uint(map[byte]int{opShortBinBytes: 1, opBinBytes: 4}[op]); err == nil {
+			b, err = u.read(n)
+			v = append([]byte{}, b...)
+		}
+	default:
+		return false, nil
+	}
+	if err == nil {
+		u.push(v)
+	}
+	return true, err
+}
+
+// container executes the opcodes that build tuples, lists and dicts.
+func (u *unpickler) container(op byte) (bool, error) {
+	switch op {
+	case opEmptyTuple:
+		u.push(Tuple{})
+	case opTuple1, opTuple2, opTuple3:
+		t, err := u.popN(int(op-opTuple1) + 1)
+		if err != nil {
+			return true, err
+		}
+		u.push(t)
+	case opTuple:
+		items, err := u.popMark()
+		if err != nil {
+			return true, err
+		}
+		u.push(Tuple(items))
+	case opEmptyList:
+		u.push(&List{})
+	case opEmptyDict:
+		u.push(&Dict{})
+	case opAppend, opAppends:
+		var items []any
+		var err error
+		if op == opAppend {
+			items, err = u.popN(1)
+		} else {
+			items, err = u.popMark()
+		}
+		if err != nil {
+			return true, err
+		}
+		v, err := u.top()
+		if err != nil {
+			return true, err
+		}
+		l, ok := v.(*List)
+		if !ok {
+			return true, u.fail("APPEND to a %s, not a list", kind(v))
+		}
+		l.Items = append(l.Items, items...)
+	case opSetItem, opSetItems:
+		return true, u.setItems(op)
+	default:
+		return false, nil
+	}
+	return true, nil
+}
+
+// setItems executes SETITEM and SETITEMS: key, value pairs into the dict
+// below them (a key given again replaces its value, as in Python, when it
+// is a string or an int).
+func (u *unpickler) setItems(op byte) error {
+	var kv []any
+	var err error
+	if op == opSetItem {
+		kv, err = u.popN(2)
+	} else {
+		kv, err = u.popMark()
+	}
+	if err != nil {
+		return err
+	}
+	if len(kv)%2 != 0 {
+		return u.fail("SETITEMS with an odd number (%d) of keys and values", len(kv))
+	}
+	v, err := u.top()
+	if err != nil {
+		return err
+	}
+	d, ok := v.(*Dict)
+	if !ok {
+		return u.fail("SETITEM into a %s, not a dict", kind(v))
+	}
+	for i := 0; i < len(kv); i += 2 {
+		d.set(kv[i], kv[i+1])
+	}
+	return nil
+}
+
+// set sets a key; a string or int key already there has its value replaced.
+func (d *Dict) set(k, v any) {
+	switch k.(type) {
+	case string, int64:
+		for i, old := range d.Keys {
+			if old == k {
+				d.Values[i] = v
+				return
+			}
+		}
+	}
+	d.Keys, d.Values = append(d.Keys, k), append(d.Values, v)
+}
+
+// object executes the opcodes that name globals and build objects.
+func (u *unpickler) object(op byte) (bool, error) {
+	switch op {
+	case opGlobal:
+		mod, err := u.line()
+		if err != nil {
+			return true, err
+		}
+		name, err := u.line()
+		if err != nil {
+			return true, err
+		}
+		u.push(Global{Module: mod, Name: name})
+	case opStackGlobal:
+		t, err := u.popN(2)
+		if err != nil {
+			return true, err
+		}
+		mod, ok1 := t[0].(string)
+		name, ok2 := t[1].(string)
+		if !ok1 || !ok2 {
+			return true, u.fail("STACK_GLOBAL of a %s and a %s, not two strings", kind(t[0]), kind(t[1]))
+		}
+		u.push(Global{Module: mod, Name: name})
+	case opReduce, opNewObj:
+		t, err := u.popN(2)
+		if err != nil {
+			return true, err
+		}
+		args, ok := t[1].(Tuple)
+		if !ok {
+			return true, u.fail("arguments that are a %s, not a tuple", kind(t[1]))
+		}
+		v, err := u.made(t[0], args, op == opReduce)
+		if err != nil {
+			return true, err
+		}
+		u.push(v)
+	case opBuild:
+		state, err := u.pop()
+		if err != nil {
+			return true, err
+		}
+		v, err := u.top()
+		if err != nil {
+			return true, err
+		}
+		o, ok := v.(*Object)
+		if !ok || o.State != nil {
+			return true, u.fail("BUILD of a %s (an object built once)", kind(v))
+		}
+		o.State = state
+	case opBinPersID:
+		id, err := u.pop()
+		if err != nil {
+			return true, err
+		}
+		u.push(PersistentID{ID: id})
+	default:
+		return false, nil
+	}
+	return true, nil
+}
+
+// made is what REDUCE (or NEWOBJ) of callable on args leaves: the bytes
+// and ordered dicts protocol 2 spells as calls, otherwise an Object.
+func (u *unpickler) made(callable any, args Tuple, reduce bool) (any, error) {
+	g, _ := callable.(Global)
+	switch {
+	case reduce && g == (Global{"_codecs", "encode"}) && len(args) == 2 && args[1] == "latin1":
+		s, ok := args[0].(string)
+		if !ok {
+			return nil, u.fail("_codecs.encode of a %s", kind(args[0]))
+		}
+		b := make([]byte, 0, len(s))
+		for _, r := range s {
+			if r > 0xff {
+				return nil, u.fail("_codecs.encode(%q..., latin1) of a character past latin1", s[:min(len(s), 16)])
+			}
+			b = append(b, byte(r))
+		}
+		return b, nil
+	case reduce && (g == Global{"__builtin__", "bytes"} || g == Global{"builtins", "bytes"}) && len(args) == 0:
+		return []byte{}, nil
+	case reduce && g == Global{"collections", "OrderedDict"} && len(args) == 0:
+		return &Dict{}, nil
+	}
+	if _, ok := callable.(Global); !ok {
+		return nil, u.fail("a call of a %s, not of a class or function named by a global", kind(callable))
+	}
+	return &Object{Callable: callable, Args: args}, nil
+}
+
+// memoOp executes the memo's opcodes; any opcode not handled before is
+// refused here.
+func (u *unpickler) memoOp(op byte) error {
+	var idx uint64
+	var err error
+	switch op {
+	case opMemoize:
+		idx = uint64(len(u.memo))
+	case opBinPut, opBinGet:
+		idx, err = u.uint(1)
+	case opLongBinPut, opLongBinGet:
+		idx, err = u.uint(4)
+	default:
+		return u.fail("opcode 0x%02x (%q) is not one this reader executes", op, strings.TrimSpace(string(rune(op))))
+	}
+	if err != nil {
+		return err
+	}
+	if op == opBinGet || op == opLongBinGet {
+		v, ok := u.memo[uint32(idx)]
+		if !ok {
+			return u.fail("memo entry %d was never stored", idx)
+		}
+		u.push(v)
+		return nil
+	}
+	v, err := u.top()
+	if err != nil {
+		return err
+	}
+	u.memo[uint32(idx)] = v
+	return nil
+}
+
+// kind names a value's type as Python would, for errors.
+func kind(v any) string {
+	switch v := v.(type) {
+	case nil:
+		return "None"
+	case bool:
+		return "bool"
+	case int64:
+		return "int"
+	case float64:
+		return "float"
+	case string:
+		return "str"
+	case []byte:
+		return "bytes"
+	case Tuple:
+		return "tuple"
+	case *List:
+		return "list"
+	case *Dict:
+		return "dict"
+	case Global:
+		return "global " + v.Module + "." + v.Name
+	case *Object:
+		return v.Class() + " object"
+	case PersistentID:
+		return "persistent id"
+	}
+	return fmt.Sprintf("%T", v)
+}
