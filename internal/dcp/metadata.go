@@ -21,11 +21,15 @@ func (c *Checkpoint) readMetadata() error {
 		return fmt.Errorf("checkpoint %s: %w", c.dir, err)
 	}
 	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, MaxMetadataBytes+1))
+	var b []byte
+	fi, err := f.Stat()
+	if err == nil && fi.Size() <= MaxMetadataBytes { // and not grown past it while read
+		b, err = io.ReadAll(io.LimitReader(f, MaxMetadataBytes+1))
+	}
 	if err != nil {
 		return fmt.Errorf("%s: %w", name, err)
 	}
-	if len(b) > MaxMetadataBytes {
+	if fi.Size() > MaxMetadataBytes || len(b) > MaxMetadataBytes {
 		return fmt.Errorf("%s is more than %d bytes (%d MiB), the most this reader takes", name, MaxMetadataBytes, MaxMetadataBytes>>20)
 	}
 	v, err := Unpickle(name, b, metadataLimits)
