@@ -60,7 +60,7 @@ func TestCheckpointRefusesDamage(t *testing.T) {
 		return err
 	}
 	for _, tc := range []struct {
-		name string
+		name   string
 		damage func(t *testing.T, dir string)
 		read   func(dir string) error
 		want   []string
@@ -72,7 +72,9 @@ func TestCheckpointRefusesDamage(t *testing.T) {
 			edit(t, dir, MetadataFile, func([]byte) []byte { return []byte("{\"json\": 1}") })
 		}, open, []string{".metadata: pickle at byte 0: opcode 0x7b"}},
 		{"metadata of another class", func(t *testing.T, dir string) {
-			edit(t, dir, MetadataFile, func(b []byte) []byte { return bytes.Replace(b, []byte("\x8c\x08Metadata"), []byte("\x8c\x08Metadate"), 1) })
+			edit(t, dir, MetadataFile, func(b []byte) []byte {
+				return bytes.Replace(b, []byte("\x8c\x08Metadata"), []byte("\x8c\x08Metadate"), 1)
+			})
 		}, open, []string{".metadata: a torch.distributed.checkpoint.metadata.Metadate object, not torch.distributed.checkpoint.metadata.Metadata"}},
 		{"metadata too large", func(t *testing.T, dir string) {
 			if err := os.Truncate(filepath.Join(dir, MetadataFile), MaxMetadataBytes+1); err != nil {
