@@ -83,12 +83,9 @@ func (s Sharded) Restore(cur Fingerprint, r, w uint32) (*Restored, error) {
 			}
 		}
 	} else {
-		var rn run
-		if err := json.Unmarshal(s.Run, &rn); err != nil {
-			return nil, fmt.Errorf("%w: the run part of the state is not a dataloaderd state: %v", ErrMismatch, err)
-		}
-		if rn.Version < 2 || rn.Version > Version {
-			return nil, fmt.Errorf("%w: the run part of the state is version %d, this daemon reads 2 to %d", ErrMismatch, rn.Version, Version)
+		rn, err := decodeRun(s.Run)
+		if err != nil {
+			return nil, err
 		}
 		if d := rn.Fingerprint.Diff(cur); len(d) > 0 {
 			return nil, fmt.Errorf("%w: the state was saved from another corpus or config: %s", ErrMismatch, strings.Join(d, "; "))
@@ -124,6 +121,33 @@ func (s Sharded) Restore(cur Fingerprint, r, w uint32) (*Restored, error) {
 		}
 	}
 	return out, nil
+}
+
+// decodeRun decodes a run part.
+func decodeRun(b []byte) (run, error) {
+	var rn run
+	if err := json.Unmarshal(b, &rn); err != nil {
+		return run{}, fmt.Errorf("%w: the run part of the state is not a dataloaderd state: %v", ErrMismatch, err)
+	}
+	if rn.Version < 2 || rn.Version > Version {
+		return run{}, fmt.Errorf("%w: the run part of the state is version %d, this daemon reads 2 to %d", ErrMismatch, rn.Version, Version)
+	}
+	return rn, nil
+}
+
+// Saved is what the run part says of the world that saved the state: the
+// fingerprint of its corpus and config, and its dp_size (0 when not kept).
+// Restore under that fingerprint checks the rest. A state with no run part
+// (before the first batch) says nothing: ok is false.
+func (s Sharded) Saved() (fp Fingerprint, dpSize uint32, ok bool, err error) {
+	if len(s.Run) == 0 {
+		return Fingerprint{}, 0, false, nil
+	}
+	rn, err := decodeRun(s.Run)
+	if err != nil {
+		return Fingerprint{}, 0, false, err
+	}
+	return rn.Fingerprint, rn.DPSize, true, nil
 }
 
 // Key is a digest of the whole state, for comparing two of them.

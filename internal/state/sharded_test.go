@@ -98,3 +98,26 @@ func TestShardedRefuses(t *testing.T) {
 		t.Fatal("Key does not tell states apart, or tells equal ones apart")
 	}
 }
+
+// TestShardedSaved: the run part tells the fingerprint and dp_size of the
+// world that saved it; none before the first batch; a run part that is not
+// a state is refused.
+func TestShardedSaved(t *testing.T) {
+	fp := testPrint()
+	sp, err := Split(fp, world(3)[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, size, ok, err := sp.Saved()
+	if err != nil || !ok || size != 3 || !reflect.DeepEqual(got, fp) {
+		t.Fatalf("Saved: %+v, %d, %v, %v", got, size, ok, err)
+	}
+	if _, _, ok, err := Initial(1, 0, 1, 4).Saved(); ok || err != nil {
+		t.Fatalf("the state before the first batch: %v, %v", ok, err)
+	}
+	for _, bad := range []string{"not json", `{"version": 9}`} {
+		if _, _, _, err := (Sharded{Run: []byte(bad)}).Saved(); !errors.Is(err, ErrMismatch) || !strings.Contains(err.Error(), "the run part of the state") {
+			t.Errorf("run part %q: %v", bad, err)
+		}
+	}
+}
