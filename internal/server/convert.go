@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"time"
+
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	pb "github.com/dataloaderd/dataloaderd/api/proto/dataloader/v1"
 	"github.com/dataloaderd/dataloaderd/internal/session"
@@ -75,10 +78,57 @@ func shardedFrom(s *pb.ShardedState) (state.Sharded, error) {
 		if _, dup := out.Shards[id]; dup {
 			return state.Sharded{}, fmt.Errorf("%w: resume_sharded holds %v twice", state.ErrMismatch, id)
 		}
-		out.Shards[id] = state.Shard{Lines: sh.GetLines(), Taken: sh.GetTaken(), Base: sh.GetBase(),
-			Window: state.Cursor{Epoch: sh.GetEpoch(), Pos: sh.GetPos(), Offset: sh.GetOffset()}}
+		out.Shards[id] = shardFrom(sh)
 	}
 	return out, nil
+}
+
+// shardFrom converts a shard's cursor from the wire.
+func shardFrom(sh *pb.ShardState) state.Shard {
+	return state.Shard{Lines: sh.GetLines(), Taken: sh.GetTaken(), Base: sh.GetBase(),
+		Window: state.Cursor{Epoch: sh.GetEpoch(), Pos: sh.GetPos(), Offset: sh.GetOffset()}}
+}
+
+// CursorFields names the values of a shard's cursor as the client's state
+// dict holds them (a tensor of as many ints, clients/python's _state.py):
+// ShardState's fields after its (dataset, shard) key, in the message's
+// order. dataloaderd inspect reads a DCP checkpoint's cursors by them.
+func CursorFields() []string {
+	var names []string
+	for _, f := range cursorFields() {
+		names = append(names, string(f.Name()))
+	}
+	return names
+}
+
+func cursorFields() []protoreflect.FieldDescriptor {
+	fields := (&pb.ShardState{}).ProtoReflect().Descriptor().Fields()
+	var out []protoreflect.FieldDescriptor
+	for i := range fields.Len() {
+		if f := fields.Get(i); f.Name() != "dataset" && f.Name() != "shard" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// ShardFromCursor is the shard state a cursor's values give, in
+// CursorFields' order; a cursor of another count, or a negative value, is
+// refused.
+func ShardFromCursor(values []int64) (state.Shard, error) {
+	fields := cursorFields()
+	if len(values) != len(fields) {
+		return state.Shard{}, fmt.Errorf("%w: a shard cursor of %d values, want %d (%s)", state.ErrMismatch, len(values), len(fields), strings.Join(CursorFields(), ", "))
+	}
+	sh := &pb.ShardState{}
+	m := sh.ProtoReflect()
+	for i, f := range fields {
+		if values[i] < 0 || f.Kind() != protoreflect.Uint64Kind {
+			return state.Shard{}, fmt.Errorf("%w: a shard cursor's %s is %d, want a count >= 0", state.ErrMismatch, f.Name(), values[i])
+		}
+		m.Set(f, protoreflect.ValueOfUint64(uint64(values[i])))
+	}
+	return shardFrom(sh), nil
 }
 
 // shardedTo converts a sharded state to the wire, shards in (dataset, shard)
