@@ -30,7 +30,7 @@ func TestHelpExitsZero(t *testing.T) {
 		{[]string{"prepare", "-h"}, []string{"dataloaderd prepare --input PATH", "-tokenizer", "-force"}},
 		{[]string{"prepare", "--help"}, []string{"-append-eos"}},
 		{[]string{"version", "--help"}, []string{"dataloaderd version"}},
-		{[]string{"inspect", "-h"}, []string{"dataloaderd inspect [--json] CHECKPOINT", "-json"}},
+		{[]string{"inspect", "-h"}, []string{"dataloaderd inspect [--json] [--shards] [--prefix KEY] CHECKPOINT", "-json", "-shards", "-prefix", "torch.distributed.checkpoint"}},
 	}
 	for _, tc := range cases {
 		var out, errb bytes.Buffer

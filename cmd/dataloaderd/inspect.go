@@ -3,13 +3,17 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"text/tabwriter"
 
+	"github.com/dataloaderd/dataloaderd/internal/dcp"
 	"github.com/dataloaderd/dataloaderd/internal/files"
 	"github.com/dataloaderd/dataloaderd/internal/state"
 )
@@ -17,21 +21,39 @@ import (
 const inspectUsage = `dataloaderd inspect: show what a checkpoint's loader state holds.
 
 Usage:
-  dataloaderd inspect [--json] CHECKPOINT
+  dataloaderd inspect [--json] [--shards] [--prefix KEY] CHECKPOINT
 
 CHECKPOINT is a folder holding dataloader/rank-*-of-*.json (what
-loader.save(folder) writes). Prints the fingerprint, the saved world and
-step, each dataset's lines served and epochs, and the mixture history (the
-weights or schedule in effect from each step on) with the changes queued
-for later steps. Reads the files only; no daemon is needed.
+loader.save(folder) writes), or a torch.distributed.checkpoint folder
+(its .metadata and *.distcp files) into which dcp.save wrote a Loader's
+state dict under any key (the README's trainer: {"dataloader": loader}).
+Prints the fingerprint, the saved world and step, each dataset's lines
+served and epochs, and the mixture history (the weights or schedule in
+effect from each step on) with the changes queued for later steps; with
+--shards, each shard's cursor (--json always has them). Reads the files
+only; no daemon and no Python are needed.
 
 Flags:
 `
 
+// The forms of checkpoint inspect reads.
+const (
+	formRankFiles = "rank files"
+	formDCP       = "torch.distributed.checkpoint"
+)
+
 // inspection is what inspect reports, also its --json form.
 type inspection struct {
-	Folder      string            `json:"folder"`
-	Step        uint64            `json:"step"`
+	Folder string `json:"folder"`
+	// Form is how the checkpoint holds the state (formRankFiles, formDCP);
+	// Prefix, for DCP, the key of the state dict it is under.
+	Form   string `json:"form"`
+	Prefix string `json:"prefix,omitempty"`
+	// Fresh says the state was saved before its first batch: no run part,
+	// so no fingerprint, step or mixture; only its (zero) cursors.
+	Fresh bool   `json:"fresh,omitempty"`
+	Step  uint64 `json:"step"`
+	// DPSize is the saved world's dp_size; 0 when a DCP state does not say.
 	DPSize      uint32            `json:"dp_size"`
 	Fingerprint state.Fingerprint `json:"fingerprint"`
 	Datasets    []datasetSummary  `json:"datasets"`
@@ -39,6 +61,8 @@ type inspection struct {
 	// of weights waiting for batches after Step.
 	Mixture []state.MixChange `json:"mixture"`
 	Queued  []state.MixChange `json:"queued"`
+	// Shards is every shard's cursor.
+	Shards []shardCursor `json:"shards"`
 }
 
 // datasetSummary is one dataset's part of a saved world.
@@ -53,9 +77,25 @@ type datasetSummary struct {
 	Shards   int    `json:"shards"`
 }
 
+// shardCursor is one shard's cursor (state.Shard), named as the wire's
+// ShardState names its fields.
+type shardCursor struct {
+	Dataset string `json:"dataset"`
+	Index   int    `json:"dataset_index"`
+	Shard   uint32 `json:"shard"`
+	Lines   uint64 `json:"lines"`
+	Epoch   uint64 `json:"epoch"`
+	Pos     uint64 `json:"pos"`
+	Offset  uint64 `json:"offset"`
+	Taken   uint64 `json:"taken"`
+	Base    uint64 `json:"base"`
+}
+
 func inspectCmd(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("inspect", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print the report as JSON")
+	withShards := fs.Bool("shards", false, "print each shard's cursor")
+	prefix := fs.String("prefix", "", "in a torch.distributed.checkpoint folder, the key the loader's state is under (default: the only one)")
 	if err := parseFlags(fs, inspectUsage, args, stderr); err != nil {
 		return err
 	}
@@ -63,7 +103,7 @@ func inspectCmd(_ context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprint(stderr, "dataloaderd inspect: name one checkpoint folder\n\n", inspectUsage)
 		return errUsage
 	}
-	in, err := inspect(fs.Arg(0))
+	in, err := inspect(fs.Arg(0), *prefix)
 	if err != nil {
 		return escapedError{err} // its text may hold what the files hold
 	}
@@ -73,11 +113,36 @@ func inspectCmd(_ context.Context, args []string, stdout, stderr io.Writer) erro
 		return enc.Encode(in)
 	}
 	printInspection(stdout, in)
+	if *withShards {
+		printShards(stdout, in.Shards)
+	}
 	return nil
 }
 
-// inspect reads and merges the rank files of a checkpoint folder.
-func inspect(folder string) (inspection, error) {
+// inspect reads a checkpoint folder: its rank files if it has a
+// dataloader/ directory, else, if it is a DCP checkpoint, the loader's
+// state under prefix in it.
+func inspect(folder, prefix string) (inspection, error) {
+	_, err := os.Stat(filepath.Join(folder, state.Dir))
+	if errors.Is(err, os.ErrNotExist) {
+		isDCP, derr := dcp.IsCheckpoint(folder)
+		if derr != nil {
+			return inspection{}, fmt.Errorf("checkpoint %s: %w", folder, derr)
+		}
+		if !isDCP {
+			return inspection{}, fmt.Errorf("checkpoint %s has no %s/ directory of rank files (loader.save) and no %s (torch.distributed.checkpoint)",
+				folder, state.Dir, dcp.MetadataFile)
+		}
+		return inspectDCP(folder, prefix)
+	}
+	if prefix != "" {
+		return inspection{}, fmt.Errorf("checkpoint %s holds rank files (%s/): --prefix names a key of a torch.distributed.checkpoint", folder, state.Dir)
+	}
+	return inspectRankFiles(folder)
+}
+
+// inspectRankFiles reads and merges the rank files of a checkpoint folder.
+func inspectRankFiles(folder string) (inspection, error) {
 	roots, err := files.NewRoots(nil)
 	if err != nil {
 		return inspection{}, err
@@ -98,9 +163,17 @@ func inspect(folder string) (inspection, error) {
 	if err != nil {
 		return inspection{}, err
 	}
+	return summarize(inspection{Folder: folder, Form: formRankFiles}, fp, merged), nil
+}
+
+// summarize fills in a report of a saved world's state, its shards'
+// cursors whole.
+func summarize(in inspection, fp state.Fingerprint, merged *state.Restored) inspection {
 	queued := state.Queued(merged.Mixture, merged.Step)
-	in := inspection{Folder: folder, Step: merged.Step, DPSize: merged.FromSize, Fingerprint: fp,
-		Mixture: merged.Mixture[:len(merged.Mixture)-len(queued)], Queued: append([]state.MixChange{}, queued...)}
+	in.Step, in.DPSize, in.Fingerprint = merged.Step, merged.FromSize, fp
+	in.Mixture = merged.Mixture[:len(merged.Mixture)-len(queued)]
+	in.Queued = append([]state.MixChange{}, queued...)
+	in.Shards = shardsOf(fp, merged.Shards)
 	for d, ds := range fp.Datasets {
 		sum := datasetSummary{Name: ds.Name, MinEpoch: ^uint64(0)}
 		for id, sh := range merged.Shards {
@@ -117,13 +190,24 @@ func inspect(folder string) (inspection, error) {
 		}
 		in.Datasets = append(in.Datasets, sum)
 	}
-	return in, nil
+	return in
 }
 
 func printInspection(w io.Writer, in inspection) {
 	fp := in.Fingerprint
 	fmt.Fprintf(w, "checkpoint %s\n", shown(in.Folder)) // names from the files are shown(): no escape sequences
-	fmt.Fprintf(w, "saved after step %d by %d rank(s)\n", in.Step, in.DPSize)
+	if in.Form == formDCP {
+		fmt.Fprintf(w, "%s, the loader's state under %q\n", in.Form, shown(in.Prefix))
+	}
+	switch {
+	case in.Fresh:
+		fmt.Fprintf(w, "saved before its first batch: no step, fingerprint or mixture; %d shard cursor(s)\n", len(in.Shards))
+		return
+	case in.DPSize == 0:
+		fmt.Fprintf(w, "saved after step %d (the state does not say by how many ranks)\n", in.Step)
+	default:
+		fmt.Fprintf(w, "saved after step %d by %d rank(s)\n", in.Step, in.DPSize)
+	}
 	bos := "none"
 	if fp.BOS >= 0 {
 		bos = fmt.Sprint(fp.BOS)
@@ -187,4 +271,15 @@ func weightsText(names []string, ws []float64) string {
 		parts = append(parts, fmt.Sprintf("%s=%g", name, x))
 	}
 	return strings.Join(slices.Clip(parts), " ")
+}
+
+// printShards writes each shard's cursor, one a line.
+func printShards(w io.Writer, shards []shardCursor) {
+	fmt.Fprintf(w, "\nshards (%d):\n", len(shards))
+	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "  dataset\tshard\tlines\tepoch\tpos\toffset\ttaken\tbase")
+	for _, c := range shards {
+		fmt.Fprintf(tw, "  %s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\n", shown(c.Dataset), c.Shard, c.Lines, c.Epoch, c.Pos, c.Offset, c.Taken, c.Base)
+	}
+	tw.Flush()
 }
