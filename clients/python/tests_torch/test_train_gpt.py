@@ -13,6 +13,7 @@ import sys
 import time
 
 import pytest
+import torch
 
 from corpus import make_corpus
 
@@ -79,10 +80,35 @@ def kill_after_checkpoint(job, name, proc, step):
     raise AssertionError("no checkpoint in 300 s")
 
 
+def check_inspect(job, name, saved, world):
+    """`dataloaderd inspect --json` of the DCP checkpoint of step `saved`
+    gives the step and world the Loader saved, and every shard's cursor as
+    torch itself reads it from the checkpoint; the lines of the cursors are
+    the lines the ranks took up to that step."""
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    from dataloaderd._state import FIELDS
+
+    folder = job["tmp"] / "ckpt" / f"step-{saved}"
+    got = json.loads(subprocess.run([BIN, "inspect", "--json", str(folder)], check=True, capture_output=True,
+                                    text=True).stdout)
+    dcp_to_torch_save(folder, job["tmp"] / "whole.pt")
+    sd = torch.load(job["tmp"] / "whole.pt", weights_only=False)["dataloader"]
+    assert (got["form"], got["prefix"], got["step"], got["dp_size"]) == \
+        ("torch.distributed.checkpoint", "dataloader", saved, world)
+    assert json.loads(sd["run"])["step"] == saved
+    want = {(int(d), int(s)): dict(zip(FIELDS, t.tolist())) for d, per in sd["shards"].items() for s, t in per.items()}
+    assert {(c["dataset_index"], c["shard"]): {f: c[f] for f in FIELDS} for c in got["shards"]} == want
+    taken = [r for recs in records(job, name)[world].values() for r in recs if r["step"] <= saved]
+    line = got["fingerprint"]["seq_len"] + 1  # a line's tokens, as the records hold them
+    assert sum(c["lines"] for c in got["shards"]) == sum(len(r["tokens"]) // line for r in taken)
+
+
 @pytest.mark.parametrize("old,new", [(2, 3), (4, 2)])
 def test_killed_job_resumes_on_another_world_size_exactly_once(job, old, new):
     first = launch(job, "a", old)
     saved = kill_after_checkpoint(job, "a", first, 10 if old == 2 else 5)
+    check_inspect(job, "a", saved, old)
     resumed = launch(job, "b", new, resume=True)
     finish(job, "b", resumed)
     before = [r for recs in records(job, "a")[old].values() for r in recs if r["step"] <= saved]
