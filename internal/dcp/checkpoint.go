@@ -27,12 +27,14 @@ import (
 // folder.
 const MetadataFile = ".metadata"
 
-// MaxMetadataBytes is the largest .metadata read (a few hundred bytes an
-// entry: a checkpoint of a hundred thousand tensor chunks fits).
+// MaxMetadataBytes is the largest .metadata read (about 200 bytes a
+// tensor or piece of one); metadataLimits bound it first.
 const MaxMetadataBytes = 64 << 20
 
-// metadataLimits bound the decoding of .metadata: its opcodes (about one
-// for every four bytes) and its nesting (a handful deep).
+// metadataLimits bound the decoding of .metadata: its opcodes (about two
+// bytes each, a hundred a tensor: 16M take about 150,000 tensors or pieces
+// of one, decoded into some 15 bytes an opcode; the most hostile file
+// costs about 1 GiB) and its nesting (a handful deep).
 var metadataLimits = Limits{Ops: 16 << 20, Marks: 64}
 
 // Entry is an entry of the checkpoint's state dict, by its flattened name

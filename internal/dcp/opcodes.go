@@ -124,7 +124,7 @@ func (u *unpickler) scalar(op byte) (bool, error) {
 		v = op == opNewTrue
 	case opBinInt1, opBinInt2:
 		var n uint64
-		n, err = u.uint(map[byte]int{opBinInt1: 1, opBinInt2: 2}[op])
+		n, err = u.uint(width(op))
 		v = int64(n)
 	case opBinInt:
 		var n uint64
@@ -146,13 +146,13 @@ func (u *unpickler) scalar(op byte) (bool, error) {
 		}
 	case opShortBinString, opBinUnicode, opBinUnicode8:
 		var n uint64
-		if n, err = u.uint(map[byte]int{opShortBinString: 1, opBinUnicode: 4, opBinUnicode8: 8}[op]); err == nil {
+		if n, err = u.uint(width(op)); err == nil {
 			v, err = u.text(n)
 		}
 	case opShortBinBytes, opBinBytes:
 		var n uint64
 		var b []byte
-		if n, err = u.uint(map[byte]int{opShortBinBytes: 1, opBinBytes: 4}[op]); err == nil {
+		if n, err = u.uint(width(op)); err == nil {
 			b, err = u.read(n)
 			v = append([]byte{}, b...)
 		}
@@ -163,6 +163,37 @@ func (u *unpickler) scalar(op byte) (bool, error) {
 		u.push(v)
 	}
 	return true, err
+}
+
+// smallDict is the most entries a Dict holds without an index: the fields
+// of a dataclass are searched in place, the entries of a state dict by it.
+const smallDict = 16
+
+// find is the position of a string or int key.
+func (d *Dict) find(k any) (int, bool) {
+	if d.index != nil {
+		i, ok := d.index[k]
+		return i, ok
+	}
+	for i, x := range d.Keys {
+		if x == k {
+			return i, true
+		}
+	}
+	return 0, false
+}
+
+// width is the size of the integer an opcode's argument starts with.
+func width(op byte) int {
+	switch op {
+	case opBinInt2:
+		return 2
+	case opBinUnicode, opBinBytes:
+		return 4
+	case opBinUnicode8:
+		return 8
+	}
+	return 1 // BININT1, SHORT_BINUNICODE, SHORT_BINBYTES
 }
 
 // container executes the opcodes that build tuples, lists and dicts.
@@ -245,18 +276,31 @@ func (u *unpickler) setItems(op byte) error {
 	return nil
 }
 
-// set sets a key; a string or int key already there has its value replaced.
+// set sets a key; a string or int key already there has its value
+// replaced, as in Python (keys of other types are kept apart).
 func (d *Dict) set(k, v any) {
 	switch k.(type) {
 	case string, int64:
-		for i, old := range d.Keys {
-			if old == k {
-				d.Values[i] = v
-				return
-			}
+		if i, ok := d.find(k); ok {
+			d.Values[i] = v
+			return
+		}
+		if d.index != nil {
+			d.index[k] = len(d.Keys)
 		}
 	}
 	d.Keys, d.Values = append(d.Keys, k), append(d.Values, v)
+	if d.index == nil && len(d.Keys) > smallDict { // a dict of many entries is indexed
+		d.index = make(map[any]int, len(d.Keys))
+		for i, k := range d.Keys {
+			switch k.(type) {
+			case string, int64:
+				if _, dup := d.index[k]; !dup {
+					d.index[k] = i
+				}
+			}
+		}
+	}
 }
 
 // object executes the opcodes that name globals and build objects.
@@ -371,18 +415,24 @@ func (u *unpickler) memoOp(op byte) error {
 		return err
 	}
 	if op == opBinGet || op == opLongBinGet {
-		v, ok := u.memo[uint32(idx)]
-		if !ok {
+		if idx >= uint64(len(u.memo)) {
 			return u.fail("memo entry %d was never stored", idx)
 		}
-		u.push(v)
+		u.push(u.memo[idx])
 		return nil
 	}
 	v, err := u.top()
 	if err != nil {
 		return err
 	}
-	u.memo[uint32(idx)] = v
+	switch {
+	case idx < uint64(len(u.memo)):
+		u.memo[idx] = v
+	case idx == uint64(len(u.memo)):
+		u.memo = append(u.memo, v)
+	default: // pickle numbers its memo from 0 without gaps
+		return u.fail("memo entry %d stored with %d before it", idx, len(u.memo))
+	}
 	return nil
 }
 

@@ -1,9 +1,9 @@
 package dcp
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
-	"strings"
 	"unicode/utf8"
 )
 
@@ -23,7 +23,10 @@ type (
 	List struct{ Items []any }
 	// Dict is a Python dict in insertion order; its keys may be any value
 	// (DCP's storage_data is keyed by objects).
-	Dict struct{ Keys, Values []any }
+	Dict struct {
+		Keys, Values []any
+		index        map[any]int // of the string and int keys, once there are many
+	}
 	// Global is a class or function named by module and name.
 	Global struct{ Module, Name string }
 	// Object is what REDUCE (Callable(*Args)) or NEWOBJ
@@ -41,10 +44,8 @@ type (
 
 // Get returns the value of a dict's string key.
 func (d *Dict) Get(key string) (any, bool) {
-	for i, k := range d.Keys {
-		if s, ok := k.(string); ok && s == key {
-			return d.Values[i], true
-		}
+	if i, ok := d.find(key); ok {
+		return d.Values[i], true
 	}
 	return nil, false
 }
@@ -89,7 +90,7 @@ type unpickler struct {
 	lim    Limits
 	stack  []any
 	marks  []int // stack lengths at each MARK
-	memo   map[uint32]any
+	memo   []any // by index: pickle numbers entries from 0 without gaps
 	result any
 	done   bool
 }
@@ -100,7 +101,7 @@ type unpickler struct {
 // opcode is refused by name and offset, as is anything past the limits or
 // the data's end.
 func Unpickle(name string, data []byte, lim Limits) (any, error) {
-	u := &unpickler{name: name, data: data, lim: lim, memo: map[uint32]any{}}
+	u := &unpickler{name: name, data: data, lim: lim}
 	for ops := 0; !u.done; ops++ {
 		if ops >= lim.Ops {
 			return nil, u.fail("more than %d opcodes", lim.Ops)
@@ -154,7 +155,7 @@ func (u *unpickler) uint(n int) (uint64, error) {
 // line reads up to a newline (GLOBAL's module and name), at most 256 bytes.
 func (u *unpickler) line() (string, error) {
 	rest := u.data[u.pos:min(len(u.data), u.pos+257)]
-	i := strings.IndexByte(string(rest), '\n')
+	i := bytes.IndexByte(rest, '\n')
 	if i < 0 {
 		return "", u.fail("GLOBAL's name has no newline within 256 bytes")
 	}

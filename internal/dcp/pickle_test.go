@@ -10,6 +10,15 @@ import (
 
 var testLimits = Limits{Ops: 1000, Marks: 8}
 
+// dict makes a Dict of keys and values, as SETITEMS does.
+func dict(kv ...any) *Dict {
+	d := &Dict{}
+	for i := 0; i < len(kv); i += 2 {
+		d.set(kv[i], kv[i+1])
+	}
+	return d
+}
+
 // TestUnpickle decodes what pickle writes for the values DCP's files hold,
 // by the opcodes of protocols 2 and 4.
 func TestUnpickle(t *testing.T) {
@@ -27,10 +36,11 @@ func TestUnpickle(t *testing.T) {
 		{"empty bytes, protocol 2", "\x80\x02c__builtin__\nbytes\nq\x00)Rq\x01.", []byte{}},
 		{"bytes, protocol 4", "\x80\x04C\x02ab\x94.", []byte("ab")},
 		{"tuple and memo", "\x80\x04\x8c\x01a\x94h\x00\x86.", Tuple{"a", "a"}},
+		{"a key given twice", "\x80\x04}(K\x01K\x02K\x01K\x03u.", dict(int64(1), int64(3))},
 		{"dict", "\x80\x04}\x94(\x8c\x01k\x94K\x01\x8c\x01j\x94]\x94(K\x01K\x02eu.",
-			&Dict{Keys: []any{"k", "j"}, Values: []any{int64(1), &List{Items: []any{int64(1), int64(2)}}}}},
+			dict("k", int64(1), "j", &List{Items: []any{int64(1), int64(2)}})},
 		{"object", "\x80\x04\x8c\x01m\x8c\x01C\x93)\x81}(\x8c\x01fNub.",
-			&Object{Callable: Global{"m", "C"}, Args: Tuple{}, State: &Dict{Keys: []any{"f"}, Values: []any{nil}}}},
+			&Object{Callable: Global{"m", "C"}, Args: Tuple{}, State: dict("f", nil)}},
 	} {
 		got, err := Unpickle(tc.name, []byte(tc.data), testLimits)
 		if err != nil || !reflect.DeepEqual(got, tc.want) {
@@ -59,6 +69,7 @@ func TestUnpickleRefusesHostile(t *testing.T) {
 		{"protocol 1 opcode", "\x80\x02U\x01a.", 2, "opcode 0x55"},
 		{"protocol 6", "\x80\x06K\x01.", 0, "pickle protocol 6"},
 		{"unstored memo", "\x80\x02h\x05.", 2, "memo entry 5 was never stored"},
+		{"memo with a gap", "\x80\x02K\x01q\x05.", 4, "memo entry 5 stored with 0 before it"},
 		{"empty stack", "\x80\x02\x85.", 2, "finds the stack empty"},
 		{"pop below mark", "\x80\x02K\x01(\x85.", 5, "finds the stack empty"},
 		{"leftovers", "\x80\x02K\x01K\x02.", 6, "STOP leaves 1 values"},

@@ -195,10 +195,9 @@ func ints(v any) ([]int64, error) {
 }
 
 // lastIndex is the index in the storage of the tensor's last element;
-// empty when it has none. Sizes and strides are bounded so that the sum
-// cannot overflow: each at most 2^40 (a tensor's storage is bounded far
-// below) gives products below 2^80 only if unchecked, so each product is
-// checked.
+// empty when it has none. A size or stride past 2^40, or an index past
+// 2^62, gives 2^62, past any storage this reader takes, so that nothing
+// overflows.
 func lastIndex(t Tensor) (int64, bool) {
 	last := t.Offset
 	for i, n := range t.Shape {
