@@ -59,11 +59,17 @@ def test_batches_are_torchtitans_inputs_positions_and_masked_labels(tmp_path, da
     assert len(pairs) > 5
     for (inputs, labels), batch in pairs:
         assert sorted(inputs) == ["input", "positions"]  # every other key would reach the model's forward
-        assert torch.equal(inputs["input"], batch["input_ids"])
-        assert torch.equal(inputs["positions"], batch["position_ids"])
+        n = batch["lines"]
+        assert torch.equal(inputs["input"][:n], batch["input_ids"])
+        assert torch.equal(inputs["positions"][:n], batch["position_ids"])
         want = torch.where(batch["loss_mask"], batch["shift_labels"], torch.full_like(batch["shift_labels"], -100))
-        assert torch.equal(labels, want)
+        assert torch.equal(labels[:n], want)
         assert labels.dtype == inputs["input"].dtype == inputs["positions"].dtype == torch.int64
+        # a short batch (a bounded run's last) is filled to one shape (CUDA graphs) with lines that do not count
+        assert labels.shape == inputs["input"].shape == inputs["positions"].shape == (4, 32)
+        assert (inputs["input"][n:] == 0).all() and (inputs["positions"][n:] == 0).all()
+        assert (labels[n:] == IGNORE_INDEX).all()
+    assert any(batch["lines"] < 4 for _, batch in pairs), "no short batch: the filling was not tested"
     masked = sum(int((labels == IGNORE_INDEX).sum()) for (_, labels), _ in pairs)
     assert masked > 0, "no label was masked: the corpus has document ends and a padded last batch"
 

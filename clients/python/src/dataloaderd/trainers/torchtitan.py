@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Dict, Iterator, Literal, Optional, Tuple
 
 try:
+    import torch
     import torch.distributed as dist
     from torchtitan.components.dataloader import BaseDataLoader
     from torchtitan.components.loss import IGNORE_INDEX
@@ -52,14 +53,23 @@ __all__ = ["DataloaderdDataLoader", "DaemonTokenizer", "titan_batch"]
 NEEDED_METADATA = ("position_ids", "loss_mask")
 
 
-def titan_batch(batch: Batch) -> Tuple[Dict[str, Any], Any]:
+def titan_batch(batch: Batch, lines: int = 0, pad_id: int = 0) -> Tuple[Dict[str, Any], Any]:
     """A Loader batch as torchtitan's trainer takes it: ``({"input":
     input_ids, "positions": position_ids}, labels)``, labels the next tokens
     (``shift_labels``) with IGNORE_INDEX where ``loss_mask`` is 0. Every
     tensor is int64 and of memory of its own (none views the ring: torchtitan
-    fetches a step's microbatches before it uses them)."""
+    fetches a step's microbatches before it uses them). A batch of fewer than
+    ``lines`` lines (a bounded run's last) gets lines of padding (pad_id,
+    position 0, IGNORE_INDEX): torchtitan's CUDA graphs take one shape."""
+    inputs, positions = batch["input_ids"], batch["position_ids"]
     labels = batch["shift_labels"].masked_fill(~batch["loss_mask"], IGNORE_INDEX)
-    return {"input": batch["input_ids"], "positions": batch["position_ids"]}, labels
+    short = lines - inputs.shape[0]
+    if short > 0:
+        rows = (short, inputs.shape[1])
+        inputs = torch.cat([inputs, inputs.new_full(rows, pad_id)])
+        positions = torch.cat([positions, positions.new_zeros(rows)])
+        labels = torch.cat([labels, labels.new_full(rows, IGNORE_INDEX)])
+    return {"input": inputs, "positions": positions}, labels
 
 
 class DataloaderdDataLoader(BaseDataLoader):  # type: ignore[misc]  # torchtitan is untyped here
@@ -111,7 +121,7 @@ class DataloaderdDataLoader(BaseDataLoader):  # type: ignore[misc]  # torchtitan
     def __init__(self, config: Config, *, dp_world_size: int, dp_rank: int, seq_len: int,
                  local_batch_size: int, **kwargs: Any):
         # kwargs: what torchtitan also passes (tokenizer, snapshot_every_n_steps): not needed here.
-        check_job(config.job_config, seq_len, local_batch_size)
+        self._lines, self._pad_id = local_batch_size, check_job(config.job_config, seq_len, local_batch_size)
         if config.end not in ("pad", "stop"):
             raise ConfigError(f"dataloader.end {config.end!r}: want 'pad' or 'stop'")
         if config.end == "stop" and dp_world_size > 1:
@@ -134,7 +144,7 @@ class DataloaderdDataLoader(BaseDataLoader):  # type: ignore[misc]  # torchtitan
         for batch in self.loader:
             if self._pad and (batch["step"] - 1) % self._per_step == 0 and self._all_padding(batch):
                 return  # every rank is past its data, at a step's first batch: the data ends here, everywhere
-            yield titan_batch(batch)
+            yield titan_batch(batch, self._lines, self._pad_id)
 
     def _all_padding(self, batch: Batch) -> bool:
         if not (dist.is_available() and dist.is_initialized()):
@@ -179,9 +189,9 @@ class DaemonTokenizer(BaseTokenizer):  # type: ignore[misc]
         return self.vocab_size
 
 
-def check_job(path: str, seq_len: int, local_batch_size: int) -> None:
+def check_job(path: str, seq_len: int, local_batch_size: int) -> int:
     """Raises ConfigError unless the job config at path gives batches of
-    torchtitan's shape and the metadata it needs."""
+    torchtitan's shape and the metadata it needs; returns its pad_id."""
     if not path:
         raise ConfigError("dataloader.job_config is empty: name the dataloaderd job config (YAML or JSON)")
     data, base = load_config(path)
@@ -198,6 +208,7 @@ def check_job(path: str, seq_len: int, local_batch_size: int) -> None:
     if job.positions == "continue":
         raise ConfigError(f"job config {path}: positions: continue, but torchtitan finds a document's start "
                           "where its positions restart at 0: use positions: restart (the default)")
+    return int(job.pad_id)
 
 
 def _consumers(dp_world_size: int) -> int:
