@@ -52,7 +52,8 @@ func TestHasEnvMatchesWholeEntries(t *testing.T) {
 	}
 }
 
-// startMarked starts sh -c script with the token entry in its environment.
+// startMarked starts sh -c script with the token entry in its environment,
+// reaped as it exits (a zombie counts as gone, as once init reaps it).
 func startMarked(t *testing.T, entry, script string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command("sh", "-c", script)
@@ -60,20 +61,23 @@ func startMarked(t *testing.T, entry, script string) *exec.Cmd {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	done := make(chan struct{})
+	go func() {
+		cmd.Wait()
+		close(done)
+	}()
 	t.Cleanup(func() {
 		cmd.Process.Kill()
-		cmd.Wait()
+		<-done
 	})
 	return cmd
 }
 
 func TestJobStopsTheMarkedProcessesOnlyAndEscalates(t *testing.T) {
 	mark := tokenVar + "=0123456789abcdef-test"
-	polite := startMarked(t, mark, "sleep 30")
-	stubborn := startMarked(t, mark, "trap '' TERM; while :; do sleep 0.05; done")
+	startMarked(t, mark, "sleep 30")
+	startMarked(t, mark, "trap '' TERM; while :; do sleep 0.05; done")
 	other := startMarked(t, tokenVar+"=0123456789abcdef-other", "sleep 30")
-	go polite.Wait() // reaped as they exit: a zombie is gone, as init would reap it
-	go stubborn.Wait()
 	time.Sleep(100 * time.Millisecond) // the shells have set their traps
 	start := time.Now()
 	did, err := job{mark: mark, self: os.Getpid(), grace: 300 * time.Millisecond}.stop()
