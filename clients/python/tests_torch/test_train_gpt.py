@@ -15,6 +15,7 @@ import time
 import pytest
 
 from corpus import make_corpus
+from sessions import kill_session
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 BIN = os.environ.get("DATALOADERD_BIN", os.path.join(REPO, "bin", "dataloaderd"))
@@ -154,3 +155,26 @@ def test_wrapper_signalled_mid_training(job, sig):
     assert "DaemonUnavailable" not in out and "pipeline closed" not in out, out[-3000:]
     assert not os.path.exists(tmp / "s.sock"), "socket left"
     assert os.listdir(tmp / "shm-s") == [], "files left in the shm directory"
+
+
+def test_wrapper_session_killed_mid_training(job):
+    """kill -9 of every process in the wrapper's session, as a scheduler or
+    a closed terminal kills a job: torchrun and the daemon die at once, and
+    the ranks are in sessions of their own (torchrun's start_new_session).
+    Nothing of the job is left within seconds and the SIGKILLed daemon's
+    socket is removed by the wrapper's watcher. (These ranks print every
+    step into torchrun's pipe and so may die of it on their own; ranks that
+    would not are held by test_lifecycle.py's stand-in torchrun.)"""
+    proc = launch(job, "x", 2)
+    deadline = time.monotonic() + 300
+    while not any(recs for rs in records(job, "x").values() for recs in rs.values()):
+        assert proc.poll() is None and time.monotonic() < deadline, (job["tmp"] / "x.out").read_text()[-3000:]
+        time.sleep(0.05)
+    kill_session(proc.pid)
+    proc.wait(timeout=10)
+    tmp = job["tmp"]
+    deadline = time.monotonic() + 10
+    while processes_with(str(tmp)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert processes_with(str(tmp)) == [], "processes of the job outlived the kill of the wrapper's session"
+    assert not os.path.exists(tmp / "x.sock"), "socket left"
