@@ -24,3 +24,10 @@ def test_killed_resumes_on_3_ranks_exactly_once(tmp_path):
     # every rank wrote its own cursors into the state folder (DCP: one file per rank)
     parts = os.listdir(tmp_path / "ckpt" / f"step-{saved}" / "dataloaderd")
     assert sorted(p for p in parts if p.endswith(".distcp")) == ["__0_0.distcp", "__1_0.distcp"], parts
+
+
+def test_anything_but_a_loader_is_refused():
+    from dataloaderd.trainers.accelerate import checkpoint_loader
+
+    with pytest.raises(TypeError, match="reads rank 0's stream on every rank"):
+        checkpoint_loader(object(), [iter(())])

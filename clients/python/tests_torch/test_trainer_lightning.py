@@ -39,3 +39,12 @@ def test_fabric_killed_resumes_on_3_ranks_exactly_once(job):
     resumed = launch_script(job, "b", 3, script, 5, resume=True)
     finish(job, "b", resumed)
     check_exactly_once(job, "a", 2, "b", 3, saved)
+
+
+@pytest.mark.parametrize("arg", [{"end": "stop"}, {"copy": False}])
+def test_datamodule_refuses_what_breaks_its_promises(arg):
+    from dataloaderd.errors import ConfigError
+    from dataloaderd.trainers.lightning import LoaderDataModule
+
+    with pytest.raises(ConfigError, match="under Lightning it must be"):
+        LoaderDataModule({}, **arg)
