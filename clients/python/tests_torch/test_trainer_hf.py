@@ -1,0 +1,123 @@
+"""The Hugging Face Trainer adapter (dataloaderd.trainers.hf) with the real
+transformers and accelerate: a tiny Llama trained by Trainer under torchrun
+(gloo, CPU), killed with kill -9 after a checkpoint and resumed from it on
+another number of ranks, every token of the corpus exactly once; the wiring
+that drops ranks' data failing loudly; the mixture changed from a callback;
+and the probe of models that let packed documents attend to each other."""
+
+import json
+import os
+import sys
+import warnings
+
+import pytest
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel, TrainingArguments
+
+from dataloaderd import AttentionLeakError
+from dataloaderd.trainers.hf import LoaderTrainer, WeightsSchedule, check_packed_attention, hf_inputs
+from hf_trainer_job import tiny_llama
+from rundaemon import Daemon
+from torchrun_jobs import finish, job, kill_after, records, served_exactly_once, start  # noqa: F401 - job: a fixture
+
+JOB = os.path.join(os.path.dirname(__file__), "hf_trainer_job.py")
+
+
+def hf_job(job):
+    """The job's config with the metadata the adapter maps (position_ids, loss_mask)."""
+    config = json.loads(open(job["config"]).read())
+    config["metadata"] = ["position_ids", "loss_mask"]
+    path = job["tmp"] / "job-hf.json"
+    path.write_text(json.dumps(config))
+    return str(path)
+
+
+def launch(job, name, nproc, *extra):
+    argv = [JOB, "--config", hf_job(job), "--vocab", str(job["vocab"]), "--out", str(job["tmp"] / "out"),
+            "--records", str(job["tmp"] / f"log-{name}"), *extra]
+    return start(job, name, nproc, argv)
+
+
+def last_checkpoint(job):
+    """The step of the last checkpoint Trainer finished (its trainer_state.json
+    comes after every rank's loader file), 0 for none."""
+    out = job["tmp"] / "out"
+    steps = [int(d.name.split("-")[1]) for d in out.glob("checkpoint-*") if (d / "trainer_state.json").exists()] \
+        if out.exists() else []
+    return max(steps, default=0)
+
+
+def test_trainer_killed_resumes_on_three_ranks_exactly_once(job):
+    first = launch(job, "a", 2, "--hang-after", "10")
+    saved = kill_after(job, "a", first, lambda: last_checkpoint(job), 10)
+    assert saved == 10
+    for rank in range(2):
+        assert (job["tmp"] / "out" / "checkpoint-10" / "dataloader" / f"rank-{rank}-of-2.json").exists()
+    resumed = launch(job, "b", 3, "--resume")
+    finish(job, "b", resumed)
+    before = [r for recs in records(job, "a")[2].values() for r in recs if r["step"] <= saved]
+    after = records(job, "b")[3]
+    assert sorted(after) == [0, 1, 2], "a rank of the resumed run gave the trainer no batch"
+    assert min(r["step"] for recs in after.values() for r in recs) == saved + 1, "Trainer skipped or replayed batches"
+    served_exactly_once(job, before, after)
+
+
+def test_plain_trainer_with_the_loader_as_train_dataset_fails_loudly(job):
+    proc = launch(job, "p", 2, "--plain")
+    code = proc.wait(timeout=300)
+    out = (job["tmp"] / "p.out").read_text()
+    assert code != 0, out[-3000:]
+    assert "ShardingError" in out and "DataLoaderDispatcher" in out, out[-3000:]
+
+
+@pytest.fixture
+def daemon(tmp_path):
+    d = Daemon(tmp_path)
+    yield d
+    d.stop()
+
+
+def test_weights_schedule_changes_the_mixture_from_a_callback(job, daemon):
+    config = json.loads(open(job["config"]).read())
+    config.update(epochs=0, metadata=["dataset_ids"])
+    seen = {}
+
+    def inputs(batch):
+        seen[batch["step"]] = set(batch["dataset_ids"].tolist())
+        return hf_inputs(batch)
+    args = TrainingArguments(output_dir=str(job["tmp"] / "w"), max_steps=8, save_strategy="no", use_cpu=True,
+                             report_to=[], disable_tqdm=True)
+    trainer = LoaderTrainer(model=tiny_llama(job["vocab"], config["seq_len"]), args=args, loader_config=config,
+                            loader_options={"dp_rank": 0, "dp_size": 1, "socket": daemon.socket}, inputs=inputs,
+                            callbacks=[WeightsSchedule({3: {"d0": 1.0, "d1": 0.0}})])
+    trainer.train()
+    trainer.loader.close()
+    assert sorted(seen) == list(range(1, 9))
+    assert set().union(*(seen[s] for s in range(1, 4))) == {0, 1}, "both datasets before the change"
+    assert set().union(*(seen[s] for s in range(4, 9))) == {0}, "d1 after its weight went to 0 at step 4"
+
+
+def tiny_model(kind):
+    if kind == "gpt2":
+        torch.manual_seed(0)
+        return GPT2LMHeadModel(GPT2Config(vocab_size=64, n_positions=32, n_embd=32, n_layer=2, n_head=2))
+    model = tiny_llama(64, 32)
+    model.config._attn_implementation = kind.split("-")[1]
+    return model
+
+
+@pytest.mark.parametrize("kind", ["llama-sdpa", "llama-eager", "gpt2"])
+def test_packed_attention_leaks_with_the_default_cache_and_not_without(kind):
+    model = tiny_model(kind).train()
+    assert check_packed_attention(model, use_cache=False) < 1e-5
+    assert model.training, "the probe left the model in eval mode"
+    with pytest.raises(AttentionLeakError, match="use_cache=False"):
+        check_packed_attention(model)  # use_cache defaults to the config's True
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        moved = check_packed_attention(model, on_leak="warn")
+    assert moved > 1e-2 and any(issubclass(w.category, RuntimeWarning) for w in got)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(pytest.main([__file__]))
