@@ -43,11 +43,11 @@ def recorder(folder, hang_after):
 class Lines(torch.utils.data.IterableDataset):
     """The wiring that drops data: the loader's lines as an IterableDataset."""
 
-    def __init__(self, config):
-        self.config = config
+    def __init__(self, loader):
+        self.loader = loader
 
     def __iter__(self):
-        for batch in Loader(self.config, end="pad"):
+        for batch in self.loader:
             for line in batch["input_ids"]:
                 yield {"input_ids": line, "labels": line}
 
@@ -65,13 +65,13 @@ def main():
     a = p.parse_args()
     with open(a.config) as f:
         config = json.load(f)
-    args = TrainingArguments(output_dir=a.out, max_steps=200 if a.plain else 1000, save_strategy="steps", save_steps=a.save_every,
-                             learning_rate=1e-3, use_cpu=True, ddp_backend="gloo", report_to=[], logging_steps=1000,
-                             disable_tqdm=True, per_device_train_batch_size=config["batch_size"], seed=0,
-                             ddp_find_unused_parameters=False)
+    args = TrainingArguments(output_dir=a.out, max_steps=200 if a.plain else 1000, save_strategy="steps",
+                             save_steps=a.save_every, use_cpu=True, ddp_backend="gloo",  # CPU: gloo
+                             ddp_find_unused_parameters=False, learning_rate=1e-3, seed=0, report_to=[],
+                             logging_steps=1000, disable_tqdm=True)
     model = tiny_llama(a.vocab, config["seq_len"])
     if a.plain:
-        Trainer(model=model, args=args, train_dataset=Lines(config)).train()
+        Trainer(model=model, args=args, train_dataset=Lines(Loader(config, end="pad"))).train()
         return
     trainer = LoaderTrainer(model=model, args=args, loader_config=config,
                             inputs=recorder(a.records, a.hang_after))

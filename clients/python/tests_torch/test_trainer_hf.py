@@ -14,9 +14,11 @@ import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel, TrainingArguments
 
-from dataloaderd import AttentionLeakError
+from accelerate.data_loader import IterableDatasetShard
+
+from dataloaderd import AttentionLeakError, Loader, ShardingError
 from dataloaderd.trainers.hf import LoaderTrainer, WeightsSchedule, check_packed_attention, hf_inputs
-from hf_trainer_job import tiny_llama
+from hf_trainer_job import Lines, tiny_llama
 from rundaemon import Daemon
 from torchrun_jobs import finish, job, kill_after, records, served_exactly_once, start  # noqa: F401 - job: a fixture
 
@@ -95,6 +97,33 @@ def test_weights_schedule_changes_the_mixture_from_a_callback(job, daemon):
     assert sorted(seen) == list(range(1, 9))
     assert set().union(*(seen[s] for s in range(1, 4))) == {0, 1}, "both datasets before the change"
     assert set().union(*(seen[s] for s in range(4, 9))) == {0}, "d1 after its weight went to 0 at step 4"
+
+
+def test_hf_inputs_mask_what_loss_mask_leaves_out(job, daemon):
+    config = json.loads(open(job["config"]).read())
+    config.update(metadata=["position_ids", "loss_mask"], mask_document_boundaries=True)
+    with Loader(config, dp_rank=0, dp_size=1, socket=daemon.socket) as loader:
+        batch = next(iter(loader))
+        inputs = hf_inputs(batch)
+        keep = batch["loss_mask"]
+        assert not keep.all(), "the batch has no boundary to mask"
+        assert torch.equal(inputs["shift_labels"], batch["shift_labels"].masked_fill(~keep, -100))
+        assert torch.equal(inputs["labels"][:, 1:], batch["labels"][:, 1:].masked_fill(~keep[:, :-1], -100))
+        assert torch.equal(inputs["position_ids"], batch["position_ids"]) and inputs["use_cache"] is False
+        padding = hf_inputs({**batch, "padding": True})
+        assert (padding["labels"] == -100).all() and (padding["shift_labels"] == -100).all()
+
+
+@pytest.mark.parametrize("processes", [2, 1])
+def test_iterable_dataset_shard_raises_only_when_it_would_drop_data(job, daemon, processes):
+    config = json.loads(open(job["config"]).read())
+    with Loader(config, dp_rank=0, dp_size=2, socket=daemon.socket) as loader:
+        shard = IterableDatasetShard(Lines(loader), batch_size=1, num_processes=processes, process_index=0)
+        if processes == 1:
+            assert next(iter(shard))["input_ids"].shape == (config["seq_len"],)
+        else:
+            with pytest.raises(ShardingError, match="IterableDatasetShard"):
+                next(iter(shard))
 
 
 def tiny_model(kind):
