@@ -33,21 +33,27 @@ def make_job(tmp_path):
     return {"config": str(path), "vocab": max(tokens) + 1, "tokens": tokens, "tmp": tmp_path}
 
 
-def launch_script(job, name, nproc, script, save_every, resume=False, extra=()):
-    """Starts script under the wrapper on nproc ranks in a process group of its own."""
+def start(job, name, nproc, argv):
+    """Starts argv (a script and its arguments) under the wrapper's torchrun
+    on nproc ranks, in a process group of its own; output in <name>.out."""
     tmp = job["tmp"]
-    for d in ("ckpt", f"log-{name}", f"shm-{name}"):
+    for d in (f"log-{name}", f"shm-{name}"):
         (tmp / d).mkdir(exist_ok=True)
     env = dict(os.environ, DATALOADERD_BIN=BIN, DATALOADERD_SOCKET=str(tmp / f"{name}.sock"),
                DATALOADERD_ARGS=f"--shm-dir {tmp / f'shm-{name}'} --log-level warn",
                PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
-    cmd = [os.path.join(REPO, "deploy", "torchrun-with-dataloaderd.sh"), "--standalone", f"--nproc-per-node={nproc}",
-           script, "--config", job["config"], "--vocab", str(job["vocab"]),
-           "--ckpt", str(tmp / "ckpt"), "--save-every", str(save_every), "--records", str(tmp / f"log-{name}"),
-           *extra]
+    cmd = [os.path.join(REPO, "deploy", "torchrun-with-dataloaderd.sh"), "--standalone", f"--nproc-per-node={nproc}"]
     out = open(tmp / f"{name}.out", "w")
-    return subprocess.Popen(cmd + (["--resume"] if resume else []), env=env, stdout=out, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    return subprocess.Popen(cmd + list(argv), env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def launch_script(job, name, nproc, script, save_every, resume=False, extra=()):
+    """Starts a script taking examples/train_gpt.py's arguments under the
+    wrapper on nproc ranks."""
+    (job["tmp"] / "ckpt").mkdir(exist_ok=True)
+    argv = [script, "--config", job["config"], "--vocab", str(job["vocab"]), "--ckpt", str(job["tmp"] / "ckpt"),
+            "--save-every", str(save_every), "--records", str(job["tmp"] / f"log-{name}"), *extra]
+    return start(job, name, nproc, argv + (["--resume"] if resume else []))
 
 
 def records(job, name):
@@ -65,14 +71,19 @@ def finish(job, name, proc, timeout=300):
     assert code == 0, (job["tmp"] / f"{name}.out").read_text()[-3000:]
 
 
-def kill_after_checkpoint(job, name, proc, step):
+def kill_after_checkpoint(job, name, proc, step, saved_step=None):
     """kill -9 of the whole job once a checkpoint at or after `step` is whole
-    and training went on past it; returns the checkpoint's step."""
+    and training went on past it; returns the checkpoint's step. saved_step()
+    is the step of the last whole checkpoint, 0 for none (default: what
+    <ckpt>/latest names)."""
     latest = job["tmp"] / "ckpt" / "latest"
+    if saved_step is None:
+        def saved_step():
+            return int(latest.read_text().split("-")[1]) if latest.exists() else 0
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         assert proc.poll() is None, (job["tmp"] / f"{name}.out").read_text()[-3000:]
-        saved = int(latest.read_text().split("-")[1]) if latest.exists() else 0
+        saved = saved_step()
         seen = max((r["step"] for rs in records(job, name).values() for recs in rs.values() for r in recs), default=0)
         if saved >= step and seen > saved:
             os.killpg(proc.pid, signal.SIGKILL)
