@@ -18,7 +18,7 @@ import torch
 
 from corpus import make_corpus
 from rundaemon import Daemon
-from torchrun_job import finish, kill_after_checkpoint, launch_script, records
+from torchrun_job import check_exactly_once, finish, kill_after_checkpoint, start
 
 from dataloaderd import ConfigError, Loader
 from dataloaderd.trainers.torchtitan import DataloaderdDataLoader, titan_batch
@@ -102,24 +102,21 @@ def test_refusals_name_what_to_change(tmp_path, daemon):
 
 def test_killed_job_resumes_on_three_ranks_through_checkpoint_manager_exactly_once(tmp_path):
     path, tokens = job_config(tmp_path)
-    job = {"tmp": tmp_path}
+    job = {"tmp": tmp_path, "tokens": tokens}
+    (tmp_path / "ckpt").mkdir()
 
     def run(name, nproc, hang_at=0):
         program = [WORKER, "--records", str(tmp_path / f"log-{name}"), "--hang-at", str(hang_at), "--",
                    "--dataloader.job_config", path, "--dump_folder", str(tmp_path)]
-        return launch_script(tmp_path, name, nproc, program)
+        return start(job, name, nproc, program)
 
     saved = kill_after_checkpoint(job, "a", run("a", 2, hang_at=7), 5)
     assert saved == 5
     resumed = run("b", 3)
     finish(job, "b", resumed)
-    before = [r for recs in records(job, "a")[2].values() for r in recs if r["step"] <= saved]
-    after = records(job, "b")[3]
-    assert min(r["step"] for recs in after.values() for r in recs) == saved + 1, "CheckpointManager.load resumed elsewhere"
-    served = [t for r in before for t in r["tokens"]] + [t for recs in after.values() for r in recs for t in r["tokens"]]
-    data = [t for t in served if t != 0]
-    assert len(data) == len(set(data)), "a token was served twice"
-    assert set(data) == tokens, f"{len(tokens - set(data))} tokens of the epoch were never served"
+    # CheckpointManager.load resumed every rank at the step after the
+    # checkpoint, and every token of the corpus was served once.
+    after = check_exactly_once(job, "a", 2, "b", 3, saved)
     ends = {rank: recs[-1] for rank, recs in after.items()}
     assert all(r.get("exhausted") for r in ends.values()), f"a rank did not reach the end of the data: {ends}"
     assert len({r["step"] for r in ends.values()}) == 1, f"the ranks' data ended at different steps: {ends}"
