@@ -30,6 +30,13 @@ KUBERNETES_VALIDATE_VERSION := 1.37.0
 # proxy into $(TOOLS).
 VERSITYGW_VERSION := v1.8.0
 
+# Pinned promtool, which checks the shipped alerting rules (make test-alerts)
+# and fires them on a starved job's real metrics (tests/test_waits.py): from
+# Debian 12's prometheus package, unpacked into $(TOOLS); where apt cannot
+# fetch it, built from the Go module of the same release.
+PROMETHEUS_DEB_VERSION := 2.42.0+ds-5+deb12u1
+PROMETHEUS_GO_VERSION := v0.42.0
+
 # The environment of the tests with real PyTorch and Hugging Face transformers
 # (make test-torch; several GB, since the package index's torch is the CUDA
 # build, used on the CPU here). Pinned.
@@ -53,7 +60,7 @@ RING_LAYOUT := internal/ring/layout.go clients/python/src/dataloaderd/_ring_layo
 # The tokenizer conformance targets and their variables (used by test-python).
 include mk/tokenize.mk
 
-.PHONY: all setup build test fuzz-short soak soak-short image image-check slurm-check test-go test-python test-torch vet lint lint-go lint-python staticcheck bench bench-quick bench-go bench-objects bench-spread demo generate generate-check clean
+.PHONY: all setup build test test-alerts fuzz-short soak soak-short image image-check slurm-check test-go test-python test-torch vet lint lint-go lint-python staticcheck bench bench-quick bench-go bench-objects bench-spread demo generate generate-check clean
 
 all: build
 
@@ -78,7 +85,17 @@ $(TOOLS)/.stamp: Makefile
 $(TOOLS)/versitygw:
 	GOBIN=$(TOOLS) $(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION)
 
-setup: $(VENV)/.stamp $(TOOLS)/.stamp $(TOOLS)/versitygw
+# A file target, like versitygw.
+$(TOOLS)/promtool:
+	rm -rf $(TOOLS)/deb && mkdir -p $(TOOLS)/deb
+	if (cd $(TOOLS)/deb && apt-get download -q prometheus=$(PROMETHEUS_DEB_VERSION) && dpkg-deb -x prometheus_*.deb x); then \
+		cp $(TOOLS)/deb/x/usr/bin/promtool $(TOOLS)/promtool; \
+	else \
+		GOBIN=$(TOOLS) $(GO) install github.com/prometheus/prometheus/cmd/promtool@$(PROMETHEUS_GO_VERSION); \
+	fi
+	rm -rf $(TOOLS)/deb
+
+setup: $(VENV)/.stamp $(TOOLS)/.stamp $(TOOLS)/versitygw $(TOOLS)/promtool
 
 # DATALOADERD_VERSION is what `dataloaderd version` prints: the git describe
 # of this checkout. Outside a git checkout it is empty and the binary reports
@@ -108,8 +125,9 @@ lint: lint-go lint-python
 test-go: $(TOOLS)/versitygw
 	DATALOADERD_S3_SERVER=$(TOOLS)/versitygw $(GO) test -race -count=1 ./...
 
-test-python: build $(VENV)/.stamp $(VENV)/.tokenize-stamp $(TOKENIZE_VOCAB)/.stamp $(TOOLS)/versitygw
+test-python: build $(VENV)/.stamp $(VENV)/.tokenize-stamp $(TOKENIZE_VOCAB)/.stamp $(TOOLS)/versitygw $(TOOLS)/promtool
 	DATALOADERD_BIN=$(BIN)/dataloaderd DATALOADERD_TOKENIZER_VOCAB=$(TOKENIZE_VOCAB) DATALOADERD_S3_SERVER=$(TOOLS)/versitygw \
+		DATALOADERD_PROMTOOL=$(TOOLS)/promtool \
 		$(PY) -m pytest -q clients/python/tests
 
 $(TORCH_VENV)/.stamp: clients/python/pyproject.toml Makefile
@@ -128,7 +146,13 @@ $(TORCH_VENV)/.stamp: clients/python/pyproject.toml Makefile
 test-torch: build $(TORCH_VENV)/.stamp $(TOOLS)/versitygw
 	DATALOADERD_BIN=$(BIN)/dataloaderd DATALOADERD_S3_SERVER=$(TOOLS)/versitygw $(TORCH_VENV)/bin/python -m pytest -q clients/python/tests_torch
 
-test: setup generate-check generate-tokenize-check lint test-tokenize test-go fuzz-short test-python test-torch soak-short
+# test-alerts: the shipped alerting rules are valid, and fire (and stay
+# quiet) as their unit tests say.
+test-alerts: $(TOOLS)/promtool
+	$(TOOLS)/promtool check config deploy/prometheus.yml
+	cd deploy && $(TOOLS)/promtool test rules prometheus-alerts_test.yml
+
+test: setup generate-check generate-tokenize-check lint test-tokenize test-go fuzz-short test-alerts test-python test-torch soak-short
 
 # A bounded run of the fuzz target that resumes a real corpus from forged
 # states (internal/stream/fuzz_restore_test.go): no panic, no hang.

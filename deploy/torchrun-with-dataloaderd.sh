@@ -7,7 +7,9 @@
 #
 # Environment: DATALOADERD_BIN (default: dataloaderd on PATH),
 # DATALOADERD_SOCKET (default: $XDG_RUNTIME_DIR or /tmp, per job),
-# DATALOADERD_ARGS (extra serve flags, e.g. "--allow-root /data --metrics-addr :9400").
+# DATALOADERD_ARGS (extra serve flags, e.g. "--allow-root /data --metrics-addr :9400"),
+# DATALOADERD_KILL_GRACE (default 5s: what the job's processes get between
+# SIGTERM and SIGKILL once this script has died).
 #
 # Stopping: SIGTERM and SIGINT go to torchrun (which stops its workers); the
 # daemon is stopped only after torchrun has exited, so no rank loses its
@@ -15,12 +17,27 @@
 # so a Ctrl-C in a terminal reaches only this script, which forwards it.
 # If this script is killed (SIGKILL), the kernel sends SIGTERM to the daemon
 # (serve --exit-with-parent) and to torchrun (util-linux setpriv --pdeathsig,
-# when installed): nothing is left running, and the daemon removes its
-# socket and rings as on any stop.
+# when installed; without it the script warns).
+#
+# Dying however it dies, this script takes its job with it: it marks every
+# process it starts with a random DATALOADERD_WRAPPER_TOKEN in the
+# environment (torchrun and the ranks inherit it) and starts a lifeline,
+# `dataloaderd watch`, in a session of its own. When this script is gone,
+# even killed with its whole session (torchrun too, which then cannot stop
+# its workers: they have sessions of their own), the watcher sends SIGTERM,
+# then SIGKILL after the grace, to this user's processes that carry the
+# token, then to the daemon, and removes the socket if nothing answers on
+# it. On a normal exit the script stops the watcher, which stops nothing.
+# At start, the watcher also removes the default sockets of wrappers that are
+# gone (dataloaderd-PID.sock where no process has PID and nothing answers).
 set -euo pipefail
 bin=${DATALOADERD_BIN:-dataloaderd}
-export DATALOADERD_SOCKET=${DATALOADERD_SOCKET:-${XDG_RUNTIME_DIR:-/tmp}/dataloaderd-$$.sock}
-daemon='' trainer='' forwarded=''
+socket_dir=${XDG_RUNTIME_DIR:-/tmp}
+export DATALOADERD_SOCKET=${DATALOADERD_SOCKET:-$socket_dir/dataloaderd-$$.sock}
+# The mark of this job's processes: everything started from here inherits it.
+read -r DATALOADERD_WRAPPER_TOKEN </proc/sys/kernel/random/uuid
+export DATALOADERD_WRAPPER_TOKEN
+daemon='' trainer='' forwarded='' watcher=''
 
 stop_daemon() {
   if [ -n "$daemon" ]; then
@@ -28,6 +45,32 @@ stop_daemon() {
     wait "$daemon" 2>/dev/null || true
     daemon=''
   fi
+}
+# stop_watcher stops the watcher, and nothing else: this is a normal exit.
+stop_watcher() {
+  if [ -n "$watcher" ]; then
+    kill -TERM "$watcher" 2>/dev/null || true
+    wait "$watcher" 2>/dev/null || true
+    watcher=''
+  fi
+}
+# start_watcher starts the lifeline (dataloaderd watch) and waits until it
+# leads a session of its own, out of reach of a kill of this one.
+start_watcher() {
+  local stat fields
+  "$bin" watch --pid $$ --token "$DATALOADERD_WRAPPER_TOKEN" --daemon "$daemon" \
+    --socket "$DATALOADERD_SOCKET" --sweep "$socket_dir" --grace "${DATALOADERD_KILL_GRACE:-5s}" &
+  watcher=$!
+  for _ in $(seq 100); do
+    if read -r stat 2>/dev/null <"/proc/$watcher/stat"; then
+      read -r -a fields <<<"${stat##*) }"
+      [ "${fields[3]}" = "$watcher" ] && return 0
+    fi
+    kill -0 "$watcher" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "torchrun-with-dataloaderd: dataloaderd watch did not start: the job would outlive a kill of this script's session" >&2
+  stop_watcher
 }
 # on_signal forwards a signal to torchrun, or ends the script (and with it
 # the daemon) when torchrun is not running yet.
@@ -47,7 +90,7 @@ in_own_group() {
   "$@" &
   set +m
 }
-trap stop_daemon EXIT
+trap 'stop_daemon; stop_watcher' EXIT
 trap 'on_signal TERM' TERM
 trap 'on_signal INT' INT
 
@@ -60,6 +103,7 @@ for _ in $(seq 100); do
   sleep 0.1
 done
 "$bin" healthcheck --socket "$DATALOADERD_SOCKET" >/dev/null
+start_watcher
 
 pdeathsig=''
 case "$(setpriv --help 2>/dev/null || true)" in *--pdeathsig*) pdeathsig=1 ;; esac

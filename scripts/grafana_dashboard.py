@@ -88,6 +88,14 @@ panel("Copy of a batch to its device slot (cuda)",
       [(f'histogram_quantile(0.5, sum by (le, instance) (rate(dataloaderd_device_copy_seconds_bucket{{{SEL}}}[{R}])))', "p50 {{instance}}"),
        (f'histogram_quantile(0.99, sum by (le, instance) (rate(dataloaderd_device_copy_seconds_bucket{{{SEL}}}[{R}])))', "p99 {{instance}}")],
       "s", 0, 40)
+panel("Time each rank waited for data",
+      "Fraction of time each rank's trainer waited in next() (dataloaderd_rank_wait_seconds_total): 0.2 means a fifth of the time. The alert DataloaderdRankWaiting fires above 0.1 for 5 minutes.",
+      [(f'rate(dataloaderd_rank_wait_seconds_total{{{SEL}}}[{R}])', "{{training_job}} rank {{dp_rank}}")],
+      "percentunit", 12, 40)
+panel("Why ranks waited, by cause",
+      "The same wait split by what the batches waited for took their time on (dataloaderd_rank_late_seconds_total): read, tokenize, object_storage, pack, device_copy, other. docs/metrics.md, 'Which rank waited, and why'.",
+      [(f'sum by (training_job, cause) (rate(dataloaderd_rank_late_seconds_total{{{SEL}}}[{R}]))', "{{training_job}} {{cause}}")],
+      "percentunit", 0, 48, w=24, stack=True)
 dash = {
     "title": "dataloaderd",
     "uid": "dataloaderd",

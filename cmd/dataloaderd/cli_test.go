@@ -27,6 +27,7 @@ func TestHelpExitsZero(t *testing.T) {
 		{[]string{"serve", "--socket", "/tmp/x.sock", "--help"}, []string{"-socket"}},
 		{[]string{"healthcheck", "-h"}, []string{"dataloaderd healthcheck", "-timeout"}},
 		{[]string{"healthcheck", "--help"}, []string{"-socket"}},
+		{[]string{"watch", "-h"}, []string{"dataloaderd watch --pid PID --token T", "-grace", "-sweep"}},
 		{[]string{"prepare", "-h"}, []string{"dataloaderd prepare --input PATH", "-tokenizer", "-force"}},
 		{[]string{"prepare", "--help"}, []string{"-append-eos"}},
 		{[]string{"version", "--help"}, []string{"dataloaderd version"}},

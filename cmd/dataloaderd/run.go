@@ -19,6 +19,7 @@ Usage:
   dataloaderd prepare [flags]      tokenize JSONL/Parquet text into Megatron .bin/.idx (see 'dataloaderd prepare -h')
   dataloaderd inspect CHECKPOINT   show a checkpoint's loader state: step, datasets, mixture history
   dataloaderd version              print the version (also: dataloaderd --version)
+  dataloaderd watch [flags]        the lifeline of deploy/torchrun-with-dataloaderd.sh (see 'dataloaderd watch -h')
 
 'dataloaderd COMMAND -h' prints a command's flags.
 `
@@ -41,6 +42,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = prepareCmd(ctx, args[1:], stdout, stderr)
 	case "inspect":
 		err = inspectCmd(ctx, args[1:], stdout, stderr)
+	case "watch":
+		err = watchCmd(ctx, args[1:], stderr)
 	case "version", "--version", "-version":
 		err = versionCmd(args[1:], stdout, stderr)
 	case "-h", "--help", "help":

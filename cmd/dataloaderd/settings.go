@@ -26,6 +26,7 @@ type daemonConfig struct {
 	Slots                  int      `json:"slots"`
 	AttachWithin           string   `json:"attach_within"`
 	IdleLimit              string   `json:"idle_limit"`
+	StallLog               string   `json:"stall_log"`
 	MaxSessionsPerUser     int      `json:"max_sessions_per_user"`
 	RingBudgetMB           int      `json:"ring_budget_mb"`
 	MemoryReserveMB        int      `json:"memory_reserve_mb"`
@@ -49,8 +50,8 @@ type daemonConfig struct {
 
 // checked holds what daemonConfig.check parsed from the settings' text.
 type checked struct {
-	attachWithin, stopTimeout, idleLimit, objectRetryFor time.Duration
-	logLevel                                             zapcore.Level
+	attachWithin, stopTimeout, idleLimit, objectRetryFor, stallLog time.Duration
+	logLevel                                                       zapcore.Level
 }
 
 // A setting is one daemon setting, declared once: its config-file key, its

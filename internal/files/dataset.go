@@ -314,3 +314,7 @@ func (d Dataset) resolveObjects(f Format, path string) ([]string, error) {
 	sort.Strings(paths)
 	return paths, nil
 }
+
+// IsObject reports whether a dataset path names objects in object storage
+// (s3://) rather than local files.
+func IsObject(path string) bool { return objstore.IsURL(path) }

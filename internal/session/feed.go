@@ -74,6 +74,7 @@ func (f *Feed) Next(ctx context.Context) (Batch, error) {
 // Release gives slot back after step; waitNs is how long the consumer
 // waited for that batch (0: not measured).
 func (f *Feed) Release(slot int, step, waitNs uint64) error {
+	cost := f.ss.pipeline.Cost(step, step)
 	if err := f.ss.pipeline.Release(f.c, slot, step); err != nil {
 		f.ss.log.Warn("bad release", zap.Int("consumer", f.c), zap.Error(err))
 		return err
@@ -81,6 +82,7 @@ func (f *Feed) Release(slot int, step, waitNs uint64) error {
 	f.ss.touch()
 	if waitNs > 0 {
 		f.m.metrics.clientWait.observe(waitNs)
+		f.ss.waits.waited(step, step, waitNs, cost)
 	}
 	return nil
 }
@@ -126,6 +128,9 @@ func (f *Feed) watch(ctx context.Context) (uint64, error) {
 		ctl.WakeReleaseWatchers()
 	}()
 	var applied, waits uint64
+	// waitedNs is the consumer's wait sum in the block at the last release
+	// applied: what it grew by since is the wait for the steps released.
+	_, _, waitedNs := ctl.WaitStats(f.c)
 	quick, backoff := 0, minWatchPoll
 	for {
 		seq := ctl.ReleaseSeq()
@@ -134,9 +139,14 @@ func (f *Feed) watch(ctx context.Context) (uint64, error) {
 			waits, quick, backoff = w, quickPolls, minWatchPoll
 		}
 		if r := ctl.Released(f.c); r > applied {
+			cost := ss.pipeline.Cost(applied+1, r)
 			if err := ss.pipeline.ReleaseThrough(f.c, r); err != nil {
 				ss.log.Warn("bad release", zap.Int("consumer", f.c), zap.Error(err))
 				return 0, err
+			}
+			if _, _, sum := ctl.WaitStats(f.c); sum > waitedNs {
+				ss.waits.waited(applied+1, r, sum-waitedNs, cost)
+				waitedNs = sum
 			}
 			applied = r
 			ss.touch()

@@ -71,6 +71,9 @@ type Config struct {
 	// Resources are the tokenizers, workers and cache that text datasets
 	// share; nil makes a default set (a worker per core, a 1 GiB cache).
 	Resources *stream.Resources
+	// StallLog: a consumer's wait for one batch this long or longer is
+	// logged with its cause (stalls.go); 0: none is.
+	StallLog time.Duration
 }
 
 // Manager holds every session of the daemon. Its methods are safe for
@@ -148,6 +151,8 @@ func New(cfg Config) (*Manager, error) {
 		run: newRunTag(),
 	}
 	m.metrics.registerResources(cfg.Registry, cfg.Resources)
+	cfg.Registry.MustRegister(newRankWaits(m))
+	m.metrics.ringBudget.Set(float64(cfg.RingBudget))
 	cfg.Resources.OnSkip = skipLogger(cfg.Logger, m.metrics)
 	m.corpora.opened = wholeFileLogger(cfg.Logger)
 	open := cfg.OpenCUDA

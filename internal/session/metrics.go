@@ -19,6 +19,7 @@ type metrics struct {
 	stateSave  prometheus.Histogram
 	stateBytes prometheus.Histogram
 	ringBytes  prometheus.Gauge
+	ringBudget prometheus.Gauge
 	devBytes   prometheus.Gauge
 	devCopy    prometheus.Histogram
 	skipped    *prometheus.CounterVec
@@ -66,6 +67,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		ringBytes: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "dataloaderd_ring_bytes", Help: "Bytes of ring memory held by open sessions.",
 		}),
+		ringBudget: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "dataloaderd_ring_budget_bytes", Help: "The ring memory budget (--ring-budget-mb); 0: none.",
+		}),
 	}
 	m.devBytes = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "dataloaderd_device_ring_bytes", Help: "Bytes of GPU memory held by the device rings of open cuda sessions.",
@@ -100,7 +104,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		Buckets: prometheus.ExponentialBuckets(0.01, 4, 8),
 	})
 	reg.MustRegister(m.sessions, m.batches, m.tokens, m.lines, m.clientWait, m.readySlots,
-		m.stateSave, m.stateBytes, m.errors, m.ringBytes, m.devBytes, m.devCopy, m.skipped, m.jobShare, m.jobLines, m.reconnects, m.reconnectWait)
+		m.stateSave, m.stateBytes, m.errors, m.ringBytes, m.ringBudget, m.devBytes, m.devCopy, m.skipped, m.jobShare, m.jobLines, m.reconnects, m.reconnectWait)
 	return m
 }
 

@@ -35,6 +35,8 @@ func exported(t *testing.T) *prometheus.Registry {
 	m.errors.WithLabelValues("InvalidArgument").Inc()
 	m.jobShare.WithLabelValues("1000", "j", "x").Set(1)
 	m.jobLines.WithLabelValues("1000", "j", "x").Inc()
+	ss := &session{key: sessionKey{uid: 1000, job: "j"}, waits: newWaitMeter(1, 0, zap.NewNop())}
+	reg.MustRegister(newRankWaits(&Manager{sessions: map[sessionKey]*session{ss.key: ss}}))
 	return reg
 }
 

@@ -215,6 +215,7 @@ func (m *Manager) newSession(ctx context.Context, key sessionKey, p plan) (*sess
 		log: m.log.With(zap.String("session", id), zap.String("job", key.job), zap.Uint32("dp_rank", key.dpRank)),
 	}
 	ss.pipeline = stream.NewPipeline(rank, r, req.Consumers)
+	ss.waits = newWaitMeter(int(req.Consumers), m.cfg.StallLog, ss.log)
 	ss.pipeline.SetHooks(m.hooks(ss, cfg.LineTokens()))
 	if ss.ctl != nil {
 		m.metrics.clientWait.track(ss.ctl)

@@ -49,6 +49,8 @@ type session struct {
 	datasetLabels []string
 	// jobSeries are its job's mixture series.
 	jobSeries jobHandles
+	// waits accounts for its consumers' waits and their causes (stalls.go).
+	waits *waitMeter
 	// reserved is the ring budget the session holds (Manager.ringUsed).
 	reserved int64
 	// active is when a consumer last attached or released a batch, in

@@ -24,6 +24,9 @@ type Produced struct {
 	// Weights are the mixing weights of the batch (config order): the
 	// datasets' weights, or the schedule's at its step. Not to be written.
 	Weights []float64
+	// Cost is the time the batch took, by cause: each line's time under its
+	// dataset's cause, the rest as packing (a skipped batch counts none).
+	Cost Cost
 }
 
 // assemblyMode is what a batch does with its lines.
@@ -148,6 +151,8 @@ func (r *Rank) nextBatch() (Produced, error) {
 	}
 	out := &r.out
 	p := Produced{DatasetLines: make([]int, len(r.datasets))}
+	var clock batchClock
+	clock.start(out.mode == copyLines, r.corpus.mixedCauses)
 	for {
 		more, err := out.more(p.Lines)
 		if err != nil {
@@ -168,6 +173,10 @@ func (r *Rank) nextBatch() (Produced, error) {
 		}
 		p.DatasetLines[d.index]++
 		p.Lines++
+		clock.line(&p.Cost, r.corpus.datasets[d.index].cause)
+	}
+	if p.Lines > 0 {
+		clock.lines(&p.Cost, r.corpus.datasets[0].cause)
 	}
 	out.finish(p.Lines, &p)
 	p.Weights = r.mix.batchWeights()
@@ -179,6 +188,7 @@ func (r *Rank) nextBatch() (Produced, error) {
 	if p.Lines > 0 {
 		r.step++
 	}
+	clock.rest(&p.Cost)
 	return p, nil
 }
 

@@ -18,6 +18,9 @@ type Corpus struct {
 	layout   Layout
 	datasets []*shardedSource
 	fp       state.Fingerprint
+	// mixedCauses: its datasets' lines count under more than one cause
+	// (cost.go), so a batch's time is taken line by line.
+	mixedCauses bool
 	// ownRes is the private Resources of a corpus opened without any.
 	ownRes *Resources
 	// stopReads ends the requests to object storage of the datasets'
@@ -34,6 +37,8 @@ type shardedSource struct {
 	shards []*shard
 	// lazy: unit lengths are known only by tokenizing (text formats).
 	lazy bool
+	// cause is what the time of its lines counts as (cost.go).
+	cause Cause
 	// The source's optional abilities, found once at open (abilities.go).
 	abilities
 }
@@ -105,8 +110,10 @@ func openCorpus(reads context.Context, checked Checked, res *Resources) (*Corpus
 			c.Close()
 			return nil, err
 		}
-		ds := &shardedSource{index: i, name: d.Name, src: src, lazy: textual, abilities: abilitiesOf(src)}
+		ds := &shardedSource{index: i, name: d.Name, src: src, lazy: textual, cause: causeOf(d.Path, textual),
+			abilities: abilitiesOf(src)}
 		c.datasets = append(c.datasets, ds)
+		c.mixedCauses = c.mixedCauses || ds.cause != c.datasets[0].cause
 		if err := ds.cut(cfg); err != nil {
 			c.Close()
 			return nil, err

@@ -51,6 +51,9 @@ type Batch struct {
 	// Generation is the pipeline's generation when the batch was handed out
 	// (see SetWeights).
 	Generation uint64
+	// Cost is the time the batch took to make, by cause (cost.go), its
+	// wait for a slot and its copy to a device included.
+	Cost Cost
 }
 
 // Pipeline runs a rank ahead of its consumers into a ring of slots. Every
@@ -288,6 +291,22 @@ func (p *Pipeline) shardsAt(last uint64) map[state.ShardID]state.Shard {
 		maps.Copy(shards, p.inFlight[s].delta)
 	}
 	return shards
+}
+
+// Cost is the time the steps first to last took to make, by cause: of
+// those still in flight (produced, and not released by every consumer).
+func (p *Pipeline) Cost(first, last uint64) Cost {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var sum Cost
+	for s := first; s <= last && s <= p.produced; s++ {
+		if f := p.inFlight[s]; f != nil {
+			for c, d := range f.Cost {
+				sum[c] += d
+			}
+		}
+	}
+	return sum
 }
 
 // Ready is the number of produced batches consumer c has not been handed.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/dataloaderd/dataloaderd/internal/mapped"
 )
@@ -46,9 +47,11 @@ func (p *Pipeline) Run(ctx context.Context) (err error) {
 			return gerr
 		})
 		if c, ok := p.ring.(committer); ok && err == nil && prod.Lines > 0 {
+			copied := time.Now()
 			if cerr := c.Commit(slot); cerr != nil {
 				err = fmt.Errorf("copying the batch to its device slot: %w", cerr)
 			}
+			prod.Cost[CauseDeviceCopy] += time.Since(copied)
 		}
 		b, err := p.record(step, slot, prod, err)
 		switch {
@@ -115,7 +118,7 @@ func (p *Pipeline) record(step uint64, slot int, prod Produced, err error) (Batc
 		return Batch{Step: p.produced, End: true}, nil
 	}
 	b := Batch{Step: step, Slot: slot, Lines: prod.Lines, DatasetLines: prod.DatasetLines,
-		Segments: prod.Segments, MaxSeqlen: prod.MaxSeqlen, Weights: prod.Weights}
+		Segments: prod.Segments, MaxSeqlen: prod.MaxSeqlen, Weights: prod.Weights, Cost: prod.Cost}
 	p.produced = step
 	p.slotStep[slot] = step
 	p.inFlight[step] = &inFlight{Batch: b, delta: prod.Delta, released: make([]bool, p.consumers), left: p.consumers}

@@ -18,6 +18,7 @@ from typing import Dict, List, Optional
 
 import pytest
 from conftest import BIN, REPO, Daemon
+from sessions import kill_session, stats
 
 from dataloaderd import Loader
 
@@ -64,6 +65,27 @@ def children(pid: int, name: str) -> List[int]:
     return out
 
 
+def cmdline(pid: int) -> List[str]:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().decode(errors="replace").split("\0")
+    except OSError:
+        return []
+
+
+def with_env(entry: str) -> List[int]:
+    """The live processes whose environment holds entry (NAME=value)."""
+    found = []
+    for pid in stats():
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if entry.encode() in f.read().split(b"\0"):
+                    found.append(pid)
+        except OSError:
+            continue
+    return found
+
+
 def files(d: Path) -> List[str]:
     return sorted(n for n in os.listdir(d) if n.startswith("dataloaderd-"))
 
@@ -72,7 +94,10 @@ class Wrapped:
     """The wrapper running a fake torchrun, in a session of its own (as under
     a job scheduler); its daemon's rings go to shm."""
 
-    def __init__(self, tmp: Path, extra_env: Optional[Dict[str, str]] = None, args: str = "", path: str = ""):
+    def __init__(self, tmp: Path, extra_env: Optional[Dict[str, str]] = None, args: str = "", path: str = "",
+                 socket_dir: Optional[Path] = None):
+        """socket_dir: no DATALOADERD_SOCKET, but XDG_RUNTIME_DIR, so that the
+        wrapper takes its default socket there, named by its PID."""
         self.tmp, self.record = tmp, tmp / "record"
         self.socket, self.shm = str(tmp / "d.sock"), tmp / "shm"
         self.shm.mkdir()
@@ -82,17 +107,33 @@ class Wrapped:
         fake.write_text(f"#!/bin/sh\nexec {sys.executable} {HERE}/fake_torchrun.py \"$@\"\n")
         fake.chmod(0o755)
         env = {**os.environ, "PATH": f"{path}{bindir}:{os.environ['PATH']}", "DATALOADERD_BIN": BIN,
-               "DATALOADERD_SOCKET": self.socket, "FAKE_TORCHRUN_RECORD": str(self.record),
+               "FAKE_TORCHRUN_RECORD": str(self.record),
                "DATALOADERD_ARGS": f"--shm-dir {self.shm} --log-level warn {args}", **(extra_env or {})}
+        if socket_dir is None:
+            env["DATALOADERD_SOCKET"] = self.socket
+        else:
+            env.pop("DATALOADERD_SOCKET", None)
+            env["XDG_RUNTIME_DIR"] = str(socket_dir)
         self.stderr = open(tmp / "wrapper.err", "w")
         self.proc = subprocess.Popen([WRAPPER, "--nproc-per-node", "2", "train.py"], env=env,
                                      stdout=self.stderr, stderr=subprocess.STDOUT, start_new_session=True)
+        if socket_dir is not None:
+            self.socket = str(socket_dir / f"dataloaderd-{self.proc.pid}.sock")
         wait_until("the fake torchrun started", lambda: self.lines()[:1] != [] or self.proc.poll() is not None)
         assert self.proc.poll() is None, self.log()
         self.torchrun = int(self.lines()[0].split()[1])
-        daemons = children(self.proc.pid, "dataloaderd")
+        daemons = [p for p in children(self.proc.pid, "dataloaderd") if cmdline(p)[1:2] == ["serve"]]
         assert len(daemons) == 1, (daemons, self.log())
         self.daemon = daemons[0]
+
+    def workers(self, n: int) -> List[int]:
+        """The fake torchrun's n workers, once all have started."""
+        wait_until(f"{n} workers started", lambda: len([x for x in self.lines() if x.startswith("worker ")]) == n)
+        return [int(x.split()[1]) for x in self.lines() if x.startswith("worker ")]
+
+    def processes(self) -> List[int]:
+        """Every live process started from this wrapper (they carry its record path)."""
+        return with_env(f"FAKE_TORCHRUN_RECORD={self.record}")
 
     def lines(self) -> List[str]:
         return self.record.read_text().splitlines() if self.record.exists() else []
@@ -170,6 +211,88 @@ def test_wrapper_killed_leaves_nothing(tmp_path, config):
     assert files(w.shm) == [], "ring or lock file left"
     with socketlib.socket() as s:
         s.bind(("127.0.0.1", port))  # the metrics port is free
+
+
+# The lifeline (dataloaderd watch): the fake torchrun's workers have
+# sessions of their own, as torchrun's do, and worker 1 ignores SIGTERM.
+JOB = {"FAKE_TORCHRUN_WORKERS": "2", "DATALOADERD_KILL_GRACE": "1s"}
+
+
+def assert_job_gone(w: Wrapped, workers: List[int]) -> None:
+    wait_until("every process of the job exited", lambda: w.processes() == [], timeout=5)
+    assert all(gone(pid) for pid in [*workers, w.torchrun, w.daemon])
+    wait_until("the socket removed", lambda: not os.path.exists(w.socket), timeout=2)
+
+
+def test_wrapper_session_killed_takes_its_ranks_and_socket(tmp_path):
+    # kill -9 of every process in the wrapper's session (torchrun and the
+    # daemon too, so neither can stop anything): the workers, in sessions of
+    # their own, are stopped by the watcher, which also removes the socket
+    # the SIGKILLed daemon left.
+    w = Wrapped(tmp_path, JOB)
+    workers = w.workers(2)
+    kill_session(w.proc.pid)
+    assert w.wait() == -signal.SIGKILL
+    assert_job_gone(w, workers)
+    assert "is gone; stopped" in w.log(), w.log()
+
+
+@pytest.mark.parametrize("setpriv", [True, False], ids=["setpriv", "no-setpriv"])
+def test_wrapper_killed_alone_takes_its_ranks_and_socket(tmp_path, setpriv):
+    # kill -9 of the wrapper alone: with setpriv torchrun gets SIGTERM from
+    # the kernel and passes it on, but worker 1 ignores it; without setpriv
+    # torchrun is not told at all. The watcher stops them either way.
+    path = ""
+    if not setpriv:
+        (tmp_path / "old").mkdir()
+        (tmp_path / "old" / "setpriv").write_text("#!/bin/sh\necho 'Usage: setpriv [options] <program>'\n")
+        (tmp_path / "old" / "setpriv").chmod(0o755)
+        path = f"{tmp_path / 'old'}:"
+    w = Wrapped(tmp_path, JOB, path=path)
+    workers = w.workers(2)
+    w.proc.kill()
+    assert w.wait() == -signal.SIGKILL
+    assert_job_gone(w, workers)
+
+
+def test_wrapper_normal_end_kills_nothing(tmp_path):
+    # A job that ends by itself: the wrapper stops the watcher, which stops
+    # nothing; a process the job left behind on purpose runs to its end.
+    detached = tmp_path / "detached"
+    w = Wrapped(tmp_path, {**JOB, "FAKE_TORCHRUN_SLEEP": "0.5", "FAKE_TORCHRUN_DETACH": str(detached)})
+    assert w.wait() == 5, w.log()
+    assert w.lines()[-1] == "exit 5 daemon=up", w.lines()
+    leftover = int(detached.read_text().split()[1])
+    assert w.processes() == [leftover], "a process of the job outlived the wrapper's normal end"
+    wait_until("the detached process ended by itself", lambda: "detached exit" in detached.read_text(), timeout=10)
+    assert "stopped" not in w.log(), w.log()
+
+
+def test_wrapper_removes_sockets_of_gone_wrappers_only(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    dead = []
+    for _ in range(2):
+        p = subprocess.Popen(["true"])
+        p.wait()
+        dead.append(p.pid)
+    stale, live, alive_pid = (str(run / f"dataloaderd-{pid}.sock") for pid in (dead[0], dead[1], os.getpid()))
+    for path in (stale, alive_pid):  # bound, then closed: nothing answers
+        with socketlib.socket(socketlib.AF_UNIX) as s:
+            s.bind(path)
+    listening = socketlib.socket(socketlib.AF_UNIX)
+    listening.bind(live)  # a live daemon's, named by a PID now free
+    listening.listen()
+    try:
+        w = Wrapped(tmp_path, {"FAKE_TORCHRUN_SLEEP": "0.5"}, socket_dir=run)
+        assert w.socket == str(run / f"dataloaderd-{w.proc.pid}.sock") and os.path.exists(w.socket)
+        assert not os.path.exists(stale), "the socket of a gone wrapper was left"
+        assert os.path.exists(live), "a live daemon's socket was removed"
+        assert os.path.exists(alive_pid), "the socket named by a live PID was removed"
+        assert w.wait() == 5, w.log()
+        assert sorted(os.listdir(run)) == sorted(os.path.basename(p) for p in (live, alive_pid))
+    finally:
+        listening.close()
 
 
 def test_new_daemon_sweeps_what_a_killed_one_left(tmp_path, config):

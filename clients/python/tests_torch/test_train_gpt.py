@@ -5,79 +5,26 @@ the epoch exactly once, all ranks ending at the same step; resumed on the
 same world size, it computes the losses of a run never stopped."""
 
 import glob
-import json
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
 import torch
 
-from corpus import make_corpus
-
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
-BIN = os.environ.get("DATALOADERD_BIN", os.path.join(REPO, "bin", "dataloaderd"))
+from sessions import kill_session
+from torchrun_job import REPO, check_exactly_once, finish, kill_after_checkpoint, launch_script, make_job, records
 
 
 @pytest.fixture
 def job(tmp_path):
-    datasets, ranges = make_corpus(str(tmp_path))
-    config = {"seq_len": 16, "batch_size": 4, "seed": 3, "logical_shards": 12, "eos_id": 0, "epochs": 1,
-              "datasets": datasets}
-    path = tmp_path / "job.json"
-    path.write_text(json.dumps(config))
-    tokens = {t for lo, hi in ranges for t in range(lo, hi)}
-    return {"config": str(path), "vocab": max(tokens) + 1, "tokens": tokens, "tmp": tmp_path}
+    return make_job(tmp_path)
 
 
 def launch(job, name, nproc, resume=False):
     """Starts the example under the wrapper in a process group of its own."""
-    tmp = job["tmp"]
-    for d in ("ckpt", f"log-{name}", f"shm-{name}"):
-        (tmp / d).mkdir(exist_ok=True)
-    env = dict(os.environ, DATALOADERD_BIN=BIN, DATALOADERD_SOCKET=str(tmp / f"{name}.sock"),
-               DATALOADERD_ARGS=f"--shm-dir {tmp / f'shm-{name}'} --log-level warn",
-               PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
-    cmd = [os.path.join(REPO, "deploy", "torchrun-with-dataloaderd.sh"), "--standalone", f"--nproc-per-node={nproc}",
-           os.path.join(REPO, "examples", "train_gpt.py"), "--config", job["config"], "--vocab", str(job["vocab"]),
-           "--ckpt", str(tmp / "ckpt"), "--save-every", "5", "--records", str(tmp / f"log-{name}")]
-    out = open(tmp / f"{name}.out", "w")
-    return subprocess.Popen(cmd + (["--resume"] if resume else []), env=env, stdout=out, stderr=subprocess.STDOUT,
-                            start_new_session=True)
-
-
-def records(job, name):
-    """Every rank's log lines of one launch: {world: {rank: [record, ...]}}."""
-    out = {}
-    for path in glob.glob(str(job["tmp"] / f"log-{name}" / "rank-*-of-*.jsonl")):
-        rank, world = (int(x) for x in os.path.basename(path)[5:-6].split("-of-"))
-        with open(path) as f:
-            out.setdefault(world, {})[rank] = [json.loads(line) for line in f]
-    return out
-
-
-def finish(job, name, proc, timeout=300):
-    code = proc.wait(timeout=timeout)
-    assert code == 0, (job["tmp"] / f"{name}.out").read_text()[-3000:]
-
-
-def kill_after_checkpoint(job, name, proc, step):
-    """kill -9 of the whole job once a checkpoint at or after `step` is whole
-    and training went on past it; returns the checkpoint's step."""
-    latest = job["tmp"] / "ckpt" / "latest"
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, (job["tmp"] / f"{name}.out").read_text()[-3000:]
-        saved = int(latest.read_text().split("-")[1]) if latest.exists() else 0
-        seen = max((r["step"] for rs in records(job, name).values() for recs in rs.values() for r in recs), default=0)
-        if saved >= step and seen > saved:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            return saved
-        time.sleep(0.05)
-    raise AssertionError("no checkpoint in 300 s")
+    return launch_script(job, name, nproc, os.path.join(REPO, "examples", "train_gpt.py"), 5, resume)
 
 
 def check_inspect(job, name, saved, world):
@@ -111,15 +58,7 @@ def test_killed_job_resumes_on_another_world_size_exactly_once(job, old, new):
     check_inspect(job, "a", saved, old)
     resumed = launch(job, "b", new, resume=True)
     finish(job, "b", resumed)
-    before = [r for recs in records(job, "a")[old].values() for r in recs if r["step"] <= saved]
-    after = records(job, "b")[new]
-    served = [t for r in before for t in r["tokens"]] + [t for recs in after.values() for r in recs for t in r["tokens"]]
-    data = [t for t in served if t != 0]
-    assert len(data) == len(set(data)), "a token was served twice"
-    assert set(data) == job["tokens"], f"{len(job['tokens'] - set(data))} tokens of the epoch were never served"
-    last = {rank: recs[-1]["step"] for rank, recs in after.items()}
-    assert len(set(last.values())) == 1, f"the ranks ended at different steps: {last}"
-    assert min(r["step"] for recs in after.values() for r in recs) == saved + 1
+    check_exactly_once(job, "a", old, "b", new, saved)
 
 
 def test_resume_on_the_same_world_size_gives_the_same_losses(job):
@@ -180,3 +119,26 @@ def test_wrapper_signalled_mid_training(job, sig):
     assert "DaemonUnavailable" not in out and "pipeline closed" not in out, out[-3000:]
     assert not os.path.exists(tmp / "s.sock"), "socket left"
     assert os.listdir(tmp / "shm-s") == [], "files left in the shm directory"
+
+
+def test_wrapper_session_killed_mid_training(job):
+    """kill -9 of every process in the wrapper's session, as a scheduler or
+    a closed terminal kills a job: torchrun and the daemon die at once, and
+    the ranks are in sessions of their own (torchrun's start_new_session).
+    Nothing of the job is left within seconds and the SIGKILLed daemon's
+    socket is removed by the wrapper's watcher. (These ranks print every
+    step into torchrun's pipe and so may die of it on their own; ranks that
+    would not are held by test_lifecycle.py's stand-in torchrun.)"""
+    proc = launch(job, "x", 2)
+    deadline = time.monotonic() + 300
+    while not any(recs for rs in records(job, "x").values() for recs in rs.values()):
+        assert proc.poll() is None and time.monotonic() < deadline, (job["tmp"] / "x.out").read_text()[-3000:]
+        time.sleep(0.05)
+    kill_session(proc.pid)
+    proc.wait(timeout=10)
+    tmp = job["tmp"]
+    deadline = time.monotonic() + 10
+    while processes_with(str(tmp)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert processes_with(str(tmp)) == [], "processes of the job outlived the kill of the wrapper's session"
+    assert not os.path.exists(tmp / "x.sock"), "socket left"

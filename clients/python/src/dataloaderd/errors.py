@@ -23,6 +23,8 @@ __all__ = [
     "CudaUnavailableError",
     "CudaError",
     "FileChangedError",
+    "ShardingError",
+    "AttentionLeakError",
 ]
 
 
@@ -101,6 +103,21 @@ class FileChangedError(DataloaderdError):
     deleted after the session opened it. Only that session fails; the message
     names the file. Replace files in use by writing a new file and renaming
     it over the old one."""
+
+
+class ShardingError(DataloaderdError):
+    """The Loader is iterated through a wrapper that splits one stream among
+    the processes (accelerate's DataLoaderDispatcher or IterableDatasetShard,
+    which Hugging Face Trainer puts around a train_dataset): each rank's
+    Loader reads a stream of its own, so the wrapper would drop the other
+    ranks' data. docs/trainers.md says how to wire the loader instead."""
+
+
+class AttentionLeakError(DataloaderdError):
+    """A model given packed lines with ``position_ids`` lets a document attend
+    to the one before it in its line (dataloaderd.trainers.hf.
+    check_packed_attention): the message says how much the probe's logits
+    moved and what to pass instead (docs/metadata.md)."""
 
 
 class BatchTimeoutError(DataloaderdError, TimeoutError):

@@ -20,6 +20,7 @@ from ._proto import dataloader_pb2 as pb
 from ._reconnect import OpenArgs, Reconnecting, Recovery, connect, recovery_steps
 from ._session import Session, close_session, open_session
 from ._torchapi import Torch
+from ._wrappers import refuse_stream_splitters
 from .batch import Batch, make_batch, padding_arrays
 from .config import check_weights, load_config, local_folder, to_proto
 from .errors import BatchTimeoutError, DaemonUnavailableError, DataloaderdError, StateError, translate
@@ -147,6 +148,7 @@ class Loader(Reconnecting):
     # -- iteration ------------------------------------------------------------
 
     def __iter__(self) -> Iterator[Batch]:
+        refuse_stream_splitters(self.dp_rank, self.dp_size)  # ShardingError: see _wrappers.py
         self._open()
         return self._batches()
 
