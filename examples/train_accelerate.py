@@ -12,7 +12,6 @@ tests_torch/test_trainer_accelerate.py runs it: kill -9, a resume on 3
 ranks, every token exactly once.
 """
 
-import argparse
 import json
 import os
 
@@ -22,7 +21,7 @@ from accelerate import Accelerator
 
 from dataloaderd import Loader, all_padding
 from dataloaderd.trainers.accelerate import checkpoint_loader
-from train_gpt import TinyGPT
+from train_gpt import TinyGPT, arguments, point_latest, record
 
 
 def train(args):
@@ -48,30 +47,18 @@ def train(args):
             optim.zero_grad()
             accelerator.backward(loss * (0.0 if batch["padding"] else 1.0))
             optim.step()
-            tokens = [] if batch["padding"] else batch["tokens"].reshape(-1).tolist()
-            log.write(json.dumps({"step": batch["step"], "loss": loss.item(), "padding": batch["padding"],
-                                  "tokens": tokens}) + "\n")
-            log.flush()
+            record(log, batch, loss)
             if batch["step"] % args.save_every == 0:
                 name = f"step-{batch['step']}"
                 accelerator.save_state(os.path.join(args.ckpt, name))  # on every process
                 accelerator.wait_for_everyone()
                 if accelerator.is_main_process:  # the checkpoint is whole: point at it
-                    with open(latest + ".tmp", "w") as f:
-                        f.write(name)
-                    os.replace(latest + ".tmp", latest)
+                    point_latest(args.ckpt, name)
     accelerator.end_training()
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--config", required=True, help="the job config (JSON), as Loader takes it")
-    p.add_argument("--vocab", type=int, required=True, help="vocabulary size (largest token id + 1)")
-    p.add_argument("--ckpt", required=True, help="checkpoint folder: step-<s>/ per save, 'latest' names the last")
-    p.add_argument("--save-every", type=int, default=10)
-    p.add_argument("--records", required=True, help="folder of per-rank JSON lines: step, loss, tokens")
-    p.add_argument("--resume", action="store_true", help="go on from the latest checkpoint, if there is one")
-    train(p.parse_args())
+    train(arguments(__doc__, "checkpoint folder: step-<s>/ per save, 'latest' names the last").parse_args())
 
 
 if __name__ == "__main__":

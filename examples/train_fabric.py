@@ -11,7 +11,6 @@ tests_torch/test_trainer_lightning.py runs it: kill -9, a resume on 3 ranks,
 every token exactly once.
 """
 
-import argparse
 import json
 import os
 
@@ -21,7 +20,7 @@ from lightning.fabric import Fabric
 
 from dataloaderd import Loader, all_padding
 from dataloaderd.trainers.lightning import LoaderState
-from train_gpt import TinyGPT
+from train_gpt import TinyGPT, arguments, point_latest, record
 
 
 def train(args):
@@ -48,29 +47,17 @@ def train(args):
             optim.zero_grad()
             fabric.backward(loss * (0.0 if batch["padding"] else 1.0))
             optim.step()
-            tokens = [] if batch["padding"] else batch["tokens"].reshape(-1).tolist()
-            log.write(json.dumps({"step": batch["step"], "loss": loss.item(), "padding": batch["padding"],
-                                  "tokens": tokens}) + "\n")
-            log.flush()
+            record(log, batch, loss)
             if batch["step"] % args.save_every == 0:
                 name = f"step-{batch['step']}"
                 fabric.save(os.path.join(args.ckpt, name + ".ckpt"), state)  # every rank: LoaderState gathers
                 fabric.barrier()
                 if fabric.global_rank == 0:  # the checkpoint is whole: point at it
-                    with open(latest + ".tmp", "w") as f:
-                        f.write(name)
-                    os.replace(latest + ".tmp", latest)
+                    point_latest(args.ckpt, name)
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--config", required=True, help="the job config (JSON), as Loader takes it")
-    p.add_argument("--vocab", type=int, required=True, help="vocabulary size (largest token id + 1)")
-    p.add_argument("--ckpt", required=True, help="checkpoint folder: step-<s>.ckpt per save, 'latest' names the last")
-    p.add_argument("--save-every", type=int, default=10)
-    p.add_argument("--records", required=True, help="folder of per-rank JSON lines: step, loss, tokens")
-    p.add_argument("--resume", action="store_true", help="go on from the latest checkpoint, if there is one")
-    train(p.parse_args())
+    train(arguments(__doc__, "checkpoint folder: step-<s>.ckpt per save, 'latest' names the last").parse_args())
 
 
 if __name__ == "__main__":

@@ -70,6 +70,37 @@ class Trainer(Stateful):
         set_state_dict(self.model, self.optim, model_state_dict=sd["model"], optim_state_dict=sd["optim"])
 
 
+def record(log, batch, loss, **extra):
+    """One line of the rank's record (what the tests check exactly once
+    against): the step, its loss and the tokens trained on (none for a
+    padding batch)."""
+    tokens = [] if batch["padding"] else batch["tokens"].reshape(-1).tolist()
+    log.write(json.dumps({"step": batch["step"], **extra, "loss": loss.item(), "padding": batch["padding"],
+                          "tokens": tokens}) + "\n")
+    log.flush()
+
+
+def point_latest(ckpt, name):
+    """Points <ckpt>/latest at the checkpoint `name`, once it is whole (on one
+    rank, after every rank saved)."""
+    latest = os.path.join(ckpt, "latest")
+    with open(latest + ".tmp", "w") as f:
+        f.write(name)
+    os.replace(latest + ".tmp", latest)
+
+
+def arguments(doc, ckpt_help="checkpoint folder: step-<s>/ per save, 'latest' names the last whole one"):
+    """The examples' command line (the tests' torchrun_job.launch_script gives it)."""
+    p = argparse.ArgumentParser(description=doc.splitlines()[0])
+    p.add_argument("--config", required=True, help="the job config (JSON), as Loader takes it")
+    p.add_argument("--vocab", type=int, required=True, help="vocabulary size (largest token id + 1)")
+    p.add_argument("--ckpt", required=True, help=ckpt_help)
+    p.add_argument("--save-every", type=int, default=10)
+    p.add_argument("--records", required=True, help="folder of per-rank JSON lines: step, loss, tokens")
+    p.add_argument("--resume", action="store_true", help="go on from the latest checkpoint, if there is one")
+    return p
+
+
 def train(args):
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -95,30 +126,18 @@ def train(args):
             optim.zero_grad()
             (loss * (0.0 if batch["padding"] else 1.0)).backward()  # a padding step still joins DDP's all-reduce
             optim.step()
-            tokens = [] if batch["padding"] else batch["tokens"].reshape(-1).tolist()
-            log.write(json.dumps({"step": batch["step"], "loss": loss.item(), "padding": batch["padding"],
-                                  "tokens": tokens}) + "\n")
-            log.flush()
+            record(log, batch, loss)
             if batch["step"] % args.save_every == 0:
                 step_dir = f"step-{batch['step']}"
                 dcp.save({"trainer": trainer, "dataloader": loader}, checkpoint_id=os.path.join(args.ckpt, step_dir))
                 dist.barrier()
                 if rank == 0:  # the checkpoint is whole: point at it
-                    with open(latest + ".tmp", "w") as f:
-                        f.write(step_dir)
-                    os.replace(latest + ".tmp", latest)
+                    point_latest(args.ckpt, step_dir)
     dist.destroy_process_group()
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--config", required=True, help="the job config (JSON), as Loader takes it")
-    p.add_argument("--vocab", type=int, required=True, help="vocabulary size (largest token id + 1)")
-    p.add_argument("--ckpt", required=True, help="checkpoint folder: step-<s>/ per save, 'latest' names the last whole one")
-    p.add_argument("--save-every", type=int, default=10)
-    p.add_argument("--records", required=True, help="folder of per-rank JSON lines: step, loss, tokens")
-    p.add_argument("--resume", action="store_true", help="go on from the latest checkpoint, if there is one")
-    train(p.parse_args())
+    train(arguments(__doc__).parse_args())
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ tests_torch/test_trainer_lightning.py runs it: kill -9, a resume on 3 ranks,
 every token exactly once.
 """
 
-import argparse
 import json
 import os
 
@@ -21,7 +20,7 @@ import torch.nn.functional as F
 from lightning.pytorch.callbacks import Callback
 
 from dataloaderd.trainers.lightning import LoaderDataModule
-from train_gpt import TinyGPT
+from train_gpt import TinyGPT, arguments, point_latest, record
 
 
 class LitGPT(pl.LightningModule):
@@ -32,10 +31,7 @@ class LitGPT(pl.LightningModule):
     def training_step(self, batch, batch_idx):
         logits = self.model(batch["input_ids"])
         loss = F.cross_entropy(logits.flatten(0, 1), batch["shift_labels"].flatten())
-        tokens = [] if batch["padding"] else batch["tokens"].reshape(-1).tolist()
-        self.log_file.write(json.dumps({"step": batch["step"], "global_step": self.global_step, "loss": loss.item(),
-                                        "padding": batch["padding"], "tokens": tokens}) + "\n")
-        self.log_file.flush()
+        record(self.log_file, batch, loss, global_step=self.global_step)
         return loss * (0.0 if batch["padding"] else 1.0)  # a padding step still joins DDP's all-reduce
 
     def configure_optimizers(self):
@@ -65,10 +61,7 @@ class Checkpoint(Callback):
             name = f"step-{batch['step']}"
             trainer.save_checkpoint(os.path.join(self.folder, name + ".ckpt"))  # ends with a barrier
             if trainer.is_global_zero:
-                latest = os.path.join(self.folder, "latest")
-                with open(latest + ".tmp", "w") as f:
-                    f.write(name)
-                os.replace(latest + ".tmp", latest)
+                point_latest(self.folder, name)
 
 
 def train(args):
@@ -90,14 +83,8 @@ def train(args):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--config", required=True, help="the job config (JSON), as Loader takes it")
-    p.add_argument("--vocab", type=int, required=True, help="vocabulary size (largest token id + 1)")
-    p.add_argument("--ckpt", required=True, help="checkpoint folder: step-<s>.ckpt per save, 'latest' names the last")
-    p.add_argument("--save-every", type=int, default=10)
-    p.add_argument("--records", required=True, help="folder of per-rank JSON lines: step, loss, tokens")
+    p = arguments(__doc__, "checkpoint folder: step-<s>.ckpt per save, 'latest' names the last")
     p.add_argument("--mix-at", type=int, default=3, help="the step after which the mixture changes")
-    p.add_argument("--resume", action="store_true", help="go on from the latest checkpoint, if there is one")
     train(p.parse_args())
 
 
