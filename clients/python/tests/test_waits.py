@@ -17,7 +17,6 @@ import urllib.request
 from pathlib import Path
 from typing import Dict, List, Tuple
 
-from dataloaderd import Loader
 from rundaemon import REPO
 
 VOCAB = os.environ.get("DATALOADERD_TOKENIZER_VOCAB", "")
@@ -29,7 +28,6 @@ Series = Dict[Tuple[str, str, str], float]  # (metric, dp_rank, cause) -> value
 # as they come, until the stop file appears.
 RANK = """
 import json, os, sys
-from dataloaderd import Loader
 a = json.loads(sys.argv[1])
 n = 0
 with Loader(a["config"], socket=a["socket"], dp_rank=a["rank"], dp_size=2, job="starved") as ld:

@@ -5,6 +5,7 @@ the epoch exactly once, all ranks ending at the same step; resumed on the
 same world size, it computes the losses of a run never stopped."""
 
 import glob
+import json
 import os
 import signal
 import subprocess
@@ -14,7 +15,7 @@ import pytest
 import torch
 
 from sessions import kill_session
-from torchrun_job import REPO, check_exactly_once, finish, kill_after_checkpoint, launch_script, make_job, records
+from torchrun_job import BIN, REPO, check_exactly_once, finish, kill_after_checkpoint, launch_script, make_job, records
 
 
 @pytest.fixture

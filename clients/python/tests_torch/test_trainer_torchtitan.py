@@ -21,7 +21,7 @@ from rundaemon import Daemon
 from torchrun_job import check_exactly_once, finish, kill_after_checkpoint, start
 
 from dataloaderd import ConfigError, Loader
-from dataloaderd.trainers.torchtitan import DataloaderdDataLoader, titan_batch
+from dataloaderd.trainers.torchtitan import DataloaderdDataLoader
 from torchtitan.components.loss import IGNORE_INDEX
 
 WORKER = os.path.join(os.path.dirname(__file__), "titan_train.py")
