@@ -28,6 +28,7 @@ Series = Dict[Tuple[str, str, str], float]  # (metric, dp_rank, cause) -> value
 # as they come, until the stop file appears.
 RANK = """
 import json, os, sys
+from dataloaderd import Loader
 a = json.loads(sys.argv[1])
 n = 0
 with Loader(a["config"], socket=a["socket"], dp_rank=a["rank"], dp_size=2, job="starved") as ld:
@@ -142,7 +143,12 @@ def test_a_starved_job_shows_its_waits_and_cause_and_fires_the_alert(daemon_fact
         wait = last[("dataloaderd_rank_wait_seconds_total", r, "")] - scrapes[0][("dataloaderd_rank_wait_seconds_total", r, "")]
         assert wait > 0.5 * (SCRAPES - 1), f"rank {r} waited {wait:.2f} s of {SCRAPES - 1} s"
         late = {c: v for (n, rr, c), v in last.items() if n == "dataloaderd_rank_late_seconds_total" and rr == r}
-        assert max(late, key=lambda c: late[c]) == "tokenize", late
+        # Of the daemon's causes, tokenizing, by far ("other": the part of
+        # the waits longer than the batches took to make, which grows with
+        # the machine's load: wake-ups, the daemon's notice of releases).
+        daemons = {c: v for c, v in late.items() if c != "other"}
+        assert max(daemons, key=lambda c: daemons[c]) == "tokenize", late
+        assert daemons["tokenize"] > 10 * (sum(daemons.values()) - daemons["tokenize"]), late
         assert abs(sum(late.values()) - last[("dataloaderd_rank_wait_seconds_total", r, "")]) < 1e-6, late
     logs = d.logs()
     assert '"msg":"a consumer waited for its batch (stall)"' in logs and '"cause":"tokenize"' in logs, logs[-2000:]
