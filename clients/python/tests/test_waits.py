@@ -75,8 +75,10 @@ def promtool_test(tmp: Path, scrapes: List[Series], uid: str, firing: List[str])
     """A promtool unit test of the shipped rules on the scraped series, a
     scrape a minute: the alert fires for the ranks in firing, naming
     tokenizing as the cause. The summary's figure is the rate promtool's
-    Prometheus computes over the last 5 minutes: with a sample at every
-    minute, both window ends included, (v[end] - v[end-5]) / 300 s."""
+    Prometheus computes over the last 5 minutes, checked half a minute after
+    the last sample so that no sample lies on the window's edge (Prometheus
+    2 includes its start, 3 does not): the 4 minutes of samples in it,
+    extrapolated to the window, (v[end] - v[end-4]) / 240 s."""
     keys = sorted({k for s in scrapes for k in s})
     series = []
     for name, rank, cause in keys:
@@ -89,7 +91,7 @@ def promtool_test(tmp: Path, scrapes: List[Series], uid: str, firing: List[str])
     alerts = []
     for rank in firing:
         key = ("dataloaderd_rank_wait_seconds_total", rank, "")
-        fraction = (scrapes[end][key] - scrapes[end - 5][key]) * 60 / 300
+        fraction = (scrapes[end][key] - scrapes[end - 4][key]) * 60 / 240
         alerts.append({
             "exp_labels": {"severity": "warning", "instance": "node-0", "job": "dataloaderd", "uid": uid,
                            "training_job": "starved", "dp_rank": rank},
@@ -98,9 +100,9 @@ def promtool_test(tmp: Path, scrapes: List[Series], uid: str, firing: List[str])
                 "description": "mostly tokenize on node-0: see the causes in dataloaderd_rank_late_seconds_total "
                                "(docs/metrics.md, \"Which rank waited, and why\")."},
         })
-    test = {"rule_files": [str(RULES)], "evaluation_interval": "1m", "tests": [{
+    test = {"rule_files": [str(RULES)], "evaluation_interval": "30s", "tests": [{
         "interval": "1m", "input_series": series,
-        "alert_rule_test": [{"eval_time": f"{end}m", "alertname": "DataloaderdRankWaiting", "exp_alerts": alerts}],
+        "alert_rule_test": [{"eval_time": f"{end}m30s", "alertname": "DataloaderdRankWaiting", "exp_alerts": alerts}],
     }]}
     path = tmp / "starved_test.yml"
     path.write_text(json.dumps(test, indent=1))  # JSON is YAML
