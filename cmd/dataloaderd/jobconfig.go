@@ -25,6 +25,7 @@ type jobConfig struct {
 	Pad           *int64  `json:"pad_id"`
 	Epochs        uint32  `json:"epochs"`
 	ShuffleWindow uint32  `json:"shuffle_window"`
+	RunTokens     uint64  `json:"run_tokens"`
 	Datasets      []struct {
 		Name        string   `json:"name"`
 		Path        string   `json:"path"`
@@ -58,7 +59,7 @@ func readJobConfig(path string) (stream.Config, error) {
 		return stream.Config{}, fmt.Errorf("config %s: eos_id is required", path)
 	}
 	cfg := stream.Config{SeqLen: *jc.SeqLen, BatchSize: *jc.BatchSize, Seed: jc.Seed, LogicalShards: 64,
-		EOS: *jc.EOS, BOS: -1, Pad: *jc.EOS, Epochs: jc.Epochs, ShuffleWindow: jc.ShuffleWindow}
+		EOS: *jc.EOS, BOS: -1, Pad: *jc.EOS, Epochs: jc.Epochs, ShuffleWindow: jc.ShuffleWindow, RunTokens: jc.RunTokens}
 	if jc.LogicalShards != nil {
 		cfg.LogicalShards = *jc.LogicalShards
 	}

@@ -44,7 +44,8 @@ type DatasetWorkingSet struct {
 // of blockBytes blocks: per dataset, its index, and for each shard the
 // ranks own, its open window and the next one, each window_lines x
 // line_tokens tokens of the shard's stream. How many units a window reads
-// comes from the shard's mean unit length.
+// comes from the shard's mean unit length; with run_tokens, a window reads
+// a span of each run it reaches into.
 func (c *Corpus) WorkingSet(ranks []uint32, dpSize uint32, blockBytes int64) WorkingSet {
 	var ws WorkingSet
 	windowTokens := c.cfg.Window() * uint64(c.cfg.LineTokens())
@@ -57,11 +58,14 @@ func (c *Corpus) WorkingSet(ranks []uint32, dpSize uint32, blockBytes int64) Wor
 		if t := d.src.Tokens(); t > 0 {
 			bpt = float64(data) / float64(t)
 		}
+		// Units read in runs (runs.go) are contiguous: a window is a few
+		// spans of its files, a block beside each.
+		run := c.cfg.RunTokens
 		var windows int64
 		for _, r := range ranks {
 			lo, hi := state.Owned(r, dpSize, c.cfg.LogicalShards)
 			for k := lo; k < hi && int(k) < len(d.shards); k++ {
-				w, b := d.shards[k].windowBytes(windowTokens, bpt, blockBytes)
+				w, b := d.shards[k].windowBytes(windowTokens, run, bpt, blockBytes)
 				dw.Shards++
 				windows += w
 				dw.Bytes += b
@@ -96,7 +100,7 @@ func (d *shardedSource) bytes(format string) (data, index int64) {
 // at bpt bytes each, and a block beside each unit the window reads), and
 // the shard's part of a working set: two windows, at most the shard's own
 // bytes (with a block at each end).
-func (s *shard) windowBytes(windowTokens uint64, bpt float64, block int64) (window, part int64) {
+func (s *shard) windowBytes(windowTokens, run uint64, bpt float64, block int64) (window, part int64) {
 	if s.tokens == 0 || s.n == 0 {
 		return 0, 0
 	}
@@ -104,6 +108,10 @@ func (s *shard) windowBytes(windowTokens uint64, bpt float64, block int64) (wind
 	// The units of a window: its tokens over the mean unit, and the one
 	// it starts inside.
 	units := min(uint64(math.Ceil(float64(tokens)*float64(s.n)/float64(s.tokens)))+1, s.n)
+	if run > 0 {
+		// In runs: a span per run the window reaches into.
+		units = min(units, (tokens+run-1)/run+1)
+	}
 	window = int64(float64(tokens)*bpt) + int64(units)*block
 	whole := int64(float64(s.tokens)*bpt) + 2*block
 	return window, min(2*window, whole)
