@@ -42,7 +42,9 @@ func (m *Manager) admitWorkingSet(corpus *stream.Corpus, req Request, log *zap.L
 	fields := []zap.Field{zap.Int64("working_set_bytes", own), zap.Int64("node_working_set_bytes", node), zap.Int64("object_cache_bytes", budget)}
 	if node > budget {
 		log.Warn("the object cache is smaller than the working set of the sessions open: blocks will be evicted before they are read and fetched again; "+
-			"raise --object-cache-mb (or --object-cache-disk-mb with --object-cache-dir), or lower shuffle_window", fields...)
+			"raise --object-cache-mb (or --object-cache-disk-mb with --object-cache-dir), or lower shuffle_window (docs/objects.md, \"Sizing the cache\")", fields...)
+	} else if corpus.Config().RunTokens == 0 {
+		log.Info("object cache working set; without run_tokens a corpus larger than the cache is fetched about a block per document (docs/objects.md, \"Reading in runs\")", fields...)
 	} else {
 		log.Info("object cache working set", fields...)
 	}
