@@ -25,7 +25,9 @@ paths are against the file's folder). plan opens the datasets as a session
 would (their indices only; s3:// ones through the AWS configuration the
 daemon would use) and prints the working set of the node's N ranks of a
 world of W: each dataset's indices, and for every shard those ranks own, its
-open shuffle window and the next one. A cache smaller than the working set
+open shuffle window and the next one, or the units fetched ahead of it when
+more (the daemon's prefetch depth of 1,024 units a rank, shared among its
+shards, at most 64 a shard). A cache smaller than the working set
 evicts blocks before they are read and fetches them again. Exits 1 when the
 working set is larger than --object-cache-mb. No daemon is needed.
 

@@ -18,8 +18,8 @@ import (
 // exits 1, naming the flag, when that is past --object-cache-mb.
 func TestPlan(t *testing.T) {
 	dir := t.TempDir()
-	// 256 documents of 100 int32 tokens, 64 a shard.
-	docs := make([][]int32, 256)
+	// 4096 documents of 100 int32 tokens, 1024 a shard.
+	docs := make([][]int32, 4096)
 	for i := range docs {
 		docs[i] = make([]int32, 100)
 		for j := range docs[i] {
@@ -33,7 +33,7 @@ func TestPlan(t *testing.T) {
 	}
 	config := filepath.Join(dir, "job.json")
 	// A line of 100 tokens, a window of 2 lines: 200 tokens, 3 units (2 and
-	// the one it starts in) of a shard's 64.
+	// the one it starts in) of a shard's 1024.
 	job := `{"seq_len": 99, "batch_size": 2, "eos_id": 0, "logical_shards": 4, "shuffle_window": 2,
 		"datasets": [{"name": "meg", "path": "corpus", "format": "megatron"}]}`
 	if err := os.WriteFile(config, []byte(job), 0o644); err != nil {
@@ -49,16 +49,19 @@ func TestPlan(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Rank 0 of 2 owns 2 shards; a window is 200 tokens of 4 bytes and a
-	// 4 KiB block beside each of its 3 units.
+	// 4 KiB block beside each of its 3 units; ahead of it, the 64 units a
+	// shard asks for (1024 over 2 shards, at most 64), each with a block.
 	d := rep.Datasets[0]
 	window := int64(200*4) + 3*4096
-	if d.Shards != 2 || d.WindowBytes != window || d.IndexBytes != idx.Size() || d.Bytes != idx.Size()+2*2*window || rep.Bytes != d.Bytes {
-		t.Errorf("plan %+v: want 2 shards, windows of %d bytes, the index's %d, %d in all", rep, window, idx.Size(), idx.Size()+4*window)
+	ahead := int64(64*100*4) + 64*4096
+	want := idx.Size() + 2*(window+ahead)
+	if d.Shards != 2 || d.WindowBytes != window || d.IndexBytes != idx.Size() || d.Bytes != want || rep.Bytes != d.Bytes {
+		t.Errorf("plan %+v: want 2 shards, windows of %d bytes, the index's %d, %d in all", rep, window, idx.Size(), want)
 	}
 	out.Reset()
 	errb.Reset()
 	// Blocks of 1 MiB: each shard holds itself and a block at each end,
-	// 2.1 MiB, and 4 shards are past a cache of 1 MiB.
+	// over 2 MiB, and 4 shards are past a cache of 1 MiB.
 	code = run(context.Background(), []string{"plan", "--ranks", "2", "--object-block-kb", "1024", "--object-cache-mb", "1", config}, &out, &errb)
 	if code != 1 || !strings.Contains(errb.String(), "--object-cache-mb") {
 		t.Errorf("a cache below the working set: exit %d, stderr %q; want 1 naming --object-cache-mb", code, errb.String())

@@ -75,7 +75,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	m.workingSet = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "dataloaderd_object_working_set_bytes",
-		Help: "Bytes of the node's object cache the open sessions' s3:// datasets need at once: the indices, and each owned shard's open shuffle window and the next one.",
+		Help: "Bytes of the node's object cache the open sessions' s3:// datasets need at once: the indices, and each owned shard's open shuffle window and the next one (or the units fetched ahead, when more).",
 	})
 	m.devBytes = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "dataloaderd_device_ring_bytes", Help: "Bytes of GPU memory held by the device rings of open cuda sessions.",

@@ -32,7 +32,7 @@ func (m *Manager) admitWorkingSet(corpus *stream.Corpus, req Request, log *zap.L
 	if node > budget && m.cfg.RequireWorkingSet {
 		m.mu.Unlock()
 		return nil, fmt.Errorf("%w: the object cache of %d bytes is smaller than the %d bytes the sessions open on this node would need at once "+
-			"with dp_rank %d (%d bytes: the s3:// datasets' indices, and each owned shard's open shuffle window and the next); "+
+			"with dp_rank %d (%d bytes: the s3:// datasets' indices, and each owned shard's open shuffle window and the next or the units fetched ahead); "+
 			"raise the daemon's --object-cache-mb (or --object-cache-disk-mb with --object-cache-dir), or lower shuffle_window",
 			ErrOverBudget, budget, node, req.DPRank, own)
 	}

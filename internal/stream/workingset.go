@@ -4,6 +4,7 @@ import (
 	"math"
 	"strings"
 
+	"github.com/dataloaderd/dataloaderd/internal/source"
 	"github.com/dataloaderd/dataloaderd/internal/state"
 )
 
@@ -35,17 +36,19 @@ type DatasetWorkingSet struct {
 	// IndexBytes are the indices held whole while the dataset is open
 	// (Megatron .idx files).
 	IndexBytes int64 `json:"index_bytes"`
-	// Bytes is the dataset's part: its index, and two windows of every
-	// shard owned (at most the shard's bytes).
+	// Bytes is the dataset's part: its index, and for every shard owned
+	// its window and the next or the units fetched ahead, at most the
+	// shard's bytes.
 	Bytes int64 `json:"working_set_bytes"`
 }
 
 // WorkingSet is the working set of ranks (of a world of dpSize) in a cache
 // of blockBytes blocks: per dataset, its index, and for each shard the
-// ranks own, its open window and the next one, each window_lines x
-// line_tokens tokens of the shard's stream. How many units a window reads
-// comes from the shard's mean unit length; with run_tokens, a window reads
-// a span of each run it reaches into.
+// ranks own, its open window (window_lines x line_tokens tokens of the
+// shard's stream) and the next one, or the units fetched ahead of it when
+// more (the rank's prefetch depth shared among its shards, at most 64 a
+// shard). How many units that is comes from the shard's mean unit length;
+// with run_tokens, they are a span of each run they reach into.
 func (c *Corpus) WorkingSet(ranks []uint32, dpSize uint32, blockBytes int64) WorkingSet {
 	var ws WorkingSet
 	windowTokens := c.cfg.Window() * uint64(c.cfg.LineTokens())
@@ -62,10 +65,16 @@ func (c *Corpus) WorkingSet(ranks []uint32, dpSize uint32, blockBytes int64) Wor
 		// spans of its files, a block beside each.
 		run := c.cfg.RunTokens
 		var windows int64
+		depth := d.ahead
+		if depth == 0 { // a local dataset, planned as though in object storage
+			depth = source.ObjectPrefetchUnits
+		}
 		for _, r := range ranks {
 			lo, hi := state.Owned(r, dpSize, c.cfg.LogicalShards)
+			// A rank's depth is shared among its shards (prefetchNext).
+			ahead := min(max(4, depth/max(uint64(hi-lo), 1)), maxPrefetchAhead)
 			for k := lo; k < hi && int(k) < len(d.shards); k++ {
-				w, b := d.shards[k].windowBytes(windowTokens, run, bpt, blockBytes)
+				w, b := d.shards[k].windowBytes(windowTokens, ahead, run, bpt, blockBytes)
 				dw.Shards++
 				windows += w
 				dw.Bytes += b
@@ -96,23 +105,34 @@ func (d *shardedSource) bytes(format string) (data, index int64) {
 	return data, index
 }
 
-// windowBytes is the cache one window of the shard takes (window tokens
-// at bpt bytes each, and a block beside each unit the window reads), and
-// the shard's part of a working set: two windows, at most the shard's own
-// bytes (with a block at each end).
-func (s *shard) windowBytes(windowTokens, run uint64, bpt float64, block int64) (window, part int64) {
+// windowBytes is the cache one window of the shard takes, and the shard's
+// part of a working set: its open window, and the next one or the units
+// the shard asks to be fetched ahead of it (prefetchAhead), whichever is
+// more; at most the shard's own bytes (with a block at each end). Units in
+// runs (run > 0) are contiguous: a span per run reached, a block beside
+// each; otherwise a block beside each unit.
+func (s *shard) windowBytes(windowTokens, aheadUnits, run uint64, bpt float64, block int64) (window, part int64) {
 	if s.tokens == 0 || s.n == 0 {
 		return 0, 0
 	}
+	mean := float64(s.tokens) / float64(s.n)
 	tokens := min(windowTokens, s.tokens)
 	// The units of a window: its tokens over the mean unit, and the one
 	// it starts inside.
-	units := min(uint64(math.Ceil(float64(tokens)*float64(s.n)/float64(s.tokens)))+1, s.n)
-	if run > 0 {
-		// In runs: a span per run the window reaches into.
-		units = min(units, (tokens+run-1)/run+1)
-	}
-	window = int64(float64(tokens)*bpt) + int64(units)*block
+	units := min(uint64(math.Ceil(float64(tokens)/mean))+1, s.n)
+	window = spanBytes(tokens, units, run, bpt, block)
+	aUnits := min(aheadUnits, s.n)
+	ahead := spanBytes(min(uint64(float64(aUnits)*mean), s.tokens), aUnits, run, bpt, block)
 	whole := int64(float64(s.tokens)*bpt) + 2*block
-	return window, min(2*window, whole)
+	return window, min(window+max(window, ahead), whole)
+}
+
+// spanBytes is the cache units holding tokens take: their bytes, and a
+// block beside each contiguous span of them.
+func spanBytes(tokens, units, run uint64, bpt float64, block int64) int64 {
+	spans := units
+	if run > 0 {
+		spans = min(units, (tokens+run-1)/run+1)
+	}
+	return int64(float64(tokens)*bpt) + int64(spans)*block
 }
