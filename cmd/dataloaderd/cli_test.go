@@ -32,6 +32,7 @@ func TestHelpExitsZero(t *testing.T) {
 		{[]string{"prepare", "--help"}, []string{"-append-eos"}},
 		{[]string{"version", "--help"}, []string{"dataloaderd version"}},
 		{[]string{"inspect", "-h"}, []string{"dataloaderd inspect [--json] [--shards] [--prefix KEY] CHECKPOINT", "-json", "-shards", "-prefix", "torch.distributed.checkpoint"}},
+		{[]string{"plan", "-h"}, []string{"dataloaderd plan --ranks N", "-world", "-object-cache-mb", "-object-block-kb", "working set"}},
 	}
 	for _, tc := range cases {
 		var out, errb bytes.Buffer
@@ -62,6 +63,9 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 		{[]string{"healthcheck", "extra"}, []string{"healthcheck takes no arguments", "-socket"}},
 		{[]string{"prepare", "--workers", "many"}, []string{"many", "dataloaderd prepare --input PATH"}},
 		{[]string{"version", "extra"}, []string{"version takes no arguments"}},
+		{[]string{"plan", "x.json"}, []string{"--ranks of at least 1", "dataloaderd plan --ranks N"}},
+		{[]string{"plan", "--ranks", "2"}, []string{"name one config file"}},
+		{[]string{"plan", "--ranks", "4", "--world", "2", "x.json"}, []string{"--world must be at least --ranks"}},
 	}
 	for _, tc := range cases {
 		var out, errb bytes.Buffer

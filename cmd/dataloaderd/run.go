@@ -18,6 +18,7 @@ Usage:
   dataloaderd healthcheck [flags]  exit 0 when the daemon answers SERVING, 1 otherwise
   dataloaderd prepare [flags]      tokenize JSONL/Parquet text into Megatron .bin/.idx (see 'dataloaderd prepare -h')
   dataloaderd inspect CHECKPOINT   show a checkpoint's loader state: step, datasets, mixture history
+  dataloaderd plan --ranks N CONFIG  show a job's working set in the node's object cache (see 'dataloaderd plan -h')
   dataloaderd version              print the version (also: dataloaderd --version)
   dataloaderd watch [flags]        the lifeline of deploy/torchrun-with-dataloaderd.sh (see 'dataloaderd watch -h')
 
@@ -42,6 +43,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = prepareCmd(ctx, args[1:], stdout, stderr)
 	case "inspect":
 		err = inspectCmd(ctx, args[1:], stdout, stderr)
+	case "plan":
+		err = planCmd(ctx, args[1:], stdout, stderr)
 	case "watch":
 		err = watchCmd(ctx, args[1:], stderr)
 	case "version", "--version", "-version":

@@ -46,6 +46,7 @@ type daemonConfig struct {
 	ObjectRetryFor         string   `json:"object_retry_for"`
 	ObjectPathStyle        string   `json:"object_path_style"`
 	ObjectAllowUnversioned bool     `json:"object_allow_unversioned"`
+	RequireWorkingSet      bool     `json:"object_require_working_set"`
 }
 
 // checked holds what daemonConfig.check parsed from the settings' text.

@@ -47,7 +47,7 @@ func newDaemon(cfg daemonConfig, ok checked, shmInstance string, log *zap.Logger
 		log.Warn("object storage off: s3:// datasets will be refused", zap.Error(err))
 	}
 	d.sessions, err = session.New(session.Config{
-		Objects:    d.objects,
+		Objects: d.objects, RequireWorkingSet: cfg.RequireWorkingSet,
 		RingBudget: mem.ring, MaxSessionsPerUser: cfg.MaxSessionsPerUser,
 		Logger: log.Named("session"), Registry: d.reg, AllowRoots: cfg.AllowRoots,
 		ShmDir: cfg.ShmDir, ShmInstance: shmInstance, Slots: cfg.Slots, AttachWithin: ok.attachWithin, IdleLimit: ok.idleLimit, StallLog: ok.stallLog, Resources: d.res,

@@ -106,6 +106,10 @@ func (s *Store) Close() error {
 // BlockSize is the unit the cache fetches.
 func (s *Store) BlockSize() int64 { return s.opts.BlockSize }
 
+// Budget is the bytes the cache may hold: Options.MemoryBytes, or
+// DiskBytes with a Dir.
+func (s *Store) Budget() int64 { return s.budget }
+
 // List lists the objects under prefix (sorted by key). Flat lists every key
 // under it; otherwise one level, as a directory. A listing is bounded
 // (Options.MaxListPages, MaxListKeys, MaxListBytes) and ends with ctx.

@@ -152,7 +152,7 @@ func configFrom(c *pb.JobConfig) (stream.Config, error) {
 	}
 	out := stream.Config{
 		SeqLen: c.GetSeqLen(), BatchSize: c.GetBatchSize(), Seed: c.GetSeed(), LogicalShards: c.GetLogicalShards(),
-		EOS: c.GetEosId(), BOS: c.GetBosId(), Pad: c.GetPadId(), Epochs: c.GetEpochs(), ShuffleWindow: c.GetShuffleWindow(),
+		EOS: c.GetEosId(), BOS: c.GetBosId(), Pad: c.GetPadId(), Epochs: c.GetEpochs(), ShuffleWindow: c.GetShuffleWindow(), RunTokens: c.GetRunTokens(),
 		Metadata: c.GetMetadata(), Positions: c.GetPositions(), MaskDocumentBoundaries: c.GetMaskDocumentBoundaries(),
 	}
 	for _, d := range c.GetDatasets() {

@@ -121,7 +121,7 @@ func (p *plan) checkStateSizeEarly() error {
 func checkConfigStateSize(checked stream.Checked, dpRank, dpSize uint32) error {
 	cfg := checked.Config()
 	fp := state.Fingerprint{SeqLen: cfg.SeqLen, LogicalShards: cfg.LogicalShards, Seed: cfg.Seed, EOS: cfg.EOS, BOS: cfg.BOS,
-		ShuffleWindow: uint32(cfg.Window())}
+		ShuffleWindow: uint32(cfg.Window()), RunTokens: cfg.RunTokens}
 	for _, d := range cfg.Datasets {
 		fp.Datasets = append(fp.Datasets, state.DatasetPrint{Name: d.Name, Format: d.Format})
 	}

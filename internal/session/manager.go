@@ -43,6 +43,10 @@ type Config struct {
 	AllowRoots []string
 	// Objects reads s3:// datasets through the node's cache; nil: off.
 	Objects *objstore.Store
+	// RequireWorkingSet refuses an open that would make the working set of
+	// the sessions open larger than the object cache (workingset.go);
+	// false: such an open is logged as a warning.
+	RequireWorkingSet bool
 	// ShmDir holds the shared-memory rings and control files.
 	ShmDir string
 	// ShmInstance names the files this daemon makes in ShmDir
@@ -106,6 +110,9 @@ type Manager struct {
 	closedByConsumers []string
 	// run tags the ids of the sessions this run of the daemon opens.
 	run string
+	// workingSet is what the open sessions need of the object cache
+	// (workingset.go); guarded by mu.
+	workingSet int64
 	// published, when set (tests), runs after an open made its session
 	// findable by others and before it replies.
 	published func()

@@ -21,6 +21,8 @@ type metrics struct {
 	ringBytes  prometheus.Gauge
 	ringBudget prometheus.Gauge
 	devBytes   prometheus.Gauge
+	// workingSet is the object cache the open sessions need (workingset.go).
+	workingSet prometheus.Gauge
 	devCopy    prometheus.Histogram
 	skipped    *prometheus.CounterVec
 	// datasets deletes the dataset series of closed sessions.
@@ -71,6 +73,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "dataloaderd_ring_budget_bytes", Help: "The ring memory budget (--ring-budget-mb); 0: none.",
 		}),
 	}
+	m.workingSet = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "dataloaderd_object_working_set_bytes",
+		Help: "Bytes of the node's object cache the open sessions' s3:// datasets need at once: the indices, and each owned shard's open shuffle window and the next one (or the units fetched ahead, when more).",
+	})
 	m.devBytes = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "dataloaderd_device_ring_bytes", Help: "Bytes of GPU memory held by the device rings of open cuda sessions.",
 	})
@@ -104,7 +110,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		Buckets: prometheus.ExponentialBuckets(0.01, 4, 8),
 	})
 	reg.MustRegister(m.sessions, m.batches, m.tokens, m.lines, m.clientWait, m.readySlots,
-		m.stateSave, m.stateBytes, m.errors, m.ringBytes, m.ringBudget, m.devBytes, m.devCopy, m.skipped, m.jobShare, m.jobLines, m.reconnects, m.reconnectWait)
+		m.stateSave, m.stateBytes, m.errors, m.ringBytes, m.ringBudget, m.workingSet, m.devBytes, m.devCopy, m.skipped, m.jobShare, m.jobLines, m.reconnects, m.reconnectWait)
 	return m
 }
 

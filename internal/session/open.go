@@ -191,6 +191,12 @@ func (m *Manager) newSession(ctx context.Context, key sessionKey, p plan) (*sess
 		}
 		return nil, err
 	}
+	leave, err := m.admitWorkingSet(corpus, req, m.log.With(zap.String("job", key.job), zap.Uint32("dp_rank", key.dpRank))) // workingset.go
+	if err != nil {
+		release()
+		return nil, err
+	}
+	release = func() { leave(); use.release() }
 	cfg := corpus.Config()
 	if err := skipTo(ctx, rank, req.SkipToStep, uint64(cfg.BatchSize)*uint64(cfg.LineTokens()), m.stopped); err != nil {
 		release()

@@ -20,6 +20,7 @@ type Fingerprint struct {
 	BOS           int64          `json:"bos_id"`
 	ShuffleWindow uint32         `json:"shuffle_window"`
 	Datasets      []DatasetPrint `json:"datasets"`
+	RunTokens     uint64         `json:"run_tokens,omitempty"` // 0 in states saved before it was a setting
 }
 
 // DatasetPrint identifies one dataset's files by name and size (not by full
@@ -71,6 +72,7 @@ func (f Fingerprint) Diff(cur Fingerprint) []string {
 	num("eos_id", f.EOS, cur.EOS)
 	num("bos_id", f.BOS, cur.BOS)
 	num("shuffle_window", f.ShuffleWindow, cur.ShuffleWindow)
+	num("run_tokens", f.RunTokens, cur.RunTokens)
 	if len(f.Datasets) != len(cur.Datasets) {
 		d = append(d, fmt.Sprintf("%d datasets in the saved state (%s), %d now (%s)",
 			len(f.Datasets), names(f.Datasets), len(cur.Datasets), names(cur.Datasets)))

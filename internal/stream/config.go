@@ -62,7 +62,12 @@ type Config struct {
 	// ShuffleWindow is the lines per line-shuffle window; 0 means the default,
 	// 1 means lines in order.
 	ShuffleWindow uint32
-	Datasets      []Dataset
+	// RunTokens, when not 0, reads each shard's units in runs of about
+	// that many tokens of consecutive units: the runs are permuted, a
+	// run's units read in order (runs.go). Datasets in object storage then
+	// fetch each byte about once per epoch (docs/objects.md).
+	RunTokens uint64
+	Datasets  []Dataset
 	// Metadata names what each batch carries beside the tokens (see
 	// MetadataFields); empty: tokens only.
 	Metadata []string
@@ -126,6 +131,8 @@ func (c Config) validateScalars() error {
 		return invalid("logical_shards must be at most %d, got %d", MaxLogicalShards, c.LogicalShards)
 	case c.ShuffleWindow > MaxShuffleWindow:
 		return invalid("shuffle_window must be at most %d, got %d", MaxShuffleWindow, c.ShuffleWindow)
+	case c.RunTokens != 0 && (c.RunTokens < MinRunTokens || c.RunTokens > MaxRunTokens):
+		return invalid("run_tokens must be 0 (off) or in [%d, %d], got %d", MinRunTokens, uint64(MaxRunTokens), c.RunTokens)
 	case len(c.Datasets) == 0:
 		return invalid("datasets: at least one dataset is needed")
 	case uint64(c.LogicalShards)*uint64(len(c.Datasets)) > maxShardsInAll:

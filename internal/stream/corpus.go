@@ -100,7 +100,7 @@ func openCorpus(reads context.Context, checked Checked, res *Resources) (*Corpus
 	}
 	c.fp = state.Fingerprint{
 		SeqLen: cfg.SeqLen, LogicalShards: cfg.LogicalShards, Seed: cfg.Seed,
-		EOS: cfg.EOS, BOS: cfg.BOS, ShuffleWindow: uint32(cfg.Window()),
+		EOS: cfg.EOS, BOS: cfg.BOS, ShuffleWindow: uint32(cfg.Window()), RunTokens: cfg.RunTokens,
 	}
 	for i, d := range cfg.Datasets {
 		f := checked.formats[i]
@@ -114,6 +114,10 @@ func openCorpus(reads context.Context, checked Checked, res *Resources) (*Corpus
 			abilities: abilitiesOf(src)}
 		c.datasets = append(c.datasets, ds)
 		c.mixedCauses = c.mixedCauses || ds.cause != c.datasets[0].cause
+		if err := ds.readInRuns(cfg); err != nil { // runs.go
+			c.Close()
+			return nil, err
+		}
 		if err := ds.cut(cfg); err != nil {
 			c.Close()
 			return nil, err
@@ -333,8 +337,8 @@ func (c *Corpus) Compressed() map[string]CompressedStats {
 		if st.Files == 0 {
 			continue
 		}
-		if d.grouper != nil {
-			for _, run := range d.grouper.Groups(0, d.src.Units()) {
+		if g := d.ownGroups(); g != nil { // without run_tokens' runs (runs.go)
+			for _, run := range g.Groups(0, d.src.Units()) {
 				st.MostShards = max(st.MostShards, d.shardOf(run[1]-1)-d.shardOf(run[0])+1)
 			}
 		}

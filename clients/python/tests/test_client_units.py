@@ -20,6 +20,8 @@ def test_defaults():
     assert c.datasets[0].weight == 1.0 and c.datasets[0].dtype == ""
     c = to_proto({**BASE, "eos_id": 7, "bos_id": 3}, "/")
     assert (c.bos_id, c.pad_id) == (3, 7)
+    assert c.run_tokens == 0
+    assert to_proto({**BASE, "run_tokens": 1 << 22}, "/").run_tokens == 1 << 22
 
 
 @pytest.mark.parametrize("edit,match", [
@@ -28,6 +30,7 @@ def test_defaults():
     ({"batch_size": 2.5}, r"'batch_size' has the wrong type: 2.5"),
     ({"epochs": True}, r"'epochs' has the wrong type: True"),
     ({"seed": -1}, r"'seed' must not be negative"),
+    ({"run_tokens": -1}, r"'run_tokens' must not be negative"),
     ({"datasets": [{"name": "a", "path": "/a", "format": "megatron", "wieght": 2}]},
      r"datasets\[0\]: unknown key 'wieght'; known keys: dtype, field, format, name, on_bad_record, path, tokenizer, weight"),
     ({"datasets": [{"name": "a", "path": "/a", "format": "megatron", "weight": "2"}]},

@@ -79,7 +79,8 @@ def s3(tmp_path: Path) -> Iterator[S3Server]:
     server.stop()
 
 
-def test_exactly_once_from_object_storage(s3, daemon_factory, monkeypatch, tmp_path):
+@pytest.mark.parametrize("run_tokens", [0, 4096])
+def test_exactly_once_from_object_storage(s3, daemon_factory, monkeypatch, tmp_path, run_tokens):
     s3.environ(monkeypatch)
     corpus_dir = s3.root / BUCKET / "corpus"
     corpus_dir.mkdir(parents=True)
@@ -90,7 +91,7 @@ def test_exactly_once_from_object_storage(s3, daemon_factory, monkeypatch, tmp_p
                             "--object-block-kb", "4")
     rng = np.random.default_rng(4)
     config = {"seq_len": 17, "batch_size": 2, "seed": 4, "logical_shards": 12, "eos_id": 0, "epochs": 1,
-              "datasets": datasets}
+              "run_tokens": run_tokens, "datasets": datasets}
     served, resume = [], None
     for i, size in enumerate((2, 3)):
         save = None if i == 1 else str(tmp_path / f"ckpt{i}")

@@ -220,7 +220,11 @@ type JobConfig struct {
 	MaskDocumentBoundaries bool `protobuf:"varint,13,opt,name=mask_document_boundaries,json=maskDocumentBoundaries,proto3" json:"mask_document_boundaries,omitempty"`
 	// Mixing weights as a function of the step (README, "Mixture schedules"):
 	// points in increasing step order; empty: the datasets' weights, constant.
-	Schedule      []*SchedulePoint `protobuf:"bytes,14,rep,name=schedule,proto3" json:"schedule,omitempty"`
+	Schedule []*SchedulePoint `protobuf:"bytes,14,rep,name=schedule,proto3" json:"schedule,omitempty"`
+	// Read each shard's units in runs of about this many tokens of
+	// consecutive units (the runs permuted, each read in order); 0: off.
+	// docs/objects.md, "Sizing the cache".
+	RunTokens     uint64 `protobuf:"varint,15,opt,name=run_tokens,json=runTokens,proto3" json:"run_tokens,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -351,6 +355,13 @@ func (x *JobConfig) GetSchedule() []*SchedulePoint {
 		return x.Schedule
 	}
 	return nil
+}
+
+func (x *JobConfig) GetRunTokens() uint64 {
+	if x != nil {
+		return x.RunTokens
+	}
+	return 0
 }
 
 // From batch `step` on (or, with linear, reaching them at `step` along a
@@ -1933,7 +1944,7 @@ const file_dataloader_v1_dataloader_proto_rawDesc = "" +
 	"\x05dtype\x18\x05 \x01(\tR\x05dtype\x12\x14\n" +
 	"\x05field\x18\x06 \x01(\tR\x05field\x12\x1c\n" +
 	"\ttokenizer\x18\a \x01(\tR\ttokenizer\x12\"\n" +
-	"\ron_bad_record\x18\b \x01(\tR\vonBadRecord\"\xe4\x03\n" +
+	"\ron_bad_record\x18\b \x01(\tR\vonBadRecord\"\x83\x04\n" +
 	"\tJobConfig\x12\x17\n" +
 	"\aseq_len\x18\x01 \x01(\rR\x06seqLen\x12\x1d\n" +
 	"\n" +
@@ -1950,7 +1961,9 @@ const file_dataloader_v1_dataloader_proto_rawDesc = "" +
 	"\bmetadata\x18\v \x03(\tR\bmetadata\x12\x1c\n" +
 	"\tpositions\x18\f \x01(\tR\tpositions\x128\n" +
 	"\x18mask_document_boundaries\x18\r \x01(\bR\x16maskDocumentBoundaries\x128\n" +
-	"\bschedule\x18\x0e \x03(\v2\x1c.dataloader.v1.SchedulePointR\bschedule\"\xbc\x01\n" +
+	"\bschedule\x18\x0e \x03(\v2\x1c.dataloader.v1.SchedulePointR\bschedule\x12\x1d\n" +
+	"\n" +
+	"run_tokens\x18\x0f \x01(\x04R\trunTokens\"\xbc\x01\n" +
 	"\rSchedulePoint\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\x04R\x04step\x12C\n" +
 	"\aweights\x18\x02 \x03(\v2).dataloader.v1.SchedulePoint.WeightsEntryR\aweights\x12\x16\n" +

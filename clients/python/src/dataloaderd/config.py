@@ -26,6 +26,7 @@ KEYS: Keys = {
     "pad_id": ((int, type(None)), None),
     "epochs": (int, 0),
     "shuffle_window": (int, 0),
+    "run_tokens": (int, 0),
     "datasets": (list, ...),
     "metadata": (list, []),
     "positions": (str, ""),
@@ -107,7 +108,7 @@ def _type_name(typ: Union[type, Tuple[type, ...]]) -> str:
 def to_proto(data: Mapping[str, object], base_dir: str) -> "pb.JobConfig":
     """Checks a config dict and builds the wire message."""
     c = _check("config", data, KEYS)
-    for key in ("seq_len", "batch_size", "logical_shards", "epochs", "shuffle_window", "seed"):
+    for key in ("seq_len", "batch_size", "logical_shards", "epochs", "shuffle_window", "run_tokens", "seed"):
         if c[key] < 0:
             raise ConfigError(f"config: {key!r} must not be negative, got {c[key]}")
     msg = pb.JobConfig(
@@ -115,7 +116,7 @@ def to_proto(data: Mapping[str, object], base_dir: str) -> "pb.JobConfig":
         logical_shards=c["logical_shards"], eos_id=c["eos_id"],
         bos_id=-1 if c["bos_id"] is None else c["bos_id"],
         pad_id=c["eos_id"] if c["pad_id"] is None else c["pad_id"],
-        epochs=c["epochs"], shuffle_window=c["shuffle_window"],
+        epochs=c["epochs"], shuffle_window=c["shuffle_window"], run_tokens=c["run_tokens"],
         positions=c["positions"], mask_document_boundaries=c["mask_document_boundaries"],
     )
     for i, p in enumerate(c["schedule"]):

@@ -124,6 +124,7 @@ class JobConfig(_message.Message):
     POSITIONS_FIELD_NUMBER: _builtins.int
     MASK_DOCUMENT_BOUNDARIES_FIELD_NUMBER: _builtins.int
     SCHEDULE_FIELD_NUMBER: _builtins.int
+    RUN_TOKENS_FIELD_NUMBER: _builtins.int
     seq_len: _builtins.int
     batch_size: _builtins.int
     seed: _builtins.int
@@ -144,6 +145,11 @@ class JobConfig(_message.Message):
     mask_document_boundaries: _builtins.bool
     """loss_mask also masks each position whose next token starts another
     document (the prediction across a document boundary).
+    """
+    run_tokens: _builtins.int
+    """Read each shard's units in runs of about this many tokens of
+    consecutive units (the runs permuted, each read in order); 0: off.
+    docs/objects.md, "Sizing the cache".
     """
     @_builtins.property
     def datasets(self) -> _containers.RepeatedCompositeFieldContainer[Global___Dataset]: ...
@@ -177,10 +183,11 @@ class JobConfig(_message.Message):
         positions: _builtins.str = ...,
         mask_document_boundaries: _builtins.bool = ...,
         schedule: _abc.Iterable[Global___SchedulePoint] | None = ...,
+        run_tokens: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_size", b"batch_size", "bos_id", b"bos_id", "datasets", b"datasets", "eos_id", b"eos_id", "epochs", b"epochs", "logical_shards", b"logical_shards", "mask_document_boundaries", b"mask_document_boundaries", "metadata", b"metadata", "pad_id", b"pad_id", "positions", b"positions", "schedule", b"schedule", "seed", b"seed", "seq_len", b"seq_len", "shuffle_window", b"shuffle_window"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_size", b"batch_size", "bos_id", b"bos_id", "datasets", b"datasets", "eos_id", b"eos_id", "epochs", b"epochs", "logical_shards", b"logical_shards", "mask_document_boundaries", b"mask_document_boundaries", "metadata", b"metadata", "pad_id", b"pad_id", "positions", b"positions", "run_tokens", b"run_tokens", "schedule", b"schedule", "seed", b"seed", "seq_len", b"seq_len", "shuffle_window", b"shuffle_window"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

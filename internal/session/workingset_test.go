@@ -1,0 +1,81 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"math/rand"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/dataloaderd/dataloaderd/internal/objstore"
+	"github.com/dataloaderd/dataloaderd/internal/objstore/s3test"
+	"github.com/dataloaderd/dataloaderd/internal/stream"
+	"github.com/dataloaderd/dataloaderd/internal/testcorpus"
+)
+
+// TestObjectWorkingSet: a session of an s3:// dataset adds its working set
+// (stream.Corpus.WorkingSet) to dataloaderd_object_working_set_bytes at
+// open and takes it back at close. With a cache below it the open goes on
+// (a warning), or is refused with ErrOverBudget naming --object-cache-mb
+// under RequireWorkingSet; a cache above it admits it either way.
+func TestObjectWorkingSet(t *testing.T) {
+	srv := s3test.Start(t)
+	srv.CreateBucket(t, "bucket")
+	dir := t.TempDir()
+	docs, _ := testcorpus.UniqueDocs(rand.New(rand.NewSource(1)), 200, 50, 1)
+	testcorpus.Megatron(t, dir, "web", docs)
+	srv.PutDir(t, "bucket", "corpus/", dir)
+	for _, kv := range srv.EnvFor(srv.Endpoint) {
+		name, value, _ := strings.Cut(kv, "=")
+		t.Setenv(name, value)
+	}
+	cfg := stream.Config{SeqLen: 15, BatchSize: 4, Seed: 9, LogicalShards: 8, BOS: -1,
+		Datasets: []stream.Dataset{{Name: "web", Path: "s3://bucket/corpus/web", Format: "megatron", Weight: 1}}}
+	// Each of rank 0's 4 shards holds its few KiB and a 64 KiB block at each
+	// end: over 512 KiB, past a cache of 256 KiB, within one of 16 MiB.
+	for _, tc := range []struct {
+		cache   int64
+		require bool
+		refused bool
+	}{{256 << 10, false, false}, {256 << 10, true, true}, {16 << 20, true, false}} {
+		store, err := objstore.New(objstore.Options{MemoryBytes: tc.cache})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { store.Close() })
+		m := newManager(t, Config{Objects: store, RequireWorkingSet: tc.require})
+		o, err := m.Open(context.Background(), Request{Job: "j", DPRank: 0, DPSize: 2, Config: cfg})
+		gauge := gaugeValue(t, m.metrics.workingSet)
+		if tc.refused {
+			if !errors.Is(err, ErrOverBudget) || !strings.Contains(err.Error(), "--object-cache-mb") || gauge != 0 {
+				t.Errorf("%+v: open %v, gauge %v; want ErrOverBudget naming --object-cache-mb, and 0", tc, err, gauge)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%+v: %v", tc, err)
+		}
+		if gauge <= 512<<10 {
+			t.Errorf("%+v: working set %v bytes, want over 512 KiB", tc, gauge)
+		}
+		if err := m.Close(0, o.ID, 0); err != nil {
+			t.Fatal(err)
+		}
+		if gauge := gaugeValue(t, m.metrics.workingSet); gauge != 0 {
+			t.Errorf("%+v: working set %v after the session closed, want 0", tc, gauge)
+		}
+	}
+}
+
+// gaugeValue reads a gauge.
+func gaugeValue(t *testing.T, g prometheus.Gauge) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := g.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetGauge().GetValue()
+}
