@@ -55,6 +55,10 @@ func (m *megatronFile) prefetchIndex(u uint64) {
 	if u >= m.sequences {
 		return
 	}
+	if m.idxRemote {
+		m.prefetchEntry(u)
+		return
+	}
 	prefetchAt(m.idx, m.lengthsAt+4*u)
 	prefetchAt(m.idx, m.pointersAt+8*u)
 }
@@ -63,8 +67,8 @@ func (m *megatronFile) prefetchToken(u, off uint64) {
 	if u >= m.sequences {
 		return
 	}
-	length, pointer := m.entry(u)
-	if pointer < 0 {
+	length, pointer, ok := m.cachedEntry(u)
+	if !ok || pointer < 0 {
 		return
 	}
 	if m.binBlob.Remote() {
@@ -127,7 +131,7 @@ func (m *megatronFile) prefetchUnit(u uint64) {
 	if u >= m.sequences {
 		return
 	}
-	if length, pointer := m.entry(u); pointer >= 0 && length > 0 {
+	if length, pointer, ok := m.cachedEntry(u); ok && pointer >= 0 && length > 0 {
 		m.binBlob.Prefetch(uint64(pointer), uint64(length)*m.dtype.size())
 	}
 }
