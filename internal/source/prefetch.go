@@ -81,6 +81,22 @@ func (m *megatronFile) prefetchToken(u, off uint64) {
 	prefetchAt(m.bin, uint64(pointer)+off*m.dtype.size())
 }
 
+// PrefetchOffsets hints that Offset will be asked of units near these
+// (the corpus cuts its shards there): a Megatron index in object storage
+// fetches the blocks of their entries ahead, together, rather than one
+// probe's at a time. It never blocks.
+func (d *concatSource) PrefetchOffsets(units []uint64) {
+	for _, u := range units {
+		if u >= d.Units() {
+			continue
+		}
+		i, local := d.locate(u)
+		if m, ok := d.parts[i].(*megatronFile); ok && m.idxRemote {
+			m.prefetchEntry(local)
+		}
+	}
+}
+
 // ObjectPrefetchUnits is how many units ahead of a rank's reads a dataset
 // in object storage asks the node's cache to fetch, shared among the
 // rank's shards (each gets at least 4, at most 64): enough to keep the

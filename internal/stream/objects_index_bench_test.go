@@ -20,7 +20,8 @@ import (
 // whose index holds DATALOADERD_BENCH_INDEX_DOCS documents (default 10^7:
 // a 200 MB index; 10^8 is 2 GB, more than half the default 2 GiB cache),
 // each one uint8 token, with the default cache and 64 logical shards, and
-// reads rank 0 of 1's first batch. It reports the open's time and what it
+// reads rank 0 of 1's first batch; DATALOADERD_BENCH_DELAY_MS delays every
+// request by that many milliseconds (a store elsewhere). It reports the open's time and what it
 // fetched (open-MiB-fetched, open-GETs), the Go heap and the process's
 // resident memory it added (open-heap-MiB, open-RSS-MiB), and the time
 // and bytes to the first batch (first-batch-ms, first-MiB-fetched).
@@ -34,6 +35,16 @@ func BenchmarkObjectsIndexOpen(b *testing.B) {
 		docs = n
 	}
 	srv := s3test.Start(b)
+	endpoint := srv.Endpoint
+	if s := os.Getenv("DATALOADERD_BENCH_DELAY_MS"); s != "" {
+		ms, err := strconv.Atoi(s)
+		if err != nil || ms < 0 {
+			b.Fatalf("DATALOADERD_BENCH_DELAY_MS=%q: want milliseconds", s)
+		}
+		proxy := s3test.NewFaultProxy(b, srv.Endpoint, 0, 1)
+		proxy.SetDelay(time.Duration(ms) * time.Millisecond)
+		endpoint = proxy.URL
+	}
 	dir := b.TempDir()
 	writeOneTokenMegatron(b, filepath.Join(dir, "corpus"), docs)
 	srv.CreateBucket(b, "idx")
@@ -44,7 +55,7 @@ func BenchmarkObjectsIndexOpen(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
-		store := newStore(b, srv, "", objstore.Options{})
+		store := newStore(b, srv, endpoint, objstore.Options{})
 		res := objectResources(b, store)
 		heap0, rss0 := memoryNow()
 		b.StartTimer()

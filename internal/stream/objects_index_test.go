@@ -26,7 +26,7 @@ const (
 // whose 10 MB index is ten times the cache, opens (it was refused when the
 // index was read whole) having fetched the header and the entries that
 // cutting 16 shards needs, a few blocks per shard (a twentieth of the index
-// at most; 1.6% here); two ranks of 8 then serve the batches the same files
+// at most; 2.3% here); two ranks of 8 then serve the batches the same files
 // on disk serve.
 func TestObjectsMegatronIndexByRange(t *testing.T) {
 	srv := s3test.Start(t)
