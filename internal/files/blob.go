@@ -94,6 +94,16 @@ func (b *Blob) Hold(off, n uint64) error {
 	return b.obj.Hold(b.ctx, int64(off), int64(n))
 }
 
+// HoldCached is Hold that never fetches or waits: it holds an object's
+// range only when the cache has all of it, and reports whether it did
+// (true for a local file). A true is ended by Release(off, n).
+func (b *Blob) HoldCached(off, n uint64) bool {
+	if b.obj == nil || n == 0 {
+		return true
+	}
+	return b.obj.HoldCached(int64(off), int64(n))
+}
+
 // Release ends a Hold of the same range.
 func (b *Blob) Release(off, n uint64) {
 	if b.obj != nil && n != 0 {

@@ -35,6 +35,41 @@ func (o *Object) ReadAtContext(ctx context.Context, p []byte, off int64) (int, e
 	return int(n), nil
 }
 
+// HoldCached holds bytes [off, off+n) as Hold does, but only when every
+// block of them is in the cache already: it fetches nothing and never
+// waits, and false holds nothing. For hints that must not block (a
+// prefetch that needs an index entry to know what to fetch).
+func (o *Object) HoldCached(off, n int64) bool {
+	if n == 0 {
+		return true
+	}
+	first, last, err := o.span(off, n)
+	if err != nil {
+		return false
+	}
+	s := o.store
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if o.freed {
+		return false
+	}
+	for i := first; i <= last; i++ {
+		if o.blocks.get(i).state != present {
+			return false
+		}
+	}
+	for i := first; i <= last; i++ {
+		if o.blocks.get(i).ahead {
+			o.setAheadLocked(i, false)
+			s.opts.Metrics.ahead.Inc()
+		} else {
+			s.opts.Metrics.hit.Inc()
+		}
+		o.holdLocked(i)
+	}
+	return true
+}
+
 // HoldLimit is the most bytes of one object a reader should hold at once:
 // half the cache's budget.
 func (o *Object) HoldLimit() int64 { return o.store.budget / 2 }

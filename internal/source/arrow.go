@@ -51,6 +51,7 @@ type arrowBatch struct {
 	valuesAt  uint64 // byte position of the batch's values[0]
 	values    uint64 // values available from valuesAt
 	first     uint64 // list layout: offsets[0]
+	rows      uint64
 }
 
 // openArrowFile maps one Arrow IPC file and describes its record batches.
@@ -65,14 +66,6 @@ func openArrowFile(fs files.Dataset, path, column string) (_ *arrowFile, err err
 			f.close()
 		}
 	}()
-	// Record batch metadata lies throughout an IPC file: an object is
-	// fetched whole while it is described (then its blocks may be evicted,
-	// and its reads fetch what they read).
-	size := uint64(f.blob.Size())
-	if err := f.blob.HoldWhole("an Arrow IPC file, at open (a Megatron dataset of the same tokens is read by range)"); err != nil {
-		return nil, holdError(f.dataset, err)
-	}
-	defer f.blob.Release(0, size)
 	// arrow-go panics on some malformed metadata; that is bad input here.
 	defer func() {
 		if r := recover(); r != nil {
@@ -81,39 +74,27 @@ func openArrowFile(fs files.Dataset, path, column string) (_ *arrowFile, err err
 	}()
 	f.rowStart = []uint64{0}
 	f.tokenBase = []uint64{0}
-	if bytes.HasPrefix(f.mapping, ipc.Magic) {
-		err = f.readFileFormat()
-	} else {
-		err = f.readStreamFormat()
-	}
-	return f, err
-}
-
-// readFileFormat reads the footer and then each record batch's metadata.
-func (f *arrowFile) readFileFormat() error {
-	if err := checkArrowFooter(f.mapping); err != nil {
-		return f.error("not a readable Arrow IPC file: %v", err)
-	}
-	r, err := ipc.NewMappedFileReader(f.mapping, ipc.WithEnsureNativeEndian(false))
+	head := min(uint64(len(f.mapping)), uint64(len(ipc.Magic)))
+	release, err := f.hold(0, head)
 	if err != nil {
-		return f.error("not a readable Arrow IPC file: %v", err)
+		return nil, err
 	}
-	defer r.Close()
-	if err := f.useSchema(r.Schema()); err != nil {
-		return err
+	fileFormat := bytes.HasPrefix(f.mapping, ipc.Magic)
+	release()
+	if fileFormat {
+		// An object is read by its footer and its record batches'
+		// metadata (arrowfooter.go).
+		return f, f.readFileFormat()
 	}
-	for i := range r.NumRecords() {
-		rec, err := r.RecordBatchAt(i)
-		if err != nil {
-			return f.error("record batch %d: %v", i, err)
-		}
-		err = f.addBatch(rec)
-		rec.Release()
-		if err != nil {
-			return err
-		}
+	// A stream has no footer: its messages follow one another through the
+	// file, so an object is fetched whole while it is described (then its
+	// blocks may be evicted, and its reads fetch what they read).
+	size := uint64(f.blob.Size())
+	if err := f.blob.HoldWhole("an Arrow IPC stream, at open (the IPC file format is read by its footer)"); err != nil {
+		return nil, holdError(f.dataset, err)
 	}
-	return nil
+	defer f.blob.Release(0, size)
+	return f, f.readStreamFormat()
 }
 
 // useSchema finds the token column and its layout.
@@ -176,9 +157,19 @@ func arrowIntDtype(t arrow.DataType) (dtype, bool) {
 	return 0, false
 }
 
-// addBatch records where the batch's column lies in the mapping. Null counts
-// come from the metadata; only a batch that has nulls is looked at further.
+// addBatch records where the batch's column lies in the mapping and counts
+// its tokens (describeBatch, then countBatch).
 func (f *arrowFile) addBatch(rec arrow.RecordBatch) error {
+	if err := f.describeBatch(rec); err != nil {
+		return err
+	}
+	return f.countBatch(len(f.batches) - 1)
+}
+
+// describeBatch records where the batch's column lies in the mapping, from
+// its metadata alone. Null counts come from the metadata; only a batch that
+// has nulls is looked at further.
+func (f *arrowFile) describeBatch(rec arrow.RecordBatch) error {
 	b := len(f.batches)
 	if arrowBatchHook != nil {
 		arrowBatchHook(f.path, b)
@@ -198,9 +189,8 @@ func (f *arrowFile) addBatch(rec arrow.RecordBatch) error {
 		if n < rows {
 			return f.error("column %q, record batch %d: values buffer holds %d of its %d tokens", f.column, b, n, rows)
 		}
-		batch.valuesAt, batch.values = at, rows
+		batch.valuesAt, batch.values, batch.rows = at, rows, rows
 		f.batches = append(f.batches, batch)
-		f.tokenBase = append(f.tokenBase, f.tokenBase[b]+rows)
 		return nil
 	}
 	child := data.Children()[0]
@@ -223,7 +213,19 @@ func (f *arrowFile) addBatch(rec arrow.RecordBatch) error {
 		}
 		batch.offsetsAt = at + uint64(data.Offset())*f.offsetWidth
 	}
+	batch.rows = rows
 	f.batches = append(f.batches, batch)
+	return nil
+}
+
+// countBatch counts the tokens of batch b, the next one not counted: for
+// the list layout from its first and last offsets.
+func (f *arrowFile) countBatch(b int) error {
+	batch, rows := f.batches[b], f.batches[b].rows
+	if f.perBatch {
+		f.tokenBase = append(f.tokenBase, f.tokenBase[b]+rows)
+		return nil
+	}
 	tokens := uint64(0)
 	if rows > 0 {
 		first, err := f.listOffset(b, 0)

@@ -235,63 +235,90 @@ type arrowBlock struct {
 	offset, meta, body int64
 }
 
+// arrowTail is what ends an IPC file: the footer's length, then the magic.
+const arrowTail = 6 + 4
+
+// arrowFooterAt returns where the footer of an IPC file of size bytes
+// lies, from its length in the file's last arrowTail bytes (data is the
+// whole file; only those bytes are read).
+func arrowFooterAt(data []byte) (from, to int64, err error) {
+	size := int64(len(data))
+	if size < 8+arrowTail {
+		return 0, 0, fmt.Errorf("%d bytes, too short for an Arrow IPC file", size)
+	}
+	n := int64(int32(binary.LittleEndian.Uint32(data[size-arrowTail:])))
+	if n <= 0 || n > size-8-arrowTail {
+		return 0, 0, fmt.Errorf("footer length %d does not fit the file's %d bytes", n, size)
+	}
+	return size - arrowTail - n, size - arrowTail, nil
+}
+
 // checkArrowFooter checks the footer of an IPC file (data starts with the
-// magic), and the metadata of every message it points to.
-func checkArrowFooter(data []byte) error {
-	const tail = 6 + 4 // footer length, then the magic
-	if len(data) < 8+tail {
-		return fmt.Errorf("%d bytes, too short for an Arrow IPC file", len(data))
+// magic), and that the dictionaries and record batches it points to lie in
+// the file; it returns those, whose metadata the reader checks
+// (checkArrowBlock) as it comes to each. Only the footer is read.
+func checkArrowFooter(data []byte) (dicts, batches []arrowBlock, err error) {
+	from, to, err := arrowFooterAt(data)
+	if err != nil {
+		return nil, nil, err
 	}
-	n := int64(int32(binary.LittleEndian.Uint32(data[len(data)-tail:])))
-	if n <= 0 || n > int64(len(data)-8-tail) {
-		return fmt.Errorf("footer length %d does not fit the file's %d bytes", n, len(data))
-	}
-	b := flatbuf(data[int64(len(data)-tail)-n : len(data)-tail])
+	b := flatbuf(data[from:to])
 	root, err := b.deref(0)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	if _, _, err := b.vector(root, fbFooterMetadata, 4); err != nil {
-		return err
+		return nil, nil, err
 	}
 	if schema, err := b.table(root, fbFooterSchema); err != nil {
-		return err
+		return nil, nil, err
 	} else if schema >= 0 {
 		if err := b.checkSchema(schema); err != nil {
-			return err
+			return nil, nil, err
 		}
 	}
-	for _, field := range []int{fbFooterDictionaries, fbFooterRecordBatches} {
-		start, count, err := b.vector(root, field, 24)
-		if err != nil {
-			return err
-		}
-		for k := range count {
-			p := start + 24*k
-			blk := arrowBlock{
-				offset: int64(binary.LittleEndian.Uint64(b[p:])),
-				meta:   int64(int32(binary.LittleEndian.Uint32(b[p+8:]))),
-				body:   int64(binary.LittleEndian.Uint64(b[p+16:])),
-			}
-			if err := checkArrowBlock(data, blk); err != nil {
-				return fmt.Errorf("message at byte %d: %w", blk.offset, err)
-			}
-		}
+	if dicts, err = b.footerBlocks(root, fbFooterDictionaries, int64(len(data))); err != nil {
+		return nil, nil, err
 	}
-	return nil
+	batches, err = b.footerBlocks(root, fbFooterRecordBatches, int64(len(data)))
+	return dicts, batches, err
+}
+
+// footerBlocks reads the blocks of vector field of the footer at root,
+// each checked to lie within a file of size bytes.
+func (b flatbuf) footerBlocks(root, field int, size int64) ([]arrowBlock, error) {
+	start, count, err := b.vector(root, field, 24)
+	if err != nil {
+		return nil, err
+	}
+	blocks := make([]arrowBlock, count)
+	for k := range blocks {
+		p := start + 24*k
+		blk := arrowBlock{
+			offset: int64(binary.LittleEndian.Uint64(b[p:])),
+			meta:   int64(int32(binary.LittleEndian.Uint32(b[p+8:]))),
+			body:   int64(binary.LittleEndian.Uint64(b[p+16:])),
+		}
+		if blk.offset < 0 || blk.meta < 8 || blk.body < 0 || blk.offset > size ||
+			blk.meta > size-blk.offset || blk.body > size-blk.offset-blk.meta {
+			return nil, fmt.Errorf("message at byte %d: block (metadata %d bytes, body %d bytes) outside the file's %d bytes",
+				blk.offset, blk.meta, blk.body, size)
+		}
+		blocks[k] = blk
+	}
+	return blocks, nil
 }
 
 // checkArrowBlock checks the framed metadata of the message a footer block
-// points to.
+// points to (footerBlocks checked that it lies in data).
 func checkArrowBlock(data []byte, blk arrowBlock) error {
-	if blk.offset < 0 || blk.meta < 8 || blk.body < 0 || blk.offset > int64(len(data)) ||
-		blk.meta > int64(len(data))-blk.offset || blk.body > int64(len(data))-blk.offset-blk.meta {
-		return fmt.Errorf("block (metadata %d bytes, body %d bytes) outside the file's %d bytes", blk.meta, blk.body, len(data))
-	}
 	frame := data[blk.offset : blk.offset+blk.meta]
 	skip := 4
 	if binary.LittleEndian.Uint32(frame) == 0xFFFFFFFF {
 		skip = 8
 	}
-	return checkArrowMessage(frame[skip:])
+	if err := checkArrowMessage(frame[skip:]); err != nil {
+		return fmt.Errorf("message at byte %d: %w", blk.offset, err)
+	}
+	return nil
 }

@@ -3,6 +3,7 @@ package source
 import (
 	"encoding/binary"
 	"errors"
+	"sync/atomic"
 
 	"github.com/dataloaderd/dataloaderd/internal/files"
 	"github.com/dataloaderd/dataloaderd/internal/objstore"
@@ -27,12 +28,16 @@ type megatronFile struct {
 	idxPath, binPath string
 	idx, bin         []byte // the blobs' Data
 	idxBlob, binBlob *files.Blob
-	dtype            dtype
-	sequences        uint64 // N
-	lengthsAt        uint64 // byte offset of sequence_lengths in idx
-	pointersAt       uint64 // byte offset of sequence_pointers in idx
-	firstPointer     uint64
-	tokenCount       uint64
+	// idxRemote: the index is an object, read by range: each entry's
+	// bytes are held while they are read (megatronidx.go).
+	idxRemote    bool
+	dtype        dtype
+	sequences    uint64       // N
+	offsetFailed atomic.Value // error: an entry offset() needed could not be fetched
+	lengthsAt    uint64       // byte offset of sequence_lengths in idx
+	pointersAt   uint64       // byte offset of sequence_pointers in idx
+	firstPointer uint64
+	tokenCount   uint64
 }
 
 // openMegatronFile maps PREFIX.idx and PREFIX.bin and checks the header, the
@@ -57,14 +62,10 @@ func openMegatronFile(fs files.Dataset, prefix string) (_ *megatronFile, err err
 	if m.idxBlob, err = loadFile(fs, m.idxPath); err != nil {
 		return nil, err
 	}
-	// The index is read whole (an object's is fetched once, at open, and
-	// held until close); the tokens as their sequences are read.
-	if err := m.idxBlob.HoldWhole("a Megatron index"); err != nil {
-		closeBlob(m.idxBlob)
-		m.idxBlob = nil
-		return nil, holdError(dataset, err)
-	}
-	m.idx = m.idxBlob.Data
+	// An object's index is read by range, as the tokens are: its header
+	// now, then the entries that cutting shards and the reads need, their
+	// blocks in the node's cache like any other.
+	m.idx, m.idxRemote = m.idxBlob.Data, m.idxBlob.Remote()
 	if m.binBlob, err = loadFile(fs, m.binPath); err != nil {
 		return nil, err
 	}
@@ -81,7 +82,12 @@ func openMegatronFile(fs files.Dataset, prefix string) (_ *megatronFile, err err
 // parseHeader checks the magic, version and dtype, and that the index holds
 // exactly its arrays (plus, optionally, one sequence mode byte per sequence).
 func (m *megatronFile) parseHeader() error {
-	size := uint64(len(m.idx))
+	size := uint64(m.idxBlob.Size())
+	head := min(size, uint64(megatronHeaderSize))
+	if err := m.idxBlob.Hold(0, head); err != nil {
+		return holdError(m.dataset, err)
+	}
+	defer m.idxBlob.Release(0, head)
 	if size < uint64(megatronHeaderSize) {
 		return m.idxError("%d bytes, shorter than the %d-byte MMIDIDX header", size, megatronHeaderSize)
 	}
@@ -137,20 +143,45 @@ func (m *megatronFile) checkEnds() error {
 	return nil
 }
 
-// entry reads sequence i's length and pointer from the index.
-func (m *megatronFile) entry(i uint64) (length int32, pointer int64) {
+// entry reads sequence i's length and pointer from the index: in place
+// from a mapped file, held for the read from an object (remoteEntry).
+func (m *megatronFile) entry(i uint64) (length int32, pointer int64, err error) {
 	if sequenceReadHook != nil {
 		sequenceReadHook(i)
 	}
+	if m.idxRemote {
+		return m.remoteEntry(i)
+	}
 	length = int32(binary.LittleEndian.Uint32(m.idx[m.lengthsAt+4*i:]))
 	pointer = int64(binary.LittleEndian.Uint64(m.idx[m.pointersAt+8*i:]))
-	return length, pointer
+	return length, pointer, nil
+}
+
+// pointer reads sequence i's pointer alone: what offset and the check of
+// contiguity need.
+func (m *megatronFile) pointer(i uint64) (int64, error) {
+	if sequenceReadHook != nil {
+		sequenceReadHook(i)
+	}
+	at := m.pointersAt + 8*i
+	if !m.idxRemote {
+		return int64(binary.LittleEndian.Uint64(m.idx[at:])), nil
+	}
+	if err := m.idxBlob.Hold(at, 8); err != nil {
+		return 0, holdError(m.dataset, err)
+	}
+	pointer := int64(binary.LittleEndian.Uint64(m.idx[at:]))
+	m.idxBlob.Release(at, 8)
+	return pointer, nil
 }
 
 // extent returns the byte offset in .bin and the token count of sequence i,
 // after checking that it lies within the .bin.
 func (m *megatronFile) extent(i uint64) (start, tokens uint64, err error) {
-	length, pointer := m.entry(i)
+	length, pointer, err := m.entry(i)
+	if err != nil {
+		return 0, 0, err
+	}
 	size := m.dtype.size()
 	switch {
 	case length < 0:
@@ -180,7 +211,11 @@ func (m *megatronFile) sequence(i uint64) (start, tokens uint64, err error) {
 		return start, tokens, err
 	}
 	end := start + tokens*m.dtype.size()
-	if _, next := m.entry(i + 1); next != int64(end) {
+	next, err := m.pointer(i + 1)
+	if err != nil {
+		return 0, 0, err
+	}
+	if next != int64(end) {
 		return 0, 0, m.idxError("sequence %d ends at byte %d but sequence %d starts at byte %d; want contiguous sequences, as Megatron writes them",
 			i, end, i+1, next)
 	}
@@ -195,12 +230,18 @@ func (m *megatronFile) units() uint64  { return m.sequences }
 func (m *megatronFile) tokens() uint64 { return m.tokenCount }
 
 // offset is sequence u's token position relative to the first sequence: exact
-// for contiguous sequences, and clipped to stay monotone-safe otherwise.
+// for contiguous sequences, and clipped to stay monotone-safe otherwise. An
+// entry of an object that cannot be fetched gives 0 and is kept for
+// offsetError, which fails the open.
 func (m *megatronFile) offset(u uint64) uint64 {
 	if u >= m.sequences {
 		return m.tokenCount
 	}
-	_, pointer := m.entry(u)
+	pointer, err := m.pointer(u)
+	if err != nil {
+		m.offsetFailed.CompareAndSwap(nil, err)
+		return 0
+	}
 	if pointer < 0 || uint64(pointer) <= m.firstPointer {
 		return 0
 	}
@@ -239,9 +280,6 @@ func (m *megatronFile) files() []File {
 }
 
 func (m *megatronFile) close() error {
-	if m.idxBlob != nil {
-		m.idxBlob.Release(0, uint64(m.idxBlob.Size()))
-	}
 	err := errors.Join(closeBlob(m.idxBlob), closeBlob(m.binBlob))
 	m.idx, m.bin, m.idxBlob, m.binBlob = nil, nil, nil, nil
 	return err

@@ -55,6 +55,10 @@ func (m *megatronFile) prefetchIndex(u uint64) {
 	if u >= m.sequences {
 		return
 	}
+	if m.idxRemote {
+		m.prefetchEntry(u)
+		return
+	}
 	prefetchAt(m.idx, m.lengthsAt+4*u)
 	prefetchAt(m.idx, m.pointersAt+8*u)
 }
@@ -63,8 +67,8 @@ func (m *megatronFile) prefetchToken(u, off uint64) {
 	if u >= m.sequences {
 		return
 	}
-	length, pointer := m.entry(u)
-	if pointer < 0 {
+	length, pointer, ok := m.cachedEntry(u)
+	if !ok || pointer < 0 {
 		return
 	}
 	if m.binBlob.Remote() {
@@ -75,6 +79,22 @@ func (m *megatronFile) prefetchToken(u, off uint64) {
 		return
 	}
 	prefetchAt(m.bin, uint64(pointer)+off*m.dtype.size())
+}
+
+// PrefetchOffsets hints that Offset will be asked of units near these
+// (the corpus cuts its shards there): a Megatron index in object storage
+// fetches the blocks of their entries ahead, together, rather than one
+// probe's at a time. It never blocks.
+func (d *concatSource) PrefetchOffsets(units []uint64) {
+	for _, u := range units {
+		if u >= d.Units() {
+			continue
+		}
+		i, local := d.locate(u)
+		if m, ok := d.parts[i].(*megatronFile); ok && m.idxRemote {
+			m.prefetchEntry(local)
+		}
+	}
 }
 
 // ObjectPrefetchUnits is how many units ahead of a rank's reads a dataset
@@ -127,7 +147,7 @@ func (m *megatronFile) prefetchUnit(u uint64) {
 	if u >= m.sequences {
 		return
 	}
-	if length, pointer := m.entry(u); pointer >= 0 && length > 0 {
+	if length, pointer, ok := m.cachedEntry(u); ok && pointer >= 0 && length > 0 {
 		m.binBlob.Prefetch(uint64(pointer), uint64(length)*m.dtype.size())
 	}
 }

@@ -39,6 +39,13 @@ type offsetChecker interface {
 	OffsetError() error
 }
 
+// offsetPrefetcher is a source whose Offset may wait on object storage:
+// told the units near which the shards will be cut, it fetches what
+// their offsets need ahead, together. It never blocks.
+type offsetPrefetcher interface {
+	PrefetchOffsets(units []uint64)
+}
+
 // skipCounter is a source that skips bad records (text datasets with
 // on_bad_record skip): how many so far.
 type skipCounter interface {
@@ -57,11 +64,12 @@ type abilities struct {
 	// ahead is how many units a rank asks units to prepare, shared among
 	// its shards (0: a few per shard); sources in object storage want
 	// many, through a request's latency.
-	ahead      uint64
-	grouper    unitGrouper
-	offsets    offsetChecker
-	skips      skipCounter
-	compressed compressedDescriber
+	ahead        uint64
+	grouper      unitGrouper
+	offsets      offsetChecker
+	offsetsAhead offsetPrefetcher
+	skips        skipCounter
+	compressed   compressedDescriber
 }
 
 // abilitiesOf finds what src can do beyond source.Source.
@@ -77,6 +85,7 @@ func abilitiesOf(src source.Source) abilities {
 	}
 	a.grouper, _ = src.(unitGrouper)
 	a.offsets, _ = src.(offsetChecker)
+	a.offsetsAhead, _ = src.(offsetPrefetcher)
 	a.skips, _ = src.(skipCounter)
 	a.compressed, _ = src.(compressedDescriber)
 	return a

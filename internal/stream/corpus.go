@@ -168,6 +168,15 @@ func (d *shardedSource) cut(cfg Config) error {
 		return fmt.Errorf("%w: dataset %q has %d units (%s), fewer than logical_shards (%d); lower logical_shards",
 			ErrInvalidConfig, d.name, n, what, s)
 	}
+	if d.offsetsAhead != nil {
+		// Where the searches below start, near k/S of the units when
+		// units are about equal: fetched together, before they probe.
+		near := make([]uint64, s)
+		for k := range near {
+			near[k] = mulDiv(n, uint64(k), s)
+		}
+		d.offsetsAhead.PrefetchOffsets(near)
+	}
 	for k := uint64(1); k < s; k++ {
 		target := mulDiv(total, k, s)
 		b := searchOffset(d.src, bounds[k-1], n, target)
