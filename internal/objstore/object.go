@@ -17,6 +17,9 @@ const (
 	absent   blockState = iota
 	fetching            // a run's GET is under way
 	present             // readable in the mapping
+	// stored: in the disk cache's file from before this store, read only
+	// once its CRC-32C is checked (diskentry.go).
+	stored
 )
 
 // block is one BlockSize piece of an object: 16 bytes of bookkeeping, in
@@ -52,6 +55,10 @@ type Object struct {
 
 	file *os.File
 	data []byte
+	// entry names the object's entry in the disk cache, whose blocks
+	// whole journal lists; "" in memory (diskentry.go).
+	entry   string
+	journal *os.File
 
 	// Guarded by store.mu.
 	blocks   blockTable
@@ -61,6 +68,7 @@ type Object struct {
 	waiting  int          // reads waiting for another's fetch
 	replaced bool         // a newer ETag was opened; drop when refs reach 0
 	freed    bool
+	sums     map[int]uint32 // the CRC-32C of each stored block
 }
 
 // URL is the object's s3:// URL.
@@ -129,6 +137,12 @@ func (o *Object) Hold(ctx context.Context, off, n int64) error {
 				m.ahead.Inc()
 			} else {
 				m.hit.Inc()
+			}
+			i++
+			continue
+		case stored:
+			if err := o.checkStoredLocked(ctx, i); err != nil {
+				return fail(err)
 			}
 			i++
 			continue
@@ -306,6 +320,7 @@ func (o *Object) evictLocked(i int) {
 	s.used -= o.blockLen(i)
 	s.opts.Metrics.evictions.Inc()
 	o.punch(i, i)
+	o.journalEvicted(i)
 	if o.refs == 0 && o.present == 0 {
 		s.dropLocked(o)
 	}
