@@ -183,6 +183,9 @@ func TestDiskCacheTorn(t *testing.T) {
 	journal.Close()
 
 	s2 := diskStore(t, dir, 64*block)
+	if n := diskBytes(t, dir); n != 3*block {
+		t.Fatalf("after the start %d bytes on disk, want the 3 blocks recorded (block 3's bytes given back)", n)
+	}
 	if got, _ := readAll(t, s2, f.loc); !bytes.Equal(got, f.data) {
 		t.Fatal("torn blocks were served")
 	}
