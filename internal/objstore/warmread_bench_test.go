@@ -67,18 +67,20 @@ func BenchmarkWarmRead(b *testing.B) {
 		for _, n := range []int{4 << 10, 8 << 10, 64 << 10} {
 			for _, readers := range []int{1, 8} {
 				b.Run(fmt.Sprintf("%s/read=%dKiB/readers=%d", where, n>>10, readers), func(b *testing.B) {
+					cached := func(off int64, dst []byte) {
+						if err := o.Hold(b.Context(), off, int64(len(dst))); err != nil {
+							panic(err)
+						}
+						copy(dst, o.Data()[off:])
+						o.Release(off, int64(len(dst)))
+					}
+					plain := func(off int64, dst []byte) { copy(dst, mapping[off:]) }
 					for range b.N {
-						cached := timeReads(readers, n, size, func(off int64, dst []byte) {
-							if err := o.Hold(b.Context(), off, int64(len(dst))); err != nil {
-								panic(err)
-							}
-							copy(dst, o.Data()[off:])
-							o.Release(off, int64(len(dst)))
-						})
-						plain := timeReads(readers, n, size, func(off int64, dst []byte) { copy(dst, mapping[off:]) })
-						b.ReportMetric(plain.Seconds()/cached.Seconds(), "cache/local")
-						b.ReportMetric(warmBytes/cached.Seconds()/1e9, "cache-GB/s")
-						b.ReportMetric(warmBytes/plain.Seconds()/1e9, "local-GB/s")
+						c, l := timeReads(readers, n, size, cached, plain)
+						b.ReportMetric(l.Seconds()/c.Seconds(), "cache/local")
+						// Per reader: the time each way summed over the readers.
+						b.ReportMetric(warmBytes/c.Seconds()/1e9, "cache-GB/s")
+						b.ReportMetric(warmBytes/l.Seconds()/1e9, "local-GB/s")
 					}
 				})
 			}
@@ -88,27 +90,52 @@ func BenchmarkWarmRead(b *testing.B) {
 	}
 }
 
-// warmBytes is what the readers of BenchmarkWarmRead read between them in
-// each measurement.
-const warmBytes = 512 << 20
+// warmBytes is what the readers of BenchmarkWarmRead read each way, in
+// turns of warmTurn reads: first through the cache, then from the local
+// file (the same offsets), then the other way round, so that the machine's
+// other work slows both alike.
+const (
+	warmBytes = 1 << 30
+	warmTurn  = 64
+)
 
-// timeReads times readers goroutines reading warmBytes between them, n bytes
-// at a time at random offsets (the same ones for every read function).
-func timeReads(readers, n int, size int64, read func(off int64, dst []byte)) time.Duration {
-	reads := warmBytes / n / readers
-	var wg sync.WaitGroup
-	start := time.Now()
+// timeReads has readers goroutines read warmBytes between them with cached and
+// with plain, n bytes at a time at random offsets, in turns; it returns the
+// time each way, summed over the readers.
+func timeReads(readers, n int, size int64, cached, plain func(off int64, dst []byte)) (time.Duration, time.Duration) {
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		tc, tl time.Duration
+	)
 	for r := range readers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			rng := rand.New(rand.NewSource(int64(r)))
 			dst := make([]byte, n)
-			for range reads {
-				read(rng.Int63n(size-int64(n)), dst)
+			offs := make([]int64, warmTurn)
+			var c, l time.Duration
+			for turn := range warmBytes / readers / n / warmTurn {
+				for k := range offs {
+					offs[k] = rng.Int63n(size - int64(n))
+				}
+				ways := [2]func(off int64, dst []byte){cached, plain}
+				sums := [2]*time.Duration{&c, &l}
+				for w := range 2 {
+					w = (w + turn) % 2
+					start := time.Now()
+					for _, off := range offs {
+						ways[w](off, dst)
+					}
+					*sums[w] += time.Since(start)
+				}
 			}
+			mu.Lock()
+			tc, tl = tc+c, tl+l
+			mu.Unlock()
 		}()
 	}
 	wg.Wait()
-	return time.Since(start)
+	return tc, tl
 }
