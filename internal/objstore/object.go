@@ -129,10 +129,16 @@ func (o *Object) Hold(ctx context.Context, off, n int64) error {
 		if o.freed {
 			return fail(fmt.Errorf("%w: %s: read after the dataset was closed", ErrObject, o.url))
 		}
-		switch b := o.blocks.get(i); b.state {
+		b := o.blocks.find(i)
+		state := absent
+		if b != nil {
+			state = b.state
+		}
+		switch state {
 		case present:
-			o.holdLocked(i)
-			if b.ahead {
+			ahead := b.ahead
+			o.holdBlockLocked(b)
+			if ahead {
 				o.setAheadLocked(i, false)
 				m.ahead.Inc()
 			} else {
@@ -227,6 +233,9 @@ func (o *Object) Release(off, n int64) {
 	o.releaseBlocks(first, last)
 }
 
+// releaseBlocks ends a hold of blocks [first, last]. A block no read
+// holds any more goes to the back of the LRU: moved there when it stayed
+// in it while held (no allocation), put back when an eviction took it out.
 func (o *Object) releaseBlocks(first, last int) {
 	s := o.store
 	s.mu.Lock()
@@ -236,16 +245,28 @@ func (o *Object) releaseBlocks(first, last int) {
 		if b.holds--; b.holds < 0 {
 			panic(fmt.Sprintf("objstore: %s: block %d released more often than held", o.url, i))
 		}
-		if b.holds == 0 && b.state == present && !o.freed {
+		switch {
+		case b.holds > 0 || b.state != present || o.freed:
+		case b.elem != nil:
+			s.lru.MoveToBack(b.elem)
+		default:
 			b.elem = s.lru.PushBack(blockRef{obj: o, i: i})
 		}
-		o.blocks.tidy(i)
+		if *b == (block{}) {
+			o.blocks.tidy(i)
+		}
 	}
 }
 
-func (o *Object) holdLocked(i int) {
-	b := o.blocks.at(i)
-	o.store.unlinkLocked(b)
+// holdLocked holds block i. A block read before stays where it is in the
+// LRU (evictLocked passes over it while held); one fetched ahead leaves
+// the LRU of those.
+func (o *Object) holdLocked(i int) { o.holdBlockLocked(o.blocks.at(i)) }
+
+func (o *Object) holdBlockLocked(b *block) {
+	if b.ahead || b.state != present {
+		o.store.unlinkLocked(b)
+	}
 	b.holds++
 }
 
@@ -308,11 +329,14 @@ func (o *Object) finishLocked(i, j int, r *run, err error) {
 
 // evictLocked drops present, unheld block i from the cache and gives its
 // memory or disk back (a hole is punched: no read holds it, so none sees
-// the zeros it reads as).
+// the zeros it reads as). A held block, met in the LRU, only leaves it.
 func (o *Object) evictLocked(i int) {
 	s := o.store
 	b := o.blocks.at(i)
 	s.unlinkLocked(b)
+	if b.holds > 0 { // held where it lay in the LRU: its release puts it back
+		return
+	}
 	b.state = absent
 	o.present--
 	o.setAheadLocked(i, false)
