@@ -153,20 +153,8 @@ func (o *Object) Hold(ctx context.Context, off, n int64) error {
 			i++
 			continue
 		case fetching:
-			r := o.runs[i]
-			o.waiting++
-			s.mu.Unlock()
-			select {
-			case <-r.done:
-			case <-ctx.Done():
-				s.mu.Lock()
-				o.waiting--
-				return fail(ctx.Err())
-			}
-			s.mu.Lock()
-			o.waiting--
-			if r.err != nil && o.blocks.get(i).state == absent && (ctx.Err() != nil || !ended(r.err)) {
-				return fail(r.err)
+			if err := o.waitLocked(ctx, i); err != nil {
+				return fail(err)
 			}
 			continue
 		}
@@ -192,6 +180,30 @@ func (o *Object) Hold(ctx context.Context, off, n int64) error {
 		}
 	}
 	s.mu.Unlock()
+	return nil
+}
+
+// waitLocked waits for the fetch of block i under way. Its error is the
+// wait's when the fetch failed for its own sake, or ctx ended; a fetch that
+// ended with its reader's context leaves the block absent, for the caller
+// to fetch.
+func (o *Object) waitLocked(ctx context.Context, i int) error {
+	s := o.store
+	r := o.runs[i]
+	o.waiting++
+	s.mu.Unlock()
+	select {
+	case <-r.done:
+	case <-ctx.Done():
+		s.mu.Lock()
+		o.waiting--
+		return ctx.Err()
+	}
+	s.mu.Lock()
+	o.waiting--
+	if r.err != nil && o.blocks.get(i).state == absent && (ctx.Err() != nil || !ended(r.err)) {
+		return r.err
+	}
 	return nil
 }
 
