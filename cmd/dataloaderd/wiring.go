@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -41,7 +42,10 @@ func newDaemon(cfg daemonConfig, ok checked, shmInstance string, log *zap.Logger
 	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	objMetrics := objstore.NewMetrics(d.reg)
 	objMetrics.Touch()
-	if d.objects, err = openObjects(cfg, ok, mem, objMetrics, log); err != nil {
+	if d.objects, err = openObjects(cfg, ok, mem, objMetrics, log); errors.Is(err, objstore.ErrCacheInUse) {
+		d.close() // another daemon's cache directory: a mistake to say, not to run past
+		return nil, err
+	} else if err != nil {
 		// A node that reads no object storage runs on; s3:// datasets are
 		// refused, and this says why.
 		log.Warn("object storage off: s3:// datasets will be refused", zap.Error(err))

@@ -45,6 +45,15 @@ func (t *blockTable) get(i int) block {
 	return block{}
 }
 
+// find is block i, or nil when its chunk is not made (the block is idle):
+// one lookup for a read's hit.
+func (t *blockTable) find(i int) *block {
+	if c := t.chunks[i/chunkBlocks]; c != nil {
+		return &c[i%chunkBlocks]
+	}
+	return nil
+}
+
 // tidy drops the chunk of block i when all its blocks are idle.
 func (t *blockTable) tidy(i int) {
 	k := i / chunkBlocks

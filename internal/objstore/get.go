@@ -145,7 +145,11 @@ func (o *Object) fetch(ctx context.Context, i, j int) error {
 		defer func() { stop(); cancel() }()
 	}
 	buf := make([]byte, 256<<10)
-	return o.store.client.get(ctx, o.loc, o.ver, int64(i)*o.store.opts.BlockSize, o.runBytes(i, j), o.file, buf)
+	err := o.store.client.get(ctx, o.loc, o.ver, int64(i)*o.store.opts.BlockSize, o.runBytes(i, j), o.file, buf)
+	if err == nil {
+		o.journalBlocks(i, j)
+	}
+	return err
 }
 
 // ended reports whether err is that of a context that ended.

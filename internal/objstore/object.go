@@ -17,6 +17,9 @@ const (
 	absent   blockState = iota
 	fetching            // a run's GET is under way
 	present             // readable in the mapping
+	// stored: in the disk cache's file from before this store, read only
+	// once its CRC-32C is checked (diskentry.go).
+	stored
 )
 
 // block is one BlockSize piece of an object: 16 bytes of bookkeeping, in
@@ -52,6 +55,10 @@ type Object struct {
 
 	file *os.File
 	data []byte
+	// entry names the object's entry in the disk cache, whose blocks
+	// whole journal lists; "" in memory (diskentry.go).
+	entry   string
+	journal *os.File
 
 	// Guarded by store.mu.
 	blocks   blockTable
@@ -61,6 +68,7 @@ type Object struct {
 	waiting  int          // reads waiting for another's fetch
 	replaced bool         // a newer ETag was opened; drop when refs reach 0
 	freed    bool
+	sums     map[int]uint32 // the CRC-32C of each stored block
 }
 
 // URL is the object's s3:// URL.
@@ -121,10 +129,16 @@ func (o *Object) Hold(ctx context.Context, off, n int64) error {
 		if o.freed {
 			return fail(fmt.Errorf("%w: %s: read after the dataset was closed", ErrObject, o.url))
 		}
-		switch b := o.blocks.get(i); b.state {
+		b := o.blocks.find(i)
+		state := absent
+		if b != nil {
+			state = b.state
+		}
+		switch state {
 		case present:
-			o.holdLocked(i)
-			if b.ahead {
+			ahead := b.ahead
+			o.holdBlockLocked(b)
+			if ahead {
 				o.setAheadLocked(i, false)
 				m.ahead.Inc()
 			} else {
@@ -132,21 +146,15 @@ func (o *Object) Hold(ctx context.Context, off, n int64) error {
 			}
 			i++
 			continue
-		case fetching:
-			r := o.runs[i]
-			o.waiting++
-			s.mu.Unlock()
-			select {
-			case <-r.done:
-			case <-ctx.Done():
-				s.mu.Lock()
-				o.waiting--
-				return fail(ctx.Err())
+		case stored:
+			if err := o.checkStoredLocked(ctx, i); err != nil {
+				return fail(err)
 			}
-			s.mu.Lock()
-			o.waiting--
-			if r.err != nil && o.blocks.get(i).state == absent && (ctx.Err() != nil || !ended(r.err)) {
-				return fail(r.err)
+			i++
+			continue
+		case fetching:
+			if err := o.waitLocked(ctx, i); err != nil {
+				return fail(err)
 			}
 			continue
 		}
@@ -172,6 +180,30 @@ func (o *Object) Hold(ctx context.Context, off, n int64) error {
 		}
 	}
 	s.mu.Unlock()
+	return nil
+}
+
+// waitLocked waits for the fetch of block i under way. Its error is the
+// wait's when the fetch failed for its own sake, or ctx ended; a fetch that
+// ended with its reader's context leaves the block absent, for the caller
+// to fetch.
+func (o *Object) waitLocked(ctx context.Context, i int) error {
+	s := o.store
+	r := o.runs[i]
+	o.waiting++
+	s.mu.Unlock()
+	select {
+	case <-r.done:
+	case <-ctx.Done():
+		s.mu.Lock()
+		o.waiting--
+		return ctx.Err()
+	}
+	s.mu.Lock()
+	o.waiting--
+	if r.err != nil && o.blocks.get(i).state == absent && (ctx.Err() != nil || !ended(r.err)) {
+		return r.err
+	}
 	return nil
 }
 
@@ -213,6 +245,9 @@ func (o *Object) Release(off, n int64) {
 	o.releaseBlocks(first, last)
 }
 
+// releaseBlocks ends a hold of blocks [first, last]. A block no read
+// holds any more goes to the back of the LRU: moved there when it stayed
+// in it while held (no allocation), put back when an eviction took it out.
 func (o *Object) releaseBlocks(first, last int) {
 	s := o.store
 	s.mu.Lock()
@@ -222,16 +257,28 @@ func (o *Object) releaseBlocks(first, last int) {
 		if b.holds--; b.holds < 0 {
 			panic(fmt.Sprintf("objstore: %s: block %d released more often than held", o.url, i))
 		}
-		if b.holds == 0 && b.state == present && !o.freed {
+		switch {
+		case b.holds > 0 || b.state != present || o.freed:
+		case b.elem != nil:
+			s.lru.MoveToBack(b.elem)
+		default:
 			b.elem = s.lru.PushBack(blockRef{obj: o, i: i})
 		}
-		o.blocks.tidy(i)
+		if *b == (block{}) {
+			o.blocks.tidy(i)
+		}
 	}
 }
 
-func (o *Object) holdLocked(i int) {
-	b := o.blocks.at(i)
-	o.store.unlinkLocked(b)
+// holdLocked holds block i. A block read before stays where it is in the
+// LRU (evictLocked passes over it while held); one fetched ahead leaves
+// the LRU of those.
+func (o *Object) holdLocked(i int) { o.holdBlockLocked(o.blocks.at(i)) }
+
+func (o *Object) holdBlockLocked(b *block) {
+	if b.ahead || b.state != present {
+		o.store.unlinkLocked(b)
+	}
 	b.holds++
 }
 
@@ -294,11 +341,14 @@ func (o *Object) finishLocked(i, j int, r *run, err error) {
 
 // evictLocked drops present, unheld block i from the cache and gives its
 // memory or disk back (a hole is punched: no read holds it, so none sees
-// the zeros it reads as).
+// the zeros it reads as). A held block, met in the LRU, only leaves it.
 func (o *Object) evictLocked(i int) {
 	s := o.store
 	b := o.blocks.at(i)
 	s.unlinkLocked(b)
+	if b.holds > 0 { // held where it lay in the LRU: its release puts it back
+		return
+	}
 	b.state = absent
 	o.present--
 	o.setAheadLocked(i, false)
@@ -306,6 +356,7 @@ func (o *Object) evictLocked(i int) {
 	s.used -= o.blockLen(i)
 	s.opts.Metrics.evictions.Inc()
 	o.punch(i, i)
+	o.journalEvicted(i)
 	if o.refs == 0 && o.present == 0 {
 		s.dropLocked(o)
 	}

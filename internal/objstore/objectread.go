@@ -126,5 +126,6 @@ func (o *Object) free() error {
 	if o.file != nil {
 		errs = append(errs, o.file.Close())
 	}
+	o.closeEntry()
 	return errors.Join(errs...)
 }

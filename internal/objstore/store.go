@@ -39,10 +39,13 @@ type Store struct {
 	// (listed.go); it has its own lock.
 	listed *listed
 
-	punchOnce sync.Once
-	ctx       context.Context
-	cancel    context.CancelFunc
-	wg        sync.WaitGroup
+	// disk is the cache directory's entries kept from before and of
+	// objects dropped; nil in memory.
+	disk                   *diskCache
+	punchOnce, journalOnce sync.Once
+	ctx                    context.Context
+	cancel                 context.CancelFunc
+	wg                     sync.WaitGroup
 }
 
 // blockRef names block i of an object, in an LRU; at is when a block
@@ -77,6 +80,12 @@ func New(opts Options) (*Store, error) {
 	s.budget = opts.MemoryBytes
 	if opts.Dir != "" {
 		s.budget = opts.DiskBytes
+		if s.disk, s.used, err = openDiskCache(opts.Dir, opts.BlockSize, s.budget, opts.Logger); err != nil {
+			cancel()
+			c.idle.close()
+			return nil, err
+		}
+		opts.Metrics.cached.Set(float64(s.used))
 	}
 	for range opts.Concurrency {
 		s.wg.Add(1)
@@ -100,6 +109,9 @@ func (s *Store) Close() error {
 	}
 	s.used = 0
 	s.opts.Metrics.cached.Set(0)
+	if s.disk != nil {
+		errs = append(errs, s.disk.close())
+	}
 	return errors.Join(errs...)
 }
 
@@ -196,13 +208,16 @@ func (s *Store) newObject(loc Location, v version) (*Object, error) {
 		return o, nil
 	}
 	var err error
-	if s.opts.Dir == "" {
+	switch {
+	case s.opts.Dir == "":
 		var fd int
 		fd, err = unix.MemfdCreate("dataloaderd-object", unix.MFD_CLOEXEC)
 		if err == nil {
 			o.file = os.NewFile(uintptr(fd), loc.String())
 		}
-	} else {
+	case !v.unversioned():
+		err = s.openEntryLocked(o) // kept across restarts
+	default: // a replacement could not be told: not kept
 		o.file, err = os.CreateTemp(s.opts.Dir, "object-*")
 		if err == nil {
 			err = os.Remove(o.file.Name())
@@ -218,10 +233,12 @@ func (s *Store) newObject(loc Location, v version) (*Object, error) {
 		if o.file != nil {
 			o.file.Close()
 		}
+		o.closeEntry()
 		return nil, fmt.Errorf("%w: %s: backing of %d bytes: %w", ErrObject, o.url, v.size, err)
 	}
 	s.mapped += v.size
 	mapped.Register(o.data, o.url)
+	s.restoreLocked(o)
 	return o, nil
 }
 
@@ -248,16 +265,21 @@ func (s *Store) roomToMapLocked(url string, size int64) error {
 // dropLocked forgets an object no session reads any more: its present
 // blocks leave the budget and its memory is freed.
 func (s *Store) dropLocked(o *Object) {
+	var kept int64 // whole on disk
 	o.blocks.each(func(i int, b *block) {
 		o.setAheadLocked(i, false)
 		s.unlinkLocked(b)
 		if b.state != absent {
 			s.used -= o.blockLen(i)
 		}
+		if b.state == present || b.state == stored {
+			kept += o.blockLen(i)
+		}
 		b.state = absent
 	})
 	o.blocks.tidyAll()
 	o.present = 0
+	s.used += s.releaseEntryLocked(o, kept)
 	s.opts.Metrics.cached.Set(float64(s.used))
 	if s.objects[o.url] == o {
 		delete(s.objects, o.url)
@@ -283,6 +305,10 @@ func (s *Store) unlinkLocked(b *block) {
 // ok false says there is no room.
 func (s *Store) reserveLocked(n int64, ahead bool) bool {
 	for s.used+n > s.budget {
+		if s.disk != nil && len(s.disk.cold) > 0 { // used before anything open
+			s.used -= s.disk.evictOldest()
+			continue
+		}
 		front := s.lru.Front()
 		if front == nil && !ahead {
 			// Blocks fetched ahead and not yet read go last.
