@@ -21,17 +21,9 @@ import (
 // rank waiting for that opening to share it is not failed by the other's
 // context: it opens the corpus itself, and succeeds once the store answers.
 func TestObjectOpenCancelled(t *testing.T) {
-	srv := s3test.Start(t)
-	srv.CreateBucket(t, "bucket")
-	dir := t.TempDir()
-	docs, _ := testcorpus.UniqueDocs(rand.New(rand.NewSource(1)), 200, 50, 1)
-	testcorpus.Megatron(t, dir, "web", docs)
-	srv.PutDir(t, "bucket", "corpus/", dir)
+	srv := objectCorpus(t)
 	proxy := s3test.NewFaultProxy(t, srv.Endpoint, 1, 1)
-	for _, kv := range srv.EnvFor(proxy.URL) {
-		name, value, _ := strings.Cut(kv, "=")
-		t.Setenv(name, value)
-	}
+	useStore(t, srv, proxy.URL)
 	store, err := objstore.New(objstore.Options{RetryFor: 10 * time.Minute})
 	if err != nil {
 		t.Fatal(err)
@@ -93,5 +85,26 @@ func TestObjectOpenCancelled(t *testing.T) {
 	proxy.SetFraction(0)
 	if err := result("rank 1's open", done1); err != nil {
 		t.Fatalf("rank 1's open, whose context did not end: %v", err)
+	}
+}
+
+// objectCorpus is the S3 test server holding a small Megatron dataset at
+// s3://bucket/corpus/web.
+func objectCorpus(t *testing.T) *s3test.Server {
+	srv := s3test.Start(t)
+	srv.CreateBucket(t, "bucket")
+	dir := t.TempDir()
+	docs, _ := testcorpus.UniqueDocs(rand.New(rand.NewSource(1)), 200, 50, 1)
+	testcorpus.Megatron(t, dir, "web", docs)
+	srv.PutDir(t, "bucket", "corpus/", dir)
+	return srv
+}
+
+// useStore points the test's environment (the store's credentials and
+// endpoint) at endpoint, the server or a proxy in front of it.
+func useStore(t *testing.T, srv *s3test.Server, endpoint string) {
+	for _, kv := range srv.EnvFor(endpoint) {
+		name, value, _ := strings.Cut(kv, "=")
+		t.Setenv(name, value)
 	}
 }

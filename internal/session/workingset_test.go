@@ -3,7 +3,6 @@ package session
 import (
 	"context"
 	"errors"
-	"math/rand"
 	"strings"
 	"testing"
 
@@ -11,9 +10,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/dataloaderd/dataloaderd/internal/objstore"
-	"github.com/dataloaderd/dataloaderd/internal/objstore/s3test"
 	"github.com/dataloaderd/dataloaderd/internal/stream"
-	"github.com/dataloaderd/dataloaderd/internal/testcorpus"
 )
 
 // TestObjectWorkingSet: a session of an s3:// dataset adds its working set
@@ -22,16 +19,8 @@ import (
 // (a warning), or is refused with ErrOverBudget naming --object-cache-mb
 // under RequireWorkingSet; a cache above it admits it either way.
 func TestObjectWorkingSet(t *testing.T) {
-	srv := s3test.Start(t)
-	srv.CreateBucket(t, "bucket")
-	dir := t.TempDir()
-	docs, _ := testcorpus.UniqueDocs(rand.New(rand.NewSource(1)), 200, 50, 1)
-	testcorpus.Megatron(t, dir, "web", docs)
-	srv.PutDir(t, "bucket", "corpus/", dir)
-	for _, kv := range srv.EnvFor(srv.Endpoint) {
-		name, value, _ := strings.Cut(kv, "=")
-		t.Setenv(name, value)
-	}
+	srv := objectCorpus(t)
+	useStore(t, srv, srv.Endpoint)
 	cfg := stream.Config{SeqLen: 15, BatchSize: 4, Seed: 9, LogicalShards: 8, BOS: -1,
 		Datasets: []stream.Dataset{{Name: "web", Path: "s3://bucket/corpus/web", Format: "megatron", Weight: 1}}}
 	// Each of rank 0's 4 shards holds its few KiB and a 64 KiB block at each
