@@ -3,6 +3,7 @@ package objstore_test
 import (
 	"bytes"
 	"testing"
+	"time"
 
 	"github.com/dataloaderd/dataloaderd/internal/objstore"
 )
@@ -39,5 +40,37 @@ func TestHoldCached(t *testing.T) {
 	}
 	if !o.HoldCached(0, 0) {
 		t.Fatal("HoldCached of no bytes: want true")
+	}
+}
+
+// TestHoldCachedAheadBlockJoinsTheLRU: a block fetched ahead and first read
+// by HoldCached is, once released, the least recently read block like any
+// other: the next eviction takes it, as it does after Hold.
+func TestHoldCachedAheadBlockJoinsTheLRU(t *testing.T) {
+	for _, cached := range []bool{true, false} {
+		f := newFixture(t, 8*block, objstore.Options{MemoryBytes: 4 * block, Concurrency: 1, StaleAhead: time.Hour})
+		o := f.open(t)
+		o.Prefetch(0, block)
+		deadline := time.Now().Add(10 * time.Second)
+		for !o.HoldCached(0, 1) { // the prefetch lands
+			if time.Now().After(deadline) {
+				t.Fatal("the prefetch of block 0 did not land")
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		o.Release(0, 1)
+		if !cached {
+			read(t, o, 0, 1) // Hold's path, for comparison
+		}
+		for k := int64(1); k <= 4; k++ {
+			read(t, o, k*block, block) // the fourth needs an eviction
+		}
+		kept0 := o.HoldCached(0, 1)
+		if kept0 {
+			o.Release(0, 1)
+		}
+		if kept0 {
+			t.Errorf("HoldCached first (%v): block 0, read first, outlived the eviction of a 4-block cache", cached)
+		}
 	}
 }

@@ -59,13 +59,16 @@ func (o *Object) HoldCached(off, n int64) bool {
 		}
 	}
 	for i := first; i <= last; i++ {
-		if o.blocks.get(i).ahead {
+		// As Hold: the hold takes a block fetched ahead out of the ahead
+		// list first, so that its release puts it in the LRU.
+		ahead := o.blocks.get(i).ahead
+		o.holdLocked(i)
+		if ahead {
 			o.setAheadLocked(i, false)
 			s.opts.Metrics.ahead.Inc()
 		} else {
 			s.opts.Metrics.hit.Inc()
 		}
-		o.holdLocked(i)
 	}
 	return true
 }
