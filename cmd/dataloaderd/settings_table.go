@@ -129,7 +129,7 @@ func objectSettings() []setting {
 			doc: "Read `s3://` objects the store gives neither an ETag nor a `Last-Modified` date, pinned by their size alone: a replacement of the same size then goes unseen. Without it they are refused at open, naming the object (docs/objects.md, \"Bounds and versions\")."},
 		{key: "object_require_working_set", flag: "object-require-working-set", value: boolValue{get: func(c *daemonConfig) *bool { return &c.RequireWorkingSet }},
 			help: "refuse a session whose s3:// datasets would make the working set of the sessions open larger than the object cache; without it such a session is a warning", docDefault: "`{}`",
-			doc: "Refuse an open (`RESOURCE_EXHAUSTED`) whose `s3://` datasets would make the working set of the sessions open (indices, and each owned shard's open shuffle window and the next or the units fetched ahead) larger than the object cache. Without it such an open is logged as a warning naming `--object-cache-mb` and `--object-cache-dir`. `dataloaderd plan` shows a job's working set (docs/objects.md, \"Sizing the cache\")."},
+			doc: "Refuse an open (`RESOURCE_EXHAUSTED`) whose `s3://` datasets would make the working set of the sessions open (the index entries the windows read, and each owned shard's open shuffle window and the next or the units fetched ahead) larger than the object cache. Without it such an open is logged as a warning naming `--object-cache-mb` and `--object-cache-dir`. `dataloaderd plan` shows a job's working set (docs/objects.md, \"Sizing the cache\")."},
 	}
 }
 

@@ -33,7 +33,8 @@ type DatasetWorkingSet struct {
 	// block beside it (a span at a random offset covers one block more
 	// than its length).
 	WindowBytes int64 `json:"window_bytes"`
-	// IndexBytes are the indices held whole while the dataset is open
+	// IndexBytes are what the windows read of the indices, which are read
+	// by range: a block beside each span of units, at most the whole index
 	// (Megatron .idx files).
 	IndexBytes int64 `json:"index_bytes"`
 	// Bytes is the dataset's part: its index, and for every shard owned
@@ -55,8 +56,7 @@ func (c *Corpus) WorkingSet(ranks []uint32, dpSize uint32, blockBytes int64) Wor
 	for i, d := range c.datasets {
 		dw := DatasetWorkingSet{Name: d.name, InObjects: d.ahead > 0}
 		data, index := d.bytes(c.cfg.Datasets[i].Format)
-		dw.IndexBytes = index
-		dw.Bytes = index
+		var indexSpans int64
 		bpt := 0.0
 		if t := d.src.Tokens(); t > 0 {
 			bpt = float64(data) / float64(t)
@@ -74,12 +74,18 @@ func (c *Corpus) WorkingSet(ranks []uint32, dpSize uint32, blockBytes int64) Wor
 			// A rank's depth is shared among its shards (prefetchNext).
 			ahead := min(max(4, depth/max(uint64(hi-lo), 1)), maxPrefetchAhead)
 			for k := lo; k < hi && int(k) < len(d.shards); k++ {
-				w, b := d.shards[k].windowBytes(windowTokens, ahead, run, bpt, blockBytes)
+				w, b, spans := d.shards[k].windowBytes(windowTokens, ahead, run, bpt, blockBytes)
 				dw.Shards++
 				windows += w
 				dw.Bytes += b
+				indexSpans += int64(spans)
 			}
 		}
+		// The index is read by range (source/megatronidx.go): the entries
+		// of the units the windows read, a block beside each span of them,
+		// at most the whole index.
+		dw.IndexBytes = min(indexSpans*blockBytes, index)
+		dw.Bytes += dw.IndexBytes
 		if dw.Shards > 0 {
 			dw.WindowBytes = windows / int64(dw.Shards)
 		}
@@ -93,7 +99,7 @@ func (c *Corpus) WorkingSet(ranks []uint32, dpSize uint32, blockBytes int64) Wor
 }
 
 // bytes are the sizes of a dataset's files: its token data, and its
-// indices held whole while it is open (a Megatron dataset's .idx files).
+// indices (a Megatron dataset's .idx files, read by range).
 func (d *shardedSource) bytes(format string) (data, index int64) {
 	for _, f := range d.src.Files() {
 		if format == "megatron" && strings.HasSuffix(f.Path, ".idx") {
@@ -111,28 +117,31 @@ func (d *shardedSource) bytes(format string) (data, index int64) {
 // more; at most the shard's own bytes (with a block at each end). Units in
 // runs (run > 0) are contiguous: a span per run reached, a block beside
 // each; otherwise a block beside each unit.
-func (s *shard) windowBytes(windowTokens, aheadUnits, run uint64, bpt float64, block int64) (window, part int64) {
+func (s *shard) windowBytes(windowTokens, aheadUnits, run uint64, bpt float64, block int64) (window, part int64, spans uint64) {
 	if s.tokens == 0 || s.n == 0 {
-		return 0, 0
+		return 0, 0, 0
 	}
 	mean := float64(s.tokens) / float64(s.n)
 	tokens := min(windowTokens, s.tokens)
 	// The units of a window: its tokens over the mean unit, and the one
 	// it starts inside.
 	units := min(uint64(math.Ceil(float64(tokens)/mean))+1, s.n)
-	window = spanBytes(tokens, units, run, bpt, block)
+	window, wSpans := spanBytes(tokens, units, run, bpt, block)
 	aUnits := min(aheadUnits, s.n)
-	ahead := spanBytes(min(uint64(float64(aUnits)*mean), s.tokens), aUnits, run, bpt, block)
+	ahead, aSpans := spanBytes(min(uint64(float64(aUnits)*mean), s.tokens), aUnits, run, bpt, block)
 	whole := int64(float64(s.tokens)*bpt) + 2*block
-	return window, min(window+max(window, ahead), whole)
+	if ahead <= window {
+		aSpans = wSpans
+	}
+	return window, min(window+max(window, ahead), whole), wSpans + aSpans
 }
 
 // spanBytes is the cache units holding tokens take: their bytes, and a
-// block beside each contiguous span of them.
-func spanBytes(tokens, units, run uint64, bpt float64, block int64) int64 {
+// block beside each contiguous span of them; and how many spans.
+func spanBytes(tokens, units, run uint64, bpt float64, block int64) (int64, uint64) {
 	spans := units
 	if run > 0 {
 		spans = min(units, (tokens+run-1)/run+1)
 	}
-	return int64(float64(tokens)*bpt) + int64(spans)*block
+	return int64(float64(tokens)*bpt) + int64(spans)*block, spans
 }
