@@ -46,7 +46,7 @@ type shardRun struct {
 
 // Encode returns the file form of a rank's state.
 func Encode(fp Fingerprint, r Rank) ([]byte, error) {
-	f := file{Version: Version, DPRank: r.DPRank, DPSize: r.DPSize, Step: r.Step, Fingerprint: fp, Mixture: r.Mixture}
+	f := file{Version: versionFor(fp), DPRank: r.DPRank, DPSize: r.DPSize, Step: r.Step, Fingerprint: fp, Mixture: r.Mixture}
 	for _, id := range sortedIDs(r.Shards) {
 		n := len(f.Datasets)
 		if n == 0 || f.Datasets[n-1].Dataset != id.Dataset ||

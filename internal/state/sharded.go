@@ -34,7 +34,7 @@ type run struct {
 
 // Split splits a rank's state.
 func Split(fp Fingerprint, r Rank) (Sharded, error) {
-	b, err := json.Marshal(run{Version: Version, Step: r.Step, Fingerprint: fp, Mixture: r.Mixture, DPSize: r.DPSize})
+	b, err := json.Marshal(run{Version: versionFor(fp), Step: r.Step, Fingerprint: fp, Mixture: r.Mixture, DPSize: r.DPSize})
 	if err != nil {
 		return Sharded{}, err
 	}

@@ -14,12 +14,25 @@ import (
 	"github.com/dataloaderd/dataloaderd/internal/errkind"
 )
 
-// Version is the version of the state file format this package writes.
+// Version is the newest version of the state file format this package
+// writes and reads. Version 4 is written only for a job that reads its
+// units in runs (its fingerprint's run_tokens is not 0): a daemon before
+// runs reads versions up to 3 and so refuses such a state, rather than
+// ignore the field and apply cursors of the run order to the plain one.
 // Version 3 adds the changes of weights queued for later batches to the
 // mixture log (entries past the state's step). Version 1 files (no mixing
 // bases, no mixture log) and version 2 files (no queued changes) are still
 // read.
-const Version = 3
+const Version = 4
+
+// versionFor is the version a state of fingerprint fp is written as: the
+// oldest that holds it.
+func versionFor(fp Fingerprint) int {
+	if fp.RunTokens != 0 {
+		return 4
+	}
+	return 3
+}
 
 // ErrMismatch marks a saved state that does not belong to the current corpus
 // and config, or a set of state files that does not cover every shard once.
