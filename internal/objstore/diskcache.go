@@ -38,7 +38,11 @@ type diskCache struct {
 	lock  *os.File
 	cold  map[string]*coldEntry // by name
 	byURL map[string]string     // a cold entry's name by its object's URL
-	log   *zap.Logger
+	// live holds the names of the entries open objects use: one object at
+	// a time (an object replaced, then put back with the same ETag while
+	// the first is still open, gets a file of its own, not kept).
+	live map[string]struct{}
+	log  *zap.Logger
 }
 
 // coldEntry is an entry on disk that no open object uses.
@@ -55,6 +59,12 @@ func entryName(url string, v version, bs int64) string {
 	return hex.EncodeToString(h[:16])
 }
 
+// inUse reports whether an open object uses the entry of url's version v.
+func (d *diskCache) inUse(url string, v version) bool {
+	_, ok := d.live[entryName(url, v, d.bs)]
+	return ok
+}
+
 func (d *diskCache) path(name, ext string) string { return filepath.Join(d.dir, name+ext) }
 
 // openDiskCache locks dir and reads what it holds: each entry's journal is
@@ -66,7 +76,8 @@ func openDiskCache(dir string, bs, budget int64, log *zap.Logger) (*diskCache, i
 	if err != nil {
 		return nil, 0, err
 	}
-	d := &diskCache{dir: dir, bs: bs, lock: lock, cold: map[string]*coldEntry{}, byURL: map[string]string{}, log: log}
+	d := &diskCache{dir: dir, bs: bs, lock: lock, cold: map[string]*coldEntry{}, byURL: map[string]string{},
+		live: map[string]struct{}{}, log: log}
 	names, err := os.ReadDir(dir)
 	if err != nil {
 		d.close()

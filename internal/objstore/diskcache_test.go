@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"math/rand"
 	"os"
 	"path/filepath"
 	"strings"
@@ -197,5 +198,50 @@ func TestDiskCacheTorn(t *testing.T) {
 	readAll(t, s3, f.loc)
 	if st := s3.Stats(); st.FetchedBytes != 0 {
 		t.Fatalf("after the torn blocks were fetched again: %+v", st)
+	}
+}
+
+// TestDiskCacheEntryOfOneLiveObject: an object replaced and then put back
+// with its first bytes (the same ETag) while the first object is still
+// open gets a file of its own: the first object's evictions punch holes
+// in its own entry only, and the block the third object holds stays its
+// bytes.
+func TestDiskCacheEntryOfOneLiveObject(t *testing.T) {
+	f := newFixture(t, 4*block, objstore.Options{Dir: t.TempDir(), DiskBytes: 2 * block})
+	objstore.SetListedFor(f.store, 0) // every open asks the server
+	first := f.data
+	o1 := f.open(t)
+	read(t, o1, 0, block)
+	other := make([]byte, 4*block)
+	rand.New(rand.NewSource(99)).Read(other)
+	f.srv.Put(t, "bucket", "dir/obj.bin", other)
+	o2, err := f.store.Open(context.Background(), f.loc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o2.Close()
+	f.srv.Put(t, "bucket", "dir/obj.bin", first) // the first bytes again: the first ETag
+	o3, err := f.store.Open(context.Background(), f.loc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o3.Close()
+	if o3 == o1 {
+		t.Fatal("the open after the object was replaced gave the replaced object")
+	}
+	if got := read(t, o3, 0, block); !bytes.Equal(got, first[:block]) {
+		t.Fatal("block 0 of the object put back is not its bytes")
+	}
+	read(t, o3, block, block) // a 2-block budget: evicts o1's block 0, the oldest
+	if o3.HoldCached(0, block) {
+		got := append([]byte(nil), o3.Data()[:block]...)
+		o3.Release(0, block)
+		if !bytes.Equal(got, first[:block]) {
+			t.Fatalf("block 0, held as present, is not the object's bytes (all zeros: %v)", bytes.Count(got, []byte{0}) == len(got))
+		}
+	}
+	o1.Close()
+	if got := read(t, o3, 0, block); !bytes.Equal(got, first[:block]) {
+		t.Fatal("after the replaced object closed, block 0 of the object put back is not its bytes")
 	}
 }

@@ -67,6 +67,7 @@ func (s *Store) openEntryLocked(o *Object) (err error) {
 	}
 	touch(logPath)
 	o.entry = name
+	d.live[name] = struct{}{}
 	o.sums = make(map[int]uint32, len(r.live))
 	for i, sum := range r.live {
 		o.sums[int(i)] = sum
@@ -181,6 +182,7 @@ func (s *Store) releaseEntryLocked(o *Object, bytes int64) int64 {
 	d := s.disk
 	name := o.entry
 	o.entry = ""
+	delete(d.live, name)
 	if o.replaced || bytes == 0 {
 		d.remove(name)
 		return 0

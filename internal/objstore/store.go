@@ -215,9 +215,9 @@ func (s *Store) newObject(loc Location, v version) (*Object, error) {
 		if err == nil {
 			o.file = os.NewFile(uintptr(fd), loc.String())
 		}
-	case !v.unversioned():
+	case !v.unversioned() && !s.disk.inUse(o.url, v):
 		err = s.openEntryLocked(o) // kept across restarts
-	default: // a replacement could not be told: not kept
+	default: // a replacement could not be told, or the entry is in use: not kept
 		o.file, err = os.CreateTemp(s.opts.Dir, "object-*")
 		if err == nil {
 			err = os.Remove(o.file.Name())
@@ -234,6 +234,9 @@ func (s *Store) newObject(loc Location, v version) (*Object, error) {
 			o.file.Close()
 		}
 		o.closeEntry()
+		if o.entry != "" {
+			delete(s.disk.live, o.entry)
+		}
 		return nil, fmt.Errorf("%w: %s: backing of %d bytes: %w", ErrObject, o.url, v.size, err)
 	}
 	s.mapped += v.size
