@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/dataloaderd/dataloaderd/internal/files"
@@ -28,8 +29,10 @@ world of W: each dataset's indices, and for every shard those ranks own, its
 open shuffle window and the next one, or the units fetched ahead of it when
 more (the daemon's prefetch depth of 1,024 units a rank, shared among its
 shards, at most 64 a shard). A cache smaller than the working set
-evicts blocks before they are read and fetches them again. Exits 1 when the
-working set is larger than --object-cache-mb. No daemon is needed.
+evicts blocks before they are read and fetches them again. A dataset larger
+than the cache read without run_tokens is named too: each epoch of it
+fetches about a cache block per document. Exits 1 when the working set is
+larger than --object-cache-mb, or a dataset is so named. No daemon is needed.
 
 Flags:
 `
@@ -41,8 +44,16 @@ type planReport struct {
 	CacheBytes int64                      `json:"object_cache_bytes"`
 	BlockBytes int64                      `json:"object_block_bytes"`
 	Bytes      int64                      `json:"working_set_bytes"`
+	RunTokens  uint64                     `json:"run_tokens"`
 	Datasets   []stream.DatasetWorkingSet `json:"datasets"`
+	// Refetched names the datasets an epoch fetches about a block per
+	// document of (stream.DatasetWorkingSet.Refetched).
+	Refetched []string `json:"refetched_datasets"`
 }
+
+// errRefetched is plan's answer when an epoch fetches a dataset's blocks
+// again and again.
+var errRefetched = errors.New("a dataset larger than the object cache is read without run_tokens")
 
 // errOverCache is plan's answer when the working set is past the cache.
 var errOverCache = errors.New("the working set is larger than the object cache")
@@ -83,6 +94,10 @@ func planCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		err = fmt.Errorf("%w: %d bytes against %d: raise the daemon's --object-cache-mb (or --object-cache-disk-mb with --object-cache-dir), or lower shuffle_window",
 			errOverCache, rep.Bytes, rep.CacheBytes)
 	}
+	if err == nil && len(rep.Refetched) > 0 {
+		err = fmt.Errorf("%w: %s: each epoch fetches about a block per document; set the job's run_tokens (docs/objects.md, \"Reading in runs\")",
+			errRefetched, strings.Join(rep.Refetched, ", "))
+	}
 	return err
 }
 
@@ -122,7 +137,14 @@ func plan(ctx context.Context, path string, ranks, world uint32, cache, block in
 		own[i] = uint32(i)
 	}
 	ws := corpus.WorkingSet(own, world, block)
-	return planReport{Ranks: ranks, World: world, CacheBytes: cache, BlockBytes: block, Bytes: ws.AllBytes, Datasets: ws.Datasets}, nil
+	rep := planReport{Ranks: ranks, World: world, CacheBytes: cache, BlockBytes: block, Bytes: ws.AllBytes, RunTokens: ws.RunTokens,
+		Datasets: ws.Datasets, Refetched: []string{}}
+	for _, d := range ws.Datasets {
+		if d.Refetched(ws.RunTokens, cache) {
+			rep.Refetched = append(rep.Refetched, d.Name)
+		}
+	}
+	return rep, nil
 }
 
 // printPlan prints a plan as a table.
@@ -139,6 +161,10 @@ func printPlan(w io.Writer, rep planReport) {
 		verdict = "does NOT fit: blocks will be evicted before they are read; raise --object-cache-mb (or --object-cache-disk-mb with --object-cache-dir), or lower shuffle_window"
 	}
 	fmt.Fprintf(w, "\nworking set %s; the cache of %s %s\n", mib(rep.Bytes), mib(rep.CacheBytes), verdict)
+	for _, name := range rep.Refetched {
+		fmt.Fprintf(w, "dataset %s is larger than the cache and read without run_tokens: each epoch fetches about a %s block per document\n",
+			name, mib(rep.BlockBytes))
+	}
 }
 
 // mib writes bytes in MiB.

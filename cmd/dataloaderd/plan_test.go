@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -68,5 +69,25 @@ func TestPlan(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "WORKING SET") || !strings.Contains(out.String(), "does NOT fit") {
 		t.Errorf("table %q lacks its header or verdict", out.String())
+	}
+	// A cache of 1 MiB holds the working set of 4 KiB blocks but not the
+	// 1.6 MB of data: without run_tokens the dataset is named and plan exits
+	// 1 naming run_tokens; in runs it fits.
+	for _, runTokens := range []int{0, 4096} {
+		job := strings.Replace(job, `"shuffle_window": 2,`, fmt.Sprintf(`"shuffle_window": 2, "run_tokens": %d,`, runTokens), 1)
+		if err := os.WriteFile(config, []byte(job), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out.Reset()
+		errb.Reset()
+		code = run(context.Background(), []string{"plan", "--ranks", "1", "--world", "2", "--object-block-kb", "4", "--object-cache-mb", "1", "--json", config}, &out, &errb)
+		rep = planReport{}
+		if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+			t.Fatal(err)
+		}
+		named := len(rep.Refetched) == 1 && rep.Refetched[0] == "meg"
+		if rep.Bytes > 1<<20 || named != (runTokens == 0) || (code == 1) != (runTokens == 0) || (runTokens == 0) != strings.Contains(errb.String(), "run_tokens") {
+			t.Errorf("run_tokens %d: exit %d, stderr %q, report %+v; want meg named and exit 1 only without runs", runTokens, code, errb.String(), rep)
+		}
 	}
 }

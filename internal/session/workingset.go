@@ -43,15 +43,29 @@ func (m *Manager) admitWorkingSet(corpus *stream.Corpus, req Request, log *zap.L
 	if node > budget {
 		log.Warn("the object cache is smaller than the working set of the sessions open: blocks will be evicted before they are read and fetched again; "+
 			"raise --object-cache-mb (or --object-cache-disk-mb with --object-cache-dir), or lower shuffle_window (docs/objects.md, \"Sizing the cache\")", fields...)
-	} else if corpus.Config().RunTokens == 0 {
-		log.Info("object cache working set; without run_tokens a corpus larger than the cache is fetched about a block per document (docs/objects.md, \"Reading in runs\")", fields...)
 	} else {
 		log.Info("object cache working set", fields...)
 	}
+	warnRefetched(ws, budget, store.BlockSize(), log)
 	return func() {
 		m.mu.Lock()
 		m.workingSet -= own
 		m.metrics.workingSet.Set(float64(m.workingSet))
 		m.mu.Unlock()
 	}, nil
+}
+
+// warnRefetched warns of each dataset in object storage whose epoch will
+// fetch about a block per document (stream.DatasetWorkingSet.Refetched):
+// read without run_tokens and larger than the cache.
+func warnRefetched(ws stream.WorkingSet, budget, block int64, log *zap.Logger) {
+	for _, d := range ws.Datasets {
+		if !d.InObjects || !d.Refetched(ws.RunTokens, budget) {
+			continue
+		}
+		log.Warn("a dataset in object storage larger than the cache, read without run_tokens: each epoch fetches about a cache block per document, "+
+			"not each byte once; set the job's run_tokens (e.g. 4194304) to read its documents in runs (docs/objects.md, \"Reading in runs\")",
+			zap.String("dataset", d.Name), zap.Int64("data_bytes", d.DataBytes), zap.Int64("mean_document_bytes", d.UnitBytes),
+			zap.Int64("object_block_bytes", block), zap.Int64("object_cache_bytes", budget))
+	}
 }

@@ -8,6 +8,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/dataloaderd/dataloaderd/internal/objstore"
 	"github.com/dataloaderd/dataloaderd/internal/stream"
@@ -67,4 +69,23 @@ func gaugeValue(t *testing.T, g prometheus.Gauge) float64 {
 		t.Fatal(err)
 	}
 	return m.GetGauge().GetValue()
+}
+
+// TestWarnRefetched: a dataset in object storage larger than the cache and
+// read without run_tokens is warned of by name, with the flag to set; one
+// read in runs, one that fits, and a local one are not.
+func TestWarnRefetched(t *testing.T) {
+	core, logs := observer.New(zap.InfoLevel)
+	big := stream.DatasetWorkingSet{Name: "web", InObjects: true, DataBytes: 8 << 20, UnitBytes: 2000}
+	small := stream.DatasetWorkingSet{Name: "code", InObjects: true, DataBytes: 512 << 10}
+	local := stream.DatasetWorkingSet{Name: "books", DataBytes: 64 << 20}
+	ws := stream.WorkingSet{Datasets: []stream.DatasetWorkingSet{big, small, local}}
+	warnRefetched(ws, 1<<20, 64<<10, zap.New(core))
+	ws.RunTokens = 4096
+	warnRefetched(ws, 1<<20, 64<<10, zap.New(core))
+	got := logs.All()
+	if len(got) != 1 || got[0].Level != zap.WarnLevel || !strings.Contains(got[0].Message, "run_tokens") ||
+		got[0].ContextMap()["dataset"] != "web" || got[0].ContextMap()["mean_document_bytes"] != int64(2000) {
+		t.Fatalf("logged %+v, want one warning of dataset web naming run_tokens", got)
+	}
 }

@@ -20,6 +20,8 @@ type WorkingSet struct {
 	// Bytes sums the datasets in object storage; AllBytes every dataset,
 	// as though all were (what `dataloaderd plan` shows for local paths).
 	Bytes, AllBytes int64
+	// RunTokens is the job's run_tokens (0: units read one by one).
+	RunTokens uint64
 }
 
 // DatasetWorkingSet is one dataset's part of a working set.
@@ -41,6 +43,20 @@ type DatasetWorkingSet struct {
 	// its window and the next or the units fetched ahead, at most the
 	// shard's bytes.
 	Bytes int64 `json:"working_set_bytes"`
+	// DataBytes are the dataset's token bytes (its files but the indices),
+	// and UnitBytes those of its mean unit (document).
+	DataBytes int64 `json:"data_bytes"`
+	UnitBytes int64 `json:"mean_unit_bytes"`
+}
+
+// Refetched reports whether an epoch of the dataset, read through a cache
+// of cache bytes, fetches about a block per unit rather than each byte
+// about once: its units are read one by one in a shuffled order (no
+// run_tokens) and its data does not fit the cache, so a block is evicted
+// between the reads of the units in it. Only runs bound what an epoch
+// fetches then (docs/objects.md, "Reading in runs").
+func (d DatasetWorkingSet) Refetched(runTokens uint64, cache int64) bool {
+	return runTokens == 0 && d.DataBytes+d.IndexBytes > cache
 }
 
 // WorkingSet is the working set of ranks (of a world of dpSize) in a cache
@@ -51,11 +67,15 @@ type DatasetWorkingSet struct {
 // shard). How many units that is comes from the shard's mean unit length;
 // with run_tokens, they are a span of each run they reach into.
 func (c *Corpus) WorkingSet(ranks []uint32, dpSize uint32, blockBytes int64) WorkingSet {
-	var ws WorkingSet
+	ws := WorkingSet{RunTokens: c.cfg.RunTokens}
 	windowTokens := c.cfg.Window() * uint64(c.cfg.LineTokens())
 	for i, d := range c.datasets {
 		dw := DatasetWorkingSet{Name: d.name, InObjects: d.ahead > 0}
 		data, index := d.bytes(c.cfg.Datasets[i].Format)
+		dw.DataBytes = data
+		if n := d.src.Units(); n > 0 {
+			dw.UnitBytes = data / int64(n)
+		}
 		var indexSpans int64
 		bpt := 0.0
 		if t := d.src.Tokens(); t > 0 {
