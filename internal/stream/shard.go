@@ -306,12 +306,17 @@ func (s *shard) prefetchAhead(fr *framing, c state.Cursor, n uint64) {
 	for ; k < min(n, uint64(len(units))) && c.Pos+k < s.n; k++ {
 		units[k] = s.unit(c.Epoch, c.Pos+k)
 	}
+	if s.ds.loader != nil {
+		s.ds.loader.PrefetchEntries(units[:k])
+	}
 	p.Prefetch(units[:k])
 }
 
 // openWindow computes the window that starts at c, reusing w's memory, and
-// asks the source to prepare ahead units of it and of the next window.
+// asks the source to prepare ahead units of it and of the next window; a
+// source in object storage loads the window's units first (windowload.go).
 func (s *shard) openWindow(fr *framing, c state.Cursor, w *window, ahead uint64) error {
+	ld := s.loadWindow(fr, c)
 	s.prefetchAhead(fr, c, ahead)
 	w.starts = append(w.starts[:0], c)
 	w.first = append(w.first[:0], 0)
@@ -330,6 +335,7 @@ func (s *shard) openWindow(fr *framing, c state.Cursor, w *window, ahead uint64)
 		c, fi = next, nfi
 		w.starts = append(w.starts, c)
 		w.first = append(w.first, fi)
+		ld.more(s, fr, c, fi, fr.window-w.lines)
 	}
 	s.prefetchAhead(fr, c, ahead) // the next window's units
 	return nil
