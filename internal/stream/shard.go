@@ -290,28 +290,6 @@ type window struct {
 	lines  uint64
 }
 
-// maxPrefetchAhead bounds the units one prefetchAhead hints.
-const maxPrefetchAhead = 64
-
-// prefetchAhead asks the source to prepare the units at and after cursor c
-// (at most n of them, up to maxPrefetchAhead, in c's epoch): the units a
-// shard reads next.
-func (s *shard) prefetchAhead(fr *framing, c state.Cursor, n uint64) {
-	p := s.ds.units
-	if p == nil || fr.ended(c) {
-		return
-	}
-	var units [maxPrefetchAhead]uint64
-	k := uint64(0)
-	for ; k < min(n, uint64(len(units))) && c.Pos+k < s.n; k++ {
-		units[k] = s.unit(c.Epoch, c.Pos+k)
-	}
-	if s.ds.loader != nil {
-		s.ds.loader.PrefetchEntries(units[:k])
-	}
-	p.Prefetch(units[:k])
-}
-
 // openWindow computes the window that starts at c, reusing w's memory, and
 // asks the source to prepare ahead units of it and of the next window; a
 // source in object storage loads the window's units first (windowload.go).

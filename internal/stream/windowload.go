@@ -10,7 +10,8 @@ import "github.com/dataloaderd/dataloaderd/internal/state"
 // expected to walk: their index entries, then their tokens, each in a few
 // ranged GETs at once (source LoadUnits); the walk then finds them in the
 // node's cache. Only the cache's contents change: the window, its lines
-// and their order are the same.
+// and their order are the same. Beside it, prefetchAhead: the units a shard
+// reads next, asked for ahead of its windows.
 
 // maxLoadUnits bounds the units one load asks for (8 bytes each); a
 // window that walks past them loads the next ones as it goes.
@@ -71,4 +72,26 @@ func (s *shard) loadFrom(fr *framing, c state.Cursor, n uint64, ld *windowLoad) 
 	}
 	ld.loader.LoadUnits(units, ld.tokens)
 	return uint64(len(units))
+}
+
+// maxPrefetchAhead bounds the units one prefetchAhead hints.
+const maxPrefetchAhead = 64
+
+// prefetchAhead asks the source to prepare the units at and after cursor c
+// (at most n of them, up to maxPrefetchAhead, in c's epoch): the units a
+// shard reads next.
+func (s *shard) prefetchAhead(fr *framing, c state.Cursor, n uint64) {
+	p := s.ds.units
+	if p == nil || fr.ended(c) {
+		return
+	}
+	var units [maxPrefetchAhead]uint64
+	k := uint64(0)
+	for ; k < min(n, uint64(len(units))) && c.Pos+k < s.n; k++ {
+		units[k] = s.unit(c.Epoch, c.Pos+k)
+	}
+	if s.ds.loader != nil {
+		s.ds.loader.PrefetchEntries(units[:k])
+	}
+	p.Prefetch(units[:k])
 }
