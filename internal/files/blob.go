@@ -75,6 +75,15 @@ func (b *Blob) BlockSize() int64 {
 	return b.obj.BlockSize()
 }
 
+// HoldLimit is the most bytes of an object a reader should hold at once
+// (half the node's cache); 0 for a local file.
+func (b *Blob) HoldLimit() int64 {
+	if b.obj == nil {
+		return 0
+	}
+	return b.obj.HoldLimit()
+}
+
 // HoldWhole holds the whole file, refusing an object larger than half the
 // node's cache (what would then be read whole, why, and what to do instead).
 func (b *Blob) HoldWhole(why string) error {

@@ -125,18 +125,33 @@ func (d *concatSource) PrefetchDepth() uint64 {
 
 // Prefetch fetches the bytes of units in object storage into the node's
 // cache ahead of their reads. It never blocks; it returns how many units
-// it hinted.
+// it hinted. A Megatron file's units whose entries are cached are asked
+// for together, in as few ranged GETs as their blocks allow
+// (megatronload.go).
 func (d *concatSource) Prefetch(units []uint64) int {
 	n := 0
+	var together map[*megatronFile][]uint64
 	for _, u := range units {
 		if u >= d.Units() {
 			continue
 		}
 		i, local := d.locate(u)
-		if r, ok := d.parts[i].(remoteUnits); ok && r.remote() {
-			r.prefetchUnit(local)
-			n++
+		r, ok := d.parts[i].(remoteUnits)
+		if !ok || !r.remote() {
+			continue
 		}
+		n++
+		if m, ok := r.(*megatronFile); ok {
+			if together == nil {
+				together = map[*megatronFile][]uint64{}
+			}
+			together[m] = append(together[m], local)
+			continue
+		}
+		r.prefetchUnit(local)
+	}
+	for m, seqs := range together {
+		m.prefetchUnits(seqs)
 	}
 	return n
 }

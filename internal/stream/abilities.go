@@ -46,6 +46,19 @@ type offsetPrefetcher interface {
 	PrefetchOffsets(units []uint64)
 }
 
+// unitLoader is a source whose units' index entries are read from object
+// storage (IndexRemote): a window about to be walked has its units'
+// entries, then their tokens, brought into the node's cache at once, in a
+// few ranged GETs (LoadUnits, which returns once they are in), rather than
+// a round trip for each block its walk meets; units fetched ahead have
+// their entries asked for together (PrefetchEntries, which never blocks).
+// Both are hints: they change nothing but timing.
+type unitLoader interface {
+	IndexRemote() bool
+	LoadUnits(units []uint64, window uint64)
+	PrefetchEntries(units []uint64)
+}
+
 // skipCounter is a source that skips bad records (text datasets with
 // on_bad_record skip): how many so far.
 type skipCounter interface {
@@ -68,6 +81,7 @@ type abilities struct {
 	grouper      unitGrouper
 	offsets      offsetChecker
 	offsetsAhead offsetPrefetcher
+	loader       unitLoader
 	skips        skipCounter
 	compressed   compressedDescriber
 }
@@ -86,6 +100,9 @@ func abilitiesOf(src source.Source) abilities {
 	a.grouper, _ = src.(unitGrouper)
 	a.offsets, _ = src.(offsetChecker)
 	a.offsetsAhead, _ = src.(offsetPrefetcher)
+	if l, ok := src.(unitLoader); ok && l.IndexRemote() {
+		a.loader = l
+	}
 	a.skips, _ = src.(skipCounter)
 	a.compressed, _ = src.(compressedDescriber)
 	return a

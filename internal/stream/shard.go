@@ -290,28 +290,11 @@ type window struct {
 	lines  uint64
 }
 
-// maxPrefetchAhead bounds the units one prefetchAhead hints.
-const maxPrefetchAhead = 64
-
-// prefetchAhead asks the source to prepare the units at and after cursor c
-// (at most n of them, up to maxPrefetchAhead, in c's epoch): the units a
-// shard reads next.
-func (s *shard) prefetchAhead(fr *framing, c state.Cursor, n uint64) {
-	p := s.ds.units
-	if p == nil || fr.ended(c) {
-		return
-	}
-	var units [maxPrefetchAhead]uint64
-	k := uint64(0)
-	for ; k < min(n, uint64(len(units))) && c.Pos+k < s.n; k++ {
-		units[k] = s.unit(c.Epoch, c.Pos+k)
-	}
-	p.Prefetch(units[:k])
-}
-
 // openWindow computes the window that starts at c, reusing w's memory, and
-// asks the source to prepare ahead units of it and of the next window.
+// asks the source to prepare ahead units of it and of the next window; a
+// source in object storage loads the window's units first (windowload.go).
 func (s *shard) openWindow(fr *framing, c state.Cursor, w *window, ahead uint64) error {
+	ld := s.loadWindow(fr, c)
 	s.prefetchAhead(fr, c, ahead)
 	w.starts = append(w.starts[:0], c)
 	w.first = append(w.first[:0], 0)
@@ -330,6 +313,7 @@ func (s *shard) openWindow(fr *framing, c state.Cursor, w *window, ahead uint64)
 		c, fi = next, nfi
 		w.starts = append(w.starts, c)
 		w.first = append(w.first, fi)
+		ld.more(s, fr, c, fi, fr.window-w.lines)
 	}
 	s.prefetchAhead(fr, c, ahead) // the next window's units
 	return nil
