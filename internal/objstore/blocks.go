@@ -21,25 +21,54 @@ type blockChunk [chunkBlocks]block
 // even one of 5 TiB, costs none. Guarded by the store's mutex.
 type blockTable struct {
 	chunks map[int]*blockChunk
+	// recent are the two chunks looked up last, the latest first, so
+	// that most lookups skip the map (half the cost of a warm read's
+	// bookkeeping before): a read's Release finds the chunk its Hold
+	// found, reads in order stay in one chunk for 64 blocks, and a
+	// Megatron index's reads alternate between its sizes and pointers.
+	recent [2]recentChunk
+}
+
+// recentChunk is chunk key of a blockTable; c is nil when unused.
+type recentChunk struct {
+	c   *blockChunk
+	key int
+}
+
+// chunk is chunk k, or nil when it is not made.
+func (t *blockTable) chunk(k int) *blockChunk {
+	if r := t.recent[0]; r.c != nil && r.key == k {
+		return r.c
+	}
+	if r := t.recent[1]; r.c != nil && r.key == k {
+		t.recent[0], t.recent[1] = r, t.recent[0]
+		return r.c
+	}
+	c := t.chunks[k]
+	if c != nil {
+		t.recent[0], t.recent[1] = recentChunk{c, k}, t.recent[0]
+	}
+	return c
 }
 
 // at is block i, its chunk made if need be. The pointer stays valid until
 // the block is idle and tidy drops its chunk.
 func (t *blockTable) at(i int) *block {
-	c := t.chunks[i/chunkBlocks]
+	c := t.chunk(i / chunkBlocks)
 	if c == nil {
 		if t.chunks == nil {
 			t.chunks = map[int]*blockChunk{}
 		}
 		c = new(blockChunk)
 		t.chunks[i/chunkBlocks] = c
+		t.recent[0], t.recent[1] = recentChunk{c, i / chunkBlocks}, t.recent[0]
 	}
 	return &c[i%chunkBlocks]
 }
 
 // get is a copy of block i: the idle block when its chunk is not made.
 func (t *blockTable) get(i int) block {
-	if c := t.chunks[i/chunkBlocks]; c != nil {
+	if c := t.chunk(i / chunkBlocks); c != nil {
 		return c[i%chunkBlocks]
 	}
 	return block{}
@@ -48,7 +77,7 @@ func (t *blockTable) get(i int) block {
 // find is block i, or nil when its chunk is not made (the block is idle):
 // one lookup for a read's hit.
 func (t *blockTable) find(i int) *block {
-	if c := t.chunks[i/chunkBlocks]; c != nil {
+	if c := t.chunk(i / chunkBlocks); c != nil {
 		return &c[i%chunkBlocks]
 	}
 	return nil
@@ -67,6 +96,11 @@ func (t *blockTable) tidy(i int) {
 		}
 	}
 	delete(t.chunks, k)
+	for r := range t.recent {
+		if t.recent[r].c == c {
+			t.recent[r] = recentChunk{}
+		}
+	}
 	if len(t.chunks) == 0 {
 		t.chunks = nil // a map keeps its largest size; an empty one goes
 	}

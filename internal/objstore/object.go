@@ -98,8 +98,7 @@ func (o *Object) span(off, n int64) (first, last int, err error) {
 	if off < 0 || n < 0 || off > o.size || n > o.size-off {
 		return 0, 0, fmt.Errorf("%w: %s: bytes [%d, %d) outside its %d bytes", ErrObject, o.url, off, off+n, o.size)
 	}
-	bs := o.store.opts.BlockSize
-	return int(off / bs), int((off + n - 1) / bs), nil
+	return o.store.blockOf(off), o.store.blockOf(off + n - 1), nil
 }
 
 // Hold fetches the blocks of bytes [off, off+n) that are not in the cache
@@ -251,10 +250,10 @@ func (o *Object) Release(off, n int64) {
 func (o *Object) releaseBlocks(first, last int) {
 	s := o.store
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	for i := first; i <= last; i++ {
 		b := o.blocks.at(i)
 		if b.holds--; b.holds < 0 {
+			s.mu.Unlock()
 			panic(fmt.Sprintf("objstore: %s: block %d released more often than held", o.url, i))
 		}
 		switch {
@@ -268,6 +267,7 @@ func (o *Object) releaseBlocks(first, last int) {
 			o.blocks.tidy(i)
 		}
 	}
+	s.mu.Unlock()
 }
 
 // holdLocked holds block i. A block read before stays where it is in the

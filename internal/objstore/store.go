@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/bits"
 	"os"
 	"sync"
 	"time"
@@ -21,6 +22,9 @@ type Store struct {
 	opts   Options
 	client *client
 	budget int64
+	// shift is log2 of the block size when that is a power of two (as
+	// the default's), so that a read's blocks cost no division; else 0.
+	shift uint8
 
 	mu      sync.Mutex
 	objects map[string]*Object // by URL; each the latest ETag seen
@@ -78,6 +82,9 @@ func New(opts Options) (*Store, error) {
 	s := &Store{opts: opts, client: c, objects: map[string]*Object{}, listed: newListed(opts.MaxListKeys, opts.MaxListBytes),
 		queue: make(chan runRef, DefaultPrefetchQueue), ctx: ctx, cancel: cancel}
 	s.budget = opts.MemoryBytes
+	if bs := opts.BlockSize; bs&(bs-1) == 0 {
+		s.shift = uint8(bits.TrailingZeros64(uint64(bs)))
+	}
 	if opts.Dir != "" {
 		s.budget = opts.DiskBytes
 		if s.disk, s.used, err = openDiskCache(opts.Dir, opts.BlockSize, s.budget, opts.Logger); err != nil {
@@ -113,6 +120,14 @@ func (s *Store) Close() error {
 		errs = append(errs, s.disk.close())
 	}
 	return errors.Join(errs...)
+}
+
+// blockOf is the block that byte off lies in.
+func (s *Store) blockOf(off int64) int {
+	if s.shift != 0 {
+		return int(off >> s.shift)
+	}
+	return int(off / s.opts.BlockSize)
 }
 
 // BlockSize is the unit the cache fetches.
