@@ -51,7 +51,7 @@ func BenchmarkWarmRead(b *testing.B) {
 	for _, where := range []string{"memory", "disk"} {
 		opts := objstore.Options{}
 		if where == "disk" {
-			opts = objstore.Options{Dir: b.TempDir(), DiskBytes: 2 * size}
+			opts = objstore.Options{Dir: benchCacheDir(b), DiskBytes: 2 * size}
 		}
 		store, err := objstore.New(opts)
 		if err != nil {
@@ -152,4 +152,19 @@ func timeReads(readers, n int, size int64, cached, plain, held func(off int64, d
 		medians[w] = times[w][len(times[w])/2] * time.Duration(turns)
 	}
 	return medians[0], medians[1], medians[2]
+}
+
+// benchCacheDir is the folder of the "disk" cache: DATALOADERD_BENCH_CACHE_DIR
+// when set (e.g. a tmpfs mounted with huge=within_size, to compare page
+// sizes), else a temp dir of the test's.
+func benchCacheDir(b *testing.B) string {
+	if dir := os.Getenv("DATALOADERD_BENCH_CACHE_DIR"); dir != "" {
+		sub, err := os.MkdirTemp(dir, "warm-")
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { os.RemoveAll(sub) })
+		return sub
+	}
+	return b.TempDir()
 }
