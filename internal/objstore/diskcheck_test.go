@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -23,6 +26,16 @@ func restored(t *testing.T, n int64) (*fixture, string) {
 	}
 	f.store.Close()
 	return f, dir
+}
+
+// onlyEntry is the path of the one entry in dir, less ".log" or ".data".
+func onlyEntry(t *testing.T, dir string) string {
+	t.Helper()
+	logs, _ := filepath.Glob(filepath.Join(dir, "*.log"))
+	if len(logs) != 1 {
+		t.Fatalf("entries in %s: %v", dir, logs)
+	}
+	return strings.TrimSuffix(logs[0], ".log")
 }
 
 // TestDiskCacheCloseDuringCheck: a store closed while a read checks a
@@ -96,5 +109,46 @@ func TestDiskCacheCloseDuringChecks(t *testing.T) {
 		time.Sleep(time.Duration(round%5) * time.Millisecond)
 		s.Close()
 		wg.Wait()
+	}
+}
+
+// TestDiskCachePrefetchStored: after a restart, Prefetch has the blocks
+// kept from before checked ahead of their reads, so that HoldCached (which
+// never waits) finds them, with no GET; one whose bytes were damaged is
+// fetched again.
+func TestDiskCachePrefetchStored(t *testing.T) {
+	f, dir := restored(t, 8)
+	data, err := os.OpenFile(onlyEntry(t, dir)+".data", os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := data.WriteAt(bytes.Repeat([]byte{9}, 10), 3*block+5); err != nil { // block 3 damaged
+		t.Fatal(err)
+	}
+	data.Close()
+	s := diskStore(t, dir, 1024*block)
+	o, err := s.Open(context.Background(), f.loc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	if o.HoldCached(0, 8*block) {
+		t.Fatal("HoldCached held blocks not yet checked")
+	}
+	o.Prefetch(0, 8*block)
+	deadline := time.Now().Add(10 * time.Second)
+	for !o.HoldCached(0, 8*block) {
+		if time.Now().After(deadline) {
+			t.Fatal("blocks kept from before and prefetched are not held by HoldCached")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	got := bytes.Clone(o.Data()[:8*block])
+	o.Release(0, 8*block)
+	if !bytes.Equal(got, f.data) {
+		t.Fatal("the blocks checked ahead are not the object's bytes")
+	}
+	if st := s.Stats(); st.FetchedBytes != block || st.Ahead != 8 {
+		t.Fatalf("want the damaged block alone fetched again and the 8 counted as read ahead: %+v", st)
 	}
 }
