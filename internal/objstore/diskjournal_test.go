@@ -278,3 +278,35 @@ func TestDiskCacheEvictionCrash(t *testing.T) {
 		})
 	}
 }
+
+// TestDiskCacheJournalWriteFails: a journal that cannot be written is
+// removed (records lost could leave an eviction unsaid): the reads go on,
+// and after a restart the object is fetched again, whole and right.
+func TestDiskCacheJournalWriteFails(t *testing.T) {
+	dir := t.TempDir()
+	f := newFixture(t, 8*block, objstore.Options{Dir: dir, DiskBytes: 4 * block})
+	o := f.open(t)
+	entry := objstore.EntryOf(o)
+	read(t, o, 0, 2*block)
+	objstore.BreakJournal(o)
+	for k := int64(0); k < 8; k++ {
+		if got := read(t, o, k*block, block); !bytes.Equal(got, f.data[k*block:(k+1)*block]) {
+			t.Fatalf("block %d differs after its journal failed", k)
+		}
+	}
+	if _, err := os.Stat(entry + ".log"); !os.IsNotExist(err) {
+		t.Fatalf("the journal that failed is left: %v", err)
+	}
+	if st := f.store.Stats(); st.JournalBytes != 0 {
+		t.Fatalf("the journal gauge after the journal was removed: %+v", st)
+	}
+	o.Close()
+	f.store.Close()
+	s := diskStore(t, dir, 64*block)
+	if got, _ := readAll(t, s, f.loc); !bytes.Equal(got, f.data) {
+		t.Fatal("after a restart the object differs")
+	}
+	if st := s.Stats(); st.FetchedBytes != 8*block {
+		t.Fatalf("want the object fetched again whole: %+v", st)
+	}
+}

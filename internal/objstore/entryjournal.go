@@ -39,8 +39,12 @@ type entryJournal struct {
 	records int
 	live    int  // blocks the records say whole
 	queued  bool // a compaction is asked for or under way
-	closed  bool // the object dropped, or the store closed
-	failed  bool // a write failed: the journal is removed
+	// askAt, after a compaction failed, is the records past which the next
+	// is asked for: twice those then, so that a full disk is not tried at
+	// every append.
+	askAt  int
+	closed bool // the object dropped, or the store closed
+	failed bool // a write failed: the journal is removed
 }
 
 // createJournal starts the journal at path afresh: its header alone.
@@ -101,7 +105,7 @@ func (j *entryJournal) append(recs []byte, whole, evicted int) {
 // askLocked asks the store's compactor for a compaction once the records
 // pass twice the blocks whole and compactSlack.
 func (j *entryJournal) askLocked() {
-	if j.queued || j.records <= 2*j.live+compactSlack {
+	if j.queued || j.records <= 2*j.live+compactSlack || j.records < j.askAt {
 		return
 	}
 	select {
@@ -168,7 +172,7 @@ func (j *entryJournal) compact() error {
 		tmp, err = os.CreateTemp(filepath.Dir(j.path), filepath.Base(j.path)+".*.tmp")
 	}
 	if err != nil {
-		j.endCompaction()
+		j.endCompaction(true)
 		return err
 	}
 	n, err := writeLive(tmp, r)
@@ -182,7 +186,7 @@ func (j *entryJournal) compact() error {
 	if err != nil {
 		tmp.Close()
 		os.Remove(tmp.Name())
-		j.endCompaction()
+		j.endCompaction(true)
 		if errors.Is(err, errJournalClosed) {
 			return nil // its object was dropped meanwhile
 		}
@@ -220,15 +224,19 @@ func (j *entryJournal) swap(tmp *os.File, r *replayed, upTo, n int64) error {
 	j.f = tmp // written in order from here: only appends, under mu
 	size := n + int64(len(tail))
 	j.d.metrics.journal.Add(float64(size - j.size))
-	j.size, j.records, j.live = size, len(r.live), len(r.live)
+	j.size, j.records, j.live, j.askAt = size, len(r.live), len(r.live), 0
 	j.askLocked() // the records appended meanwhile may call for another
 	return nil
 }
 
-// endCompaction lets the journal ask for a compaction again.
-func (j *entryJournal) endCompaction() {
+// endCompaction lets the journal ask for a compaction again; after one
+// that failed, once its records double.
+func (j *entryJournal) endCompaction(failed bool) {
 	j.mu.Lock()
 	j.queued = false
+	if failed {
+		j.askAt = 2 * j.records
+	}
 	j.mu.Unlock()
 }
 

@@ -52,3 +52,14 @@ func ReplayJournal(path string) (map[int64]uint32, int, error) {
 // JournalRecordLen is the bytes of one record; CompactSlack the records a
 // journal may hold beyond twice its blocks whole.
 const JournalRecordLen, CompactSlack = recordLen, compactSlack
+
+// BreakJournal closes the file of o's journal under it, so that its next
+// write fails.
+func BreakJournal(o *Object) {
+	o.store.mu.Lock()
+	j := o.journal
+	o.store.mu.Unlock()
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.f.Close()
+}
