@@ -209,6 +209,7 @@ func (j *entryJournal) swap(tmp *os.File, r *replayed, upTo, n int64) error {
 	if err := readAt(j.path, tail, upTo); err != nil {
 		return err
 	}
+	records := len(r.live) + len(tail)/recordLen // one a block whole, then the tail
 	for k := 0; k+recordLen <= len(tail); k += recordLen {
 		if !r.apply(tail[k : k+recordLen]) {
 			return fmt.Errorf("%s: a record at byte %d that does not replay", j.path, upTo+int64(k))
@@ -224,7 +225,7 @@ func (j *entryJournal) swap(tmp *os.File, r *replayed, upTo, n int64) error {
 	j.f = tmp // written in order from here: only appends, under mu
 	size := n + int64(len(tail))
 	j.d.metrics.journal.Add(float64(size - j.size))
-	j.size, j.records, j.live, j.askAt = size, len(r.live), len(r.live), 0
+	j.size, j.records, j.live, j.askAt = size, records, len(r.live), 0
 	j.askLocked() // the records appended meanwhile may call for another
 	return nil
 }
