@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -43,12 +45,28 @@ type diskCache struct {
 	// the first is still open, gets a file of its own, not kept).
 	live map[string]struct{}
 	log  *zap.Logger
+	// compactions are the journals of open objects to compact, for the
+	// store's compactor (entryjournal.go).
+	compactions chan *entryJournal
+	metrics     *Metrics
+	failOnce    sync.Once
+	// hook, in tests, is called at each step of a compaction and of a
+	// stored block's check, to stop there.
+	hook atomic.Pointer[func(step string)]
+}
+
+// step calls the test's hook at a named step.
+func (d *diskCache) step(name string) {
+	if fn := d.hook.Load(); fn != nil {
+		(*fn)(name)
+	}
 }
 
 // coldEntry is an entry on disk that no open object uses.
 type coldEntry struct {
 	name, url string
 	bytes     int64 // of its blocks whole
+	journal   int64 // bytes of its journal
 	used      time.Time
 }
 
@@ -71,13 +89,13 @@ func (d *diskCache) path(name, ext string) string { return filepath.Join(d.dir, 
 // replayed, what a crash left in its data file outside the blocks whole is
 // given back, and entries past budget are removed, oldest used first. It
 // returns the bytes kept.
-func openDiskCache(dir string, bs, budget int64, log *zap.Logger) (*diskCache, int64, error) {
+func openDiskCache(dir string, bs, budget int64, log *zap.Logger, m *Metrics) (*diskCache, int64, error) {
 	lock, err := lockDir(dir)
 	if err != nil {
 		return nil, 0, err
 	}
 	d := &diskCache{dir: dir, bs: bs, lock: lock, cold: map[string]*coldEntry{}, byURL: map[string]string{},
-		live: map[string]struct{}{}, log: log}
+		live: map[string]struct{}{}, log: log, compactions: make(chan *entryJournal, 64), metrics: m}
 	names, err := os.ReadDir(dir)
 	if err != nil {
 		d.close()
@@ -158,19 +176,23 @@ func (d *diskCache) load(name string) {
 			d.log.Warn("object disk cache: giving back what a crash left", zap.String("file", dataPath), zap.Error(terr))
 		}
 	}
-	if err == nil && r.records > 2*len(r.live)+64 {
+	if err == nil && r.records > 2*len(r.live)+compactSlack {
 		if err = rewrite(logPath, r); err == nil {
 			os.Chtimes(logPath, info.ModTime(), info.ModTime()) // when it was used, not compacted
 		}
 	} else if err == nil && r.end < info.Size() {
 		err = os.Truncate(logPath, r.end) // a torn record: the next go after the whole ones
 	}
+	var after os.FileInfo
+	if err == nil {
+		after, err = os.Stat(logPath)
+	}
 	if err != nil {
 		d.log.Warn("object disk cache: entry removed", zap.String("journal", logPath), zap.Error(err))
 		d.remove(name)
 		return
 	}
-	d.addCold(&coldEntry{name: name, url: r.header.URL, bytes: r.liveBytes(), used: info.ModTime()})
+	d.addCold(&coldEntry{name: name, url: r.header.URL, bytes: r.liveBytes(), journal: after.Size(), used: info.ModTime()})
 }
 
 // trimData punches out of the data file every block the journal does not
@@ -219,22 +241,30 @@ func (d *diskCache) addCold(c *coldEntry) int64 {
 	}
 	d.cold[c.name] = c
 	d.byURL[c.url] = c.name
+	d.metrics.journal.Add(float64(c.journal))
 	return freed
 }
 
-// dropCold removes cold entry name from the disk; it returns its bytes.
-func (d *diskCache) dropCold(name string) int64 {
+// takeCold takes cold entry name out of the cold ones, for an open object;
+// it returns its bytes.
+func (d *diskCache) takeCold(name string) int64 {
 	c := d.cold[name]
 	if c == nil {
-		d.remove(name)
 		return 0
 	}
 	delete(d.cold, name)
 	if d.byURL[c.url] == name {
 		delete(d.byURL, c.url)
 	}
-	d.remove(name)
+	d.metrics.journal.Add(-float64(c.journal))
 	return c.bytes
+}
+
+// dropCold removes cold entry name from the disk; it returns its bytes.
+func (d *diskCache) dropCold(name string) int64 {
+	n := d.takeCold(name)
+	d.remove(name)
+	return n
 }
 
 // evictOldest removes the cold entry used longest ago; it returns its
@@ -268,5 +298,6 @@ func (d *diskCache) close() error {
 	}
 	err := errors.Join(unix.Flock(int(d.lock.Fd()), unix.LOCK_UN), d.lock.Close())
 	d.lock = nil
+	d.metrics.journal.Set(0) // the journals stay, for the next store
 	return err
 }

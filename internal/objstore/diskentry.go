@@ -23,10 +23,8 @@ import (
 func (s *Store) openEntryLocked(o *Object) (err error) {
 	d := s.disk
 	name := entryName(o.url, o.ver, d.bs)
-	if c := d.cold[name]; c != nil {
-		delete(d.cold, name)
-		delete(d.byURL, c.url)
-		s.used -= c.bytes
+	if _, ok := d.cold[name]; ok {
+		s.used -= d.takeCold(name)
 	} else if other, ok := d.byURL[o.url]; ok {
 		s.used -= d.dropCold(other)
 	}
@@ -47,20 +45,12 @@ func (s *Store) openEntryLocked(o *Object) (err error) {
 	if rerr != nil {
 		d.remove(name)
 		r = &replayed{header: headerOf(o.url, o.ver, d.bs), live: map[int64]uint32{}}
-		if o.journal, err = os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|os.O_APPEND, 0o600); err != nil {
-			return err
-		}
-		if err = writeHeader(o.journal, r.header); err != nil {
-			return err
-		}
+		o.journal, err = d.createJournal(logPath, r.header)
 	} else {
-		// Appends go after the last whole record: a torn one's bytes go.
-		if err = os.Truncate(logPath, r.end); err != nil {
-			return err
-		}
-		if o.journal, err = os.OpenFile(logPath, os.O_WRONLY|os.O_APPEND, 0); err != nil {
-			return err
-		}
+		o.journal, err = d.reopenJournal(logPath, r)
+	}
+	if err != nil {
+		return err
 	}
 	if o.file, err = os.OpenFile(dataPath, os.O_RDWR|os.O_CREATE, 0o600); err != nil {
 		return err
@@ -88,11 +78,39 @@ func (s *Store) restoreLocked(o *Object) {
 	s.opts.Metrics.cached.Set(float64(s.used))
 }
 
-// checkStoredLocked makes stored block i present and holds it: its bytes on
-// disk are checked against the CRC-32C its journal gave, and fetched again
-// when they differ (a crash while they were written, a disk that lost
-// them). Other reads of it wait as for a fetch.
+// checkStoredLocked makes stored block i present and holds it, for a read
+// (verifyStoredLocked).
 func (o *Object) checkStoredLocked(ctx context.Context, i int) error {
+	s := o.store
+	whole, err := o.verifyStoredLocked(ctx, i)
+	if err != nil {
+		return err
+	}
+	if o.freed {
+		return fmt.Errorf("%w: %s: read after the dataset was closed", ErrObject, o.url)
+	}
+	ahead := o.blocks.get(i).ahead // queued by Prefetch, checked here first
+	o.holdLocked(i)
+	o.setAheadLocked(i, false)
+	switch {
+	case whole && ahead:
+		s.opts.Metrics.ahead.Inc()
+	case whole:
+		s.opts.Metrics.hit.Inc()
+	default:
+		s.opts.Metrics.miss.Inc()
+	}
+	return nil
+}
+
+// verifyStoredLocked makes stored block i present: its bytes on disk are
+// checked against the CRC-32C its journal gave, and fetched again when they
+// differ (a crash while they were written, a disk that lost them); whole
+// says they did not. Other reads of it wait as for a fetch. The bytes are
+// read from the file, not the mapping, which a store closing meanwhile
+// unmaps: that is an error, not a fault. Unheld, the block joins the LRU
+// it belongs to.
+func (o *Object) verifyStoredLocked(ctx context.Context, i int) (whole bool, err error) {
 	s := o.store
 	b := o.blocks.at(i)
 	s.unlinkLocked(b)
@@ -101,36 +119,45 @@ func (o *Object) checkStoredLocked(ctx context.Context, i int) error {
 	o.runs[i] = r
 	sum := o.sums[i]
 	delete(o.sums, i)
-	off := int64(i) * s.opts.BlockSize
-	bytes := o.data[off : off+o.blockLen(i)]
 	s.mu.Unlock()
-	whole := crc32.Checksum(bytes, castagnoli) == sum
-	var err error
-	if !whole { // the GET writes every byte of it
+	s.disk.step("check")
+	whole, err = o.storedWhole(i, sum)
+	if err == nil && !whole {
+		// Not whole until its GET ends: a crash meanwhile must not
+		// leave it listed.
+		rec := record(int64(i), 0, true)
+		o.journal.append(rec[:], 0, 1)
 		err = o.fetch(ctx, i, i)
 	}
 	s.mu.Lock()
 	o.finishLocked(i, i, r, err)
-	if err != nil {
-		return err
+	if err != nil || o.freed {
+		return whole, err
 	}
-	if o.freed {
-		return fmt.Errorf("%w: %s: read after the dataset was closed", ErrObject, o.url)
+	if b := o.blocks.at(i); b.state == present && b.holds == 0 && b.elem == nil {
+		b.elem = s.lru.PushBack(blockRef{obj: o, i: i}) // one fetched ahead went to the other
 	}
-	o.holdLocked(i)
-	if whole {
-		s.opts.Metrics.hit.Inc()
-	} else {
-		s.opts.Metrics.miss.Inc()
+	return whole, nil
+}
+
+// storedWhole reports whether the bytes of block i in o's file have the
+// CRC-32C sum. A file closed (the store closing) is an error; one that
+// cannot be read otherwise holds no whole block.
+func (o *Object) storedWhole(i int, sum uint32) (bool, error) {
+	p := make([]byte, o.blockLen(i))
+	if _, err := o.file.ReadAt(p, int64(i)*o.store.opts.BlockSize); errors.Is(err, os.ErrClosed) {
+		return false, fmt.Errorf("%w: %s: read after the dataset was closed: %w", ErrObject, o.url, err)
+	} else if err != nil {
+		return false, nil
 	}
-	return nil
+	return crc32.Checksum(p, castagnoli) == sum, nil
 }
 
 // journalBlocks records blocks [i, j], just fetched, as whole in o's
 // journal, with their CRC-32C. The bytes are read back from the file, not
 // the mapping: a store closing meanwhile makes that an error, not a fault.
-// A journal that cannot be written is logged (once): the blocks are read
-// all the same, and fetched again after a restart.
+// A journal that cannot be written is removed (entryJournal.append): the
+// blocks are read all the same, and fetched again after a restart.
 func (o *Object) journalBlocks(i, j int) {
 	if o.journal == nil {
 		return
@@ -146,29 +173,21 @@ func (o *Object) journalBlocks(i, j int) {
 		rec := record(int64(k), crc32.Checksum(p, castagnoli), false)
 		recs = append(recs, rec[:]...)
 	}
-	if _, err := o.journal.Write(recs); err != nil {
-		o.store.journalFailed(o, err)
-	}
+	o.journal.append(recs, j-i+1, 0)
 }
 
-// journalEvicted records block i as evicted.
+// journalEvicted records block i as evicted, before its hole is punched:
+// a crash between leaves bytes the next start punches out, never a block
+// listed whole that is a hole.
 func (o *Object) journalEvicted(i int) {
 	if o.journal == nil || o.freed {
 		return
 	}
 	delete(o.sums, i)
+	o.store.disk.step("evict: to record")
 	rec := record(int64(i), 0, true)
-	if _, err := o.journal.Write(rec[:]); err != nil {
-		o.store.journalFailed(o, err)
-	}
-}
-
-// journalFailed logs, once, that a journal cannot be written.
-func (s *Store) journalFailed(o *Object, err error) {
-	s.journalOnce.Do(func() {
-		s.opts.Logger.Warn("object disk cache: a journal cannot be written: its blocks will be fetched again after a restart",
-			zap.String("object", o.url), zap.String("dir", s.opts.Dir), zap.Error(err))
-	})
+	o.journal.append(rec[:], 0, 1)
+	o.store.disk.step("evict: recorded")
 }
 
 // releaseEntryLocked ends o's use of its entry when o is dropped: with
@@ -183,18 +202,19 @@ func (s *Store) releaseEntryLocked(o *Object, bytes int64) int64 {
 	name := o.entry
 	o.entry = ""
 	delete(d.live, name)
-	if o.replaced || bytes == 0 {
+	journal, ok := o.journal.close()
+	if o.replaced || bytes == 0 || !ok {
 		d.remove(name)
 		return 0
 	}
-	c := &coldEntry{name: name, url: o.url, bytes: bytes, used: time.Now()}
+	c := &coldEntry{name: name, url: o.url, bytes: bytes, journal: journal, used: time.Now()}
 	return bytes - d.addCold(c)
 }
 
 // closeEntry closes o's journal (the field stays: a fetch ending
-// meanwhile gets an error from it, and nothing is recorded).
+// meanwhile records nothing).
 func (o *Object) closeEntry() {
 	if o.journal != nil {
-		o.journal.Close()
+		o.journal.close()
 	}
 }

@@ -11,8 +11,10 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 )
 
@@ -109,30 +111,38 @@ func (r *replayed) liveBytes() int64 {
 
 // replay reads the journal at path. A record cut short or whose CRC fails
 // (a crash while it was written) ends it: what follows is not read.
-func replay(path string) (*replayed, error) {
+func replay(path string) (*replayed, error) { return replayTo(path, -1) }
+
+// replayTo is replay of the first n bytes of the journal at path (n < 0:
+// all of it).
+func replayTo(path string, n int64) (*replayed, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	br := bufio.NewReaderSize(f, 64<<10)
+	var in io.Reader = f
+	if n >= 0 {
+		in = io.LimitReader(f, n)
+	}
+	br := bufio.NewReaderSize(in, 64<<10)
 	var head [len(journalMagic) + 4]byte
 	if _, err := io.ReadFull(br, head[:]); err != nil || string(head[:len(journalMagic)]) != journalMagic {
 		return nil, fmt.Errorf("%s: not a cache journal (magic %q)", path, head[:len(journalMagic)])
 	}
-	n := binary.LittleEndian.Uint32(head[len(journalMagic):])
-	if n > maxJournalHeader {
-		return nil, fmt.Errorf("%s: header of %d bytes, more than %d", path, n, maxJournalHeader)
+	hn := binary.LittleEndian.Uint32(head[len(journalMagic):])
+	if hn > maxJournalHeader {
+		return nil, fmt.Errorf("%s: header of %d bytes, more than %d", path, hn, maxJournalHeader)
 	}
-	js := make([]byte, n+4)
+	js := make([]byte, hn+4)
 	if _, err := io.ReadFull(br, js); err != nil {
 		return nil, fmt.Errorf("%s: header cut short: %w", path, err)
 	}
-	if crc32.Checksum(js[:n], castagnoli) != binary.LittleEndian.Uint32(js[n:]) {
+	if crc32.Checksum(js[:hn], castagnoli) != binary.LittleEndian.Uint32(js[hn:]) {
 		return nil, fmt.Errorf("%s: header CRC-32C mismatch", path)
 	}
-	r := &replayed{live: map[int64]uint32{}, end: int64(len(head)) + int64(n) + 4}
-	if err := json.Unmarshal(js[:n], &r.header); err != nil {
+	r := &replayed{live: map[int64]uint32{}, end: int64(len(head)) + int64(hn) + 4}
+	if err := json.Unmarshal(js[:hn], &r.header); err != nil {
 		return nil, fmt.Errorf("%s: header: %w", path, err)
 	}
 	if h := r.header; h.Block <= 0 || h.Size <= 0 || h.Size > MaxObjectSize {
@@ -146,22 +156,59 @@ func replay(path string) (*replayed, error) {
 			}
 			return nil, fmt.Errorf("%s: %w", path, err)
 		}
-		if crc32.Checksum(rec[:12], castagnoli) != binary.LittleEndian.Uint32(rec[12:]) {
+		if !r.apply(rec[:]) {
 			return r, nil // torn: the crash came while it was written
 		}
-		u := binary.LittleEndian.Uint64(rec[:8])
-		i := int64(u &^ evictedBit)
-		if i >= r.header.blocks() {
-			return r, nil
-		}
-		if u&evictedBit != 0 {
-			delete(r.live, i)
-		} else {
-			r.live[i] = binary.LittleEndian.Uint32(rec[8:12])
-		}
-		r.records++
-		r.end += recordLen
 	}
+}
+
+// apply adds one record to r; false (r unchanged) when its CRC fails or
+// its block is past the object's end.
+func (r *replayed) apply(rec []byte) bool {
+	if crc32.Checksum(rec[:12], castagnoli) != binary.LittleEndian.Uint32(rec[12:recordLen]) {
+		return false
+	}
+	u := binary.LittleEndian.Uint64(rec[:8])
+	i := int64(u &^ evictedBit)
+	if i >= r.header.blocks() {
+		return false
+	}
+	if u&evictedBit != 0 {
+		delete(r.live, i)
+	} else {
+		r.live[i] = binary.LittleEndian.Uint32(rec[8:12])
+	}
+	r.records++
+	r.end += recordLen
+	return true
+}
+
+// writeLive writes a journal of r's live blocks alone: its header, then a
+// record of each, in the order of the blocks.
+func writeLive(w io.Writer, r *replayed) (int64, error) {
+	bw := bufio.NewWriter(w)
+	cw := &countingWriter{w: bw}
+	err := writeHeader(cw, r.header)
+	for _, i := range slices.Sorted(maps.Keys(r.live)) {
+		if err != nil {
+			break
+		}
+		rec := record(i, r.live[i], false)
+		_, err = cw.Write(rec[:])
+	}
+	return cw.n, errors.Join(err, bw.Flush())
+}
+
+// countingWriter counts the bytes written through it.
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
 }
 
 // rewrite writes a journal holding only r's live blocks in place of the one
@@ -173,16 +220,8 @@ func rewrite(path string, r *replayed) error {
 	if err != nil {
 		return err
 	}
-	bw := bufio.NewWriter(f)
-	err = writeHeader(bw, r.header)
-	for i, sum := range r.live {
-		if err != nil {
-			break
-		}
-		rec := record(i, sum, false)
-		_, err = bw.Write(rec[:])
-	}
-	err = errors.Join(err, bw.Flush(), f.Sync(), f.Close())
+	_, err = writeLive(f, r)
+	err = errors.Join(err, f.Sync(), f.Close())
 	if err == nil {
 		err = os.Rename(tmp, path)
 	}

@@ -15,6 +15,7 @@ type Metrics struct {
 	hit, ahead, miss prometheus.Counter
 	cached           prometheus.Gauge
 	evictions        prometheus.Counter
+	journal          prometheus.Gauge
 }
 
 // NewMetrics makes the series and registers them on reg, when not nil.
@@ -37,10 +38,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		evictions: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "dataloaderd_object_cache_evictions_total", Help: "Cache blocks dropped to stay within the cache budget.",
 		}),
+		journal: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "dataloaderd_object_cache_journal_bytes",
+			Help: "Bytes of the journals of --object-cache-dir, beside the blocks of dataloaderd_object_cache_bytes (compacted as the daemon runs: about 32 bytes a block and 1 KiB an object at most).",
+		}),
 	}
 	m.hit, m.ahead, m.miss = m.lookups.WithLabelValues("hit"), m.lookups.WithLabelValues("ahead"), m.lookups.WithLabelValues("miss")
 	if reg != nil {
-		reg.MustRegister(m.requests, m.fetched, m.lookups, m.cached, m.evictions)
+		reg.MustRegister(m.requests, m.fetched, m.lookups, m.cached, m.evictions, m.journal)
 	}
 	return m
 }
@@ -63,6 +68,14 @@ func counterValue(c prometheus.Counter) float64 {
 	return m.GetCounter().GetValue()
 }
 
+func gaugeValue(g prometheus.Gauge) float64 {
+	var m dto.Metric
+	if err := g.Write(&m); err != nil {
+		return 0
+	}
+	return m.GetGauge().GetValue()
+}
+
 // Stats are the store's counters, for tests and benchmarks.
 type Stats struct {
 	Requests, Gets, Heads, Lists, Retries int64
@@ -70,13 +83,15 @@ type Stats struct {
 	Hits, Ahead, Misses                   int64
 	Evictions                             int64
 	CachedBytes                           int64
+	JournalBytes                          int64 // of the disk cache's journals
 }
 
 // Stats reads the counters.
 func (s *Store) Stats() Stats {
 	m := s.opts.Metrics
 	st := Stats{FetchedBytes: int64(counterValue(m.fetched)), Evictions: int64(counterValue(m.evictions)),
-		Hits: int64(counterValue(m.hit)), Ahead: int64(counterValue(m.ahead)), Misses: int64(counterValue(m.miss))}
+		Hits: int64(counterValue(m.hit)), Ahead: int64(counterValue(m.ahead)), Misses: int64(counterValue(m.miss)),
+		JournalBytes: int64(gaugeValue(m.journal))}
 	for _, op := range []string{"get", "head", "list"} {
 		for _, outcome := range []string{"ok", "error", "retry_throttled", "retry_server", "retry_transport", "retry_response"} {
 			n := int64(counterValue(m.requests.WithLabelValues(op, outcome)))

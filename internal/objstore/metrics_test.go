@@ -20,8 +20,8 @@ func TestMetricsDocumented(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(families) != 5 {
-		t.Fatalf("%d metric families, want 5", len(families))
+	if len(families) != 6 {
+		t.Fatalf("%d metric families, want 6", len(families))
 	}
 	problems, err := promlint.NewWithMetricFamilies(families).Lint()
 	if err != nil {

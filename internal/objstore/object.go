@@ -58,7 +58,7 @@ type Object struct {
 	// entry names the object's entry in the disk cache, whose blocks
 	// whole journal lists; "" in memory (diskentry.go).
 	entry   string
-	journal *os.File
+	journal *entryJournal
 
 	// Guarded by store.mu.
 	blocks   blockTable
@@ -355,8 +355,8 @@ func (o *Object) evictLocked(i int) {
 	o.blocks.tidy(i)
 	s.used -= o.blockLen(i)
 	s.opts.Metrics.evictions.Inc()
-	o.punch(i, i)
 	o.journalEvicted(i)
+	o.punch(i, i)
 	if o.refs == 0 && o.present == 0 {
 		s.dropLocked(o)
 	}

@@ -3,8 +3,10 @@ package objstore
 import "time"
 
 // Prefetch queues the absent blocks of bytes [off, off+n), in runs of
-// consecutive ones, for the fetchers ahead of demand. It never blocks: with
-// the queue full, the rest are left for the reads to fetch.
+// consecutive ones, for the fetchers ahead of demand, and the stored ones
+// (kept from before a restart, not yet checked) for them to check, so that
+// HoldCached finds them present. It never blocks: with the queue full, the
+// rest are left for the reads to fetch.
 func (o *Object) Prefetch(off, n int64) {
 	if n <= 0 {
 		return
@@ -20,15 +22,12 @@ func (o *Object) Prefetch(off, n int64) {
 		return
 	}
 	for i := first; i <= last; i++ {
-		if b := o.blocks.get(i); b.state != absent || b.ahead {
+		if !o.blocks.get(i).toFetchAhead() {
 			continue
 		}
 		j := i
 		most := max(1, int(maxRunBytes/s.opts.BlockSize))
-		for j < last && j-i+1 < most {
-			if next := o.blocks.get(j + 1); next.state != absent || next.ahead {
-				break
-			}
+		for j < last && j-i+1 < most && o.blocks.get(j+1).toFetchAhead() {
 			j++
 		}
 		// What is fetched ahead and unread stays under half the cache.
@@ -58,19 +57,28 @@ func (o *Object) Prefetch(off, n int64) {
 	}
 }
 
+// toFetchAhead reports whether Prefetch queues a block: absent or stored,
+// and not queued already.
+func (b block) toFetchAhead() bool { return (b.state == absent || b.state == stored) && !b.ahead }
+
 // fetchQueued fetches the blocks of [first, last] still absent, a run of
-// consecutive ones at a time.
+// consecutive ones at a time, and checks those stored.
 func (o *Object) fetchQueued(first, last int) {
 	s := o.store
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i := first; i <= last; i++ {
-		if o.blocks.get(i).state != absent || o.freed {
+		state := o.blocks.get(i).state
+		if (state != absent && state != stored) || o.freed {
 			continue
 		}
 		if o.refs == 0 { // its datasets closed: nobody will read it
 			o.setAheadLocked(i, false)
 			o.blocks.tidy(i)
+			continue
+		}
+		if state == stored {
+			o.verifyStoredLocked(s.ctx, i) // a failure leaves it absent, for the read
 			continue
 		}
 		j := i
@@ -80,7 +88,7 @@ func (o *Object) fetchQueued(first, last int) {
 		r := o.startLocked(i, j, true)
 		if r == nil { // no room: the reads will fetch them
 			for k := i; k <= last; k++ {
-				if o.blocks.get(k).state == absent {
+				if state := o.blocks.get(k).state; state == absent || state == stored {
 					o.setAheadLocked(k, false)
 					o.blocks.tidy(k)
 				}

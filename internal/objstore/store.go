@@ -45,11 +45,11 @@ type Store struct {
 
 	// disk is the cache directory's entries kept from before and of
 	// objects dropped; nil in memory.
-	disk                   *diskCache
-	punchOnce, journalOnce sync.Once
-	ctx                    context.Context
-	cancel                 context.CancelFunc
-	wg                     sync.WaitGroup
+	disk      *diskCache
+	punchOnce sync.Once
+	ctx       context.Context
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
 }
 
 // blockRef names block i of an object, in an LRU; at is when a block
@@ -87,12 +87,14 @@ func New(opts Options) (*Store, error) {
 	}
 	if opts.Dir != "" {
 		s.budget = opts.DiskBytes
-		if s.disk, s.used, err = openDiskCache(opts.Dir, opts.BlockSize, s.budget, opts.Logger); err != nil {
+		if s.disk, s.used, err = openDiskCache(opts.Dir, opts.BlockSize, s.budget, opts.Logger, opts.Metrics); err != nil {
 			cancel()
 			c.idle.close()
 			return nil, err
 		}
 		opts.Metrics.cached.Set(float64(s.used))
+		s.wg.Add(1)
+		go s.compactJournals()
 	}
 	for range opts.Concurrency {
 		s.wg.Add(1)
