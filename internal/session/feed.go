@@ -200,7 +200,7 @@ const (
 // its process died, the session is kept for a new process to take its
 // place (keep.go).
 func (f *Feed) Detach(cause error) (expected bool) {
-	defer f.life.close()
+	defer f.unfollow()
 	f.ss.mu.Lock()
 	closed := f.ss.closed[f.c]
 	f.ss.mu.Unlock()
@@ -217,5 +217,23 @@ func (f *Feed) Detach(cause error) (expected bool) {
 func (f *Feed) Follow(pid int32) {
 	if f.m.cfg.KeepDetached > 0 {
 		f.life = followProcess(pid)
+		f.ss.mu.Lock()
+		f.ss.procs[f.c].close() // the opener's (keep.go), if any
+		f.ss.procs[f.c] = f.life
+		f.ss.mu.Unlock()
 	}
+}
+
+// unfollow lets go of the consumer's process, once the session no longer
+// looks at it (exited).
+func (f *Feed) unfollow() {
+	if f.life == nil {
+		return
+	}
+	f.ss.mu.Lock()
+	if f.ss.procs[f.c] == f.life {
+		f.ss.procs[f.c] = nil
+	}
+	f.ss.mu.Unlock()
+	f.life.close()
 }

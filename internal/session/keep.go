@@ -35,9 +35,9 @@ const (
 
 // What an open does after openKept.
 const (
-	joinIt   = iota // no vacancy: join the session as before
-	openedIt        // took a place, or refused: return
-	openAgain       // the kept session went (a fresh start): look again
+	joinIt    = iota // no vacancy: join the session as before
+	openedIt         // took a place, or refused: return
+	openAgain        // the kept session went (a fresh start): look again
 )
 
 // continuity is what a new process must ask for to take a dead consumer's
@@ -131,6 +131,15 @@ func (s *session) settling() <-chan struct{} {
 // consumer's process died: a new process takes its place, or a fresh start
 // replaces the session; joinIt when ss has no vacancy.
 func (m *Manager) openKept(ctx context.Context, ss *session, req Request) (Opened, int, error) {
+	// A consumer whose process exited and whose stream's end the daemon has
+	// not seen yet (a new process may come that fast): wait for its verdict.
+	for end := time.Now().Add(deathGrace); ss.settleDead(m.cfg.KeepDetached) && time.Now().Before(end); {
+		select {
+		case <-time.After(5 * time.Millisecond):
+		case <-ctx.Done():
+			return Opened{}, openedIt, ctx.Err()
+		}
+	}
 	if wait := ss.settling(); wait != nil {
 		select {
 		case <-wait:
@@ -141,7 +150,10 @@ func (m *Manager) openKept(ctx context.Context, ss *session, req Request) (Opene
 	}
 	vacant, live := ss.places()
 	switch {
-	case len(vacant) == 0:
+	case len(vacant) == 0 || ss.unjoined():
+		// A group not whole yet: the open is a member that has not
+		// joined, as before (one that died before the group was whole
+		// is taken for it: docs/rank-restart.md).
 		return Opened{}, joinIt, nil
 	case req.fresh() && len(live) > 0:
 		return Opened{}, openedIt, fmt.Errorf("%w: job %q dp_rank %d: a fresh start (fresh, resume_from, resume_states or a state dict) "+
@@ -158,6 +170,73 @@ func (m *Manager) openKept(ctx context.Context, ss *session, req Request) (Opene
 	}
 	o, err := m.takePlace(ss, req.Device)
 	return o, openedIt, err
+}
+
+// settleDead looks at the processes of the consumers: one that died
+// before attaching its stream leaves its place vacant now; it reports
+// whether one that died is still attached (its stream's end is on its way:
+// wait).
+func (s *session) settleDead(keep time.Duration) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	wait := false
+	for c, p := range s.procs {
+		if p == nil || s.closed[c] || !s.vacant[c].IsZero() || s.leaving > 0 || !p.exited() {
+			continue
+		}
+		if s.attached[c] {
+			wait = true
+			continue
+		}
+		s.procs[c] = nil
+		p.close()
+		s.vacant[c] = time.Now()
+		s.log.Info("consumer's process died before attaching its stream: session kept for a process to take its place",
+			zap.Int("consumer", c), zap.Duration("keep_detached", keep))
+	}
+	return wait
+}
+
+// followOpener follows the process that opened consumer o.Consumer until
+// its stream attaches (Feed.Follow then follows it).
+func (m *Manager) followOpener(o Opened, pid int32) {
+	if m.cfg.KeepDetached <= 0 || pid <= 0 {
+		return
+	}
+	m.mu.Lock()
+	ss := m.byID[o.ID]
+	m.mu.Unlock()
+	if ss == nil {
+		return
+	}
+	life := followProcess(pid)
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if ss.procs[o.Consumer] != nil || ss.attached[o.Consumer] || ss.dropped != "" {
+		life.close()
+		return
+	}
+	ss.procs[o.Consumer] = life
+}
+
+// unfollowOpeners lets go of the processes followed for consumers that
+// never attached (an attached one's is its feed's).
+func (s *session) unfollowOpeners() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for c, p := range s.procs {
+		if p != nil && !s.attached[c] {
+			p.close()
+			s.procs[c] = nil
+		}
+	}
+}
+
+// unjoined reports whether some consumer ss declared has not joined yet.
+func (s *session) unjoined() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.joined < len(s.attached)
 }
 
 // places are ss's vacant consumers and those that live (joined, and

@@ -294,7 +294,9 @@ func TestKeptSessionRules(t *testing.T) {
 
 // TestKeptOnlyForDeadProcesses: a stream that ends without a close while
 // its process lives (a loader that gave up waiting) is reclaimed at once,
-// as without KeepDetached; one whose process was killed is kept.
+// as without KeepDetached; one whose process was killed is kept, and an
+// open that comes before the daemon saw the stream end waits for it; so is
+// one whose process died between its open and its stream's attach.
 func TestKeptOnlyForDeadProcesses(t *testing.T) {
 	m := newManager(t, Config{KeepDetached: keepFor})
 	req := Request{Job: "p", DPSize: 1, Slots: 3, Config: jobConfig(t, t.TempDir(), 0)}
@@ -318,9 +320,28 @@ func TestKeptOnlyForDeadProcesses(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, _ = proc.Wait()
-	c.die()
+	// The new process's open comes before the daemon saw the stream end:
+	// it waits for it, and takes the place.
+	go func() { time.Sleep(50 * time.Millisecond); c.die() }()
 	if again := mustOpen(t, m, req); !again.Continued || again.ID != o.ID {
 		t.Fatalf("open after the process was killed: %+v", again)
+	}
+
+	// A process that dies after its open, before its stream attached.
+	proc, err = os.StartProcess("/bin/sleep", []string{"sleep", "60"}, &os.ProcAttr{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	early := req
+	early.Job, early.PID = "early", int32(proc.Pid)
+	o = mustOpen(t, m, early)
+	if err := proc.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_, _ = proc.Wait()
+	early.PID = 0
+	if again := mustOpen(t, m, early); !again.Continued || again.ID != o.ID || again.StartStep != 0 {
+		t.Fatalf("open after the opener died before attaching: %+v", again)
 	}
 }
 

@@ -60,6 +60,16 @@ func (l *lifeline) lives(grace time.Duration, stop func() bool) bool {
 	}
 }
 
+// exited reports whether the process is known to have exited, now.
+func (l *lifeline) exited() bool {
+	if l == nil || l.fd < 0 {
+		return false
+	}
+	fds := []unix.PollFd{{Fd: int32(l.fd), Events: unix.POLLIN}}
+	n, err := unix.Poll(fds, 0)
+	return err == nil && n > 0
+}
+
 // close lets go of the pidfd. Idempotent.
 func (l *lifeline) close() {
 	if l != nil && l.fd >= 0 {

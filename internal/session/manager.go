@@ -32,6 +32,9 @@ const (
 	DefaultSlots        = 8
 	MaxSlots            = 256
 	DefaultAttachWithin = time.Minute
+	// DefaultKeepDetached is main's KeepDetached: how long a dead
+	// process's session waits for a new one (a restarted rank).
+	DefaultKeepDetached = 5 * time.Minute
 	DefaultShmDir       = "/dev/shm"
 )
 

@@ -25,6 +25,9 @@ const tokenBytes = 4
 func (m *Manager) Open(ctx context.Context, req Request) (Opened, error) {
 	o, err := m.open(ctx, req)
 	m.logOpen(req, o, err) // and counts a reconnect (reconnects.go)
+	if err == nil {
+		m.followOpener(o, req.PID) // keep.go
+	}
 	return o, err
 }
 
@@ -227,7 +230,7 @@ func (m *Manager) newSession(ctx context.Context, key sessionKey, p plan) (*sess
 		cancel: cancel, done: make(chan struct{}),
 		attached: make([]bool, req.Consumers), closed: make([]bool, req.Consumers), opened: time.Now(),
 		vacant: make([]time.Time, req.Consumers), rejoined: make([]time.Time, req.Consumers),
-		settled: make(chan struct{}), cont: p.cont,
+		settled: make(chan struct{}), procs: make([]*lifeline, req.Consumers), cont: p.cont,
 		log: m.log.With(zap.String("session", id), zap.String("job", key.job), zap.Uint32("dp_rank", key.dpRank)),
 	}
 	ss.pipeline = stream.NewPipeline(rank, r, req.Consumers)

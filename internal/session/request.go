@@ -50,6 +50,9 @@ type Request struct {
 	// ReconnectStep is, for a consumer of a group reopening its session on
 	// a restarted daemon, the last step it read (see groupKey).
 	ReconnectStep uint64
+	// PID is the calling process (0: not known), followed until its
+	// consumer attaches: one that dies before is seen (keep.go).
+	PID int32
 	// Fresh starts the rank over (from the resume point, if any) even when
 	// its session is kept for a consumer whose process died: that session
 	// goes. Without it (and without a resume point) a new process takes the

@@ -81,6 +81,9 @@ type session struct {
 	// (and replaced) each time one is decided.
 	leaving int
 	settled chan struct{}
+	// procs are the processes of the attached consumers, where followed
+	// (Feed.Follow).
+	procs []*lifeline
 	// dropped says why the session was dropped, once it was.
 	dropped string
 }
@@ -232,6 +235,7 @@ func (s *session) stale(now time.Time, d time.Duration) bool {
 // stop ends the producer, waits for it, tells control-block clients the
 // session is closed, and frees the ring, its control block and the corpus.
 func (s *session) stop(waits *waitHistogram) {
+	s.unfollowOpeners() // keep.go
 	s.pipeline.Close()
 	s.cancel()
 	s.leaveCorpus() // a producer waiting on object storage stops now
