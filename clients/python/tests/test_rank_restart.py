@@ -173,8 +173,7 @@ def test_rank_restart_goes_on(daemon, tmp_path, transport, consumers):
           f"{', '.join(f'{t:.3f} ({lt:.3f})' for t, lt, _ in times[1:])}")
 
 
-def test_fresh_and_other_config(daemon_factory, tmp_path, config):
-    daemon = daemon_factory("--log-level", "info")
+def test_fresh_and_other_config(daemon, tmp_path, config):
     # A session left by a dead process: fresh=True starts the rank over; an
     # open with another config is refused, naming it; another job's open
     # is its own.
@@ -185,7 +184,6 @@ def test_fresh_and_other_config(daemon_factory, tmp_path, config):
     kw = dict(dp_rank=0, dp_size=1, socket=daemon.socket)
     with pytest.raises(StateError, match="other the job config.*fresh=True"):
         next(iter(Loader({**config, "seed": 6}, job="f", **kw)))
-    print(daemon.logs()[-4000:])
     with Loader(config, job="g", **kw) as other_job:
         assert next(iter(other_job))["step"] == 1 and not other_job.continued
     with Loader(config, job="f", fresh=True, **kw) as fresh:
