@@ -26,6 +26,7 @@ type daemonConfig struct {
 	Slots                  int      `json:"slots"`
 	AttachWithin           string   `json:"attach_within"`
 	IdleLimit              string   `json:"idle_limit"`
+	KeepDetached           string   `json:"keep_detached"`
 	StallLog               string   `json:"stall_log"`
 	MaxSessionsPerUser     int      `json:"max_sessions_per_user"`
 	RingBudgetMB           int      `json:"ring_budget_mb"`
@@ -51,8 +52,8 @@ type daemonConfig struct {
 
 // checked holds what daemonConfig.check parsed from the settings' text.
 type checked struct {
-	attachWithin, stopTimeout, idleLimit, objectRetryFor, stallLog time.Duration
-	logLevel                                                       zapcore.Level
+	attachWithin, stopTimeout, idleLimit, keepDetached, objectRetryFor, stallLog time.Duration
+	logLevel                                                                     zapcore.Level
 }
 
 // A setting is one daemon setting, declared once: its config-file key, its

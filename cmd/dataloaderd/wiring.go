@@ -54,7 +54,7 @@ func newDaemon(cfg daemonConfig, ok checked, shmInstance string, log *zap.Logger
 		Objects: d.objects, RequireWorkingSet: cfg.RequireWorkingSet,
 		RingBudget: mem.ring, MaxSessionsPerUser: cfg.MaxSessionsPerUser,
 		Logger: log.Named("session"), Registry: d.reg, AllowRoots: cfg.AllowRoots,
-		ShmDir: cfg.ShmDir, ShmInstance: shmInstance, Slots: cfg.Slots, AttachWithin: ok.attachWithin, IdleLimit: ok.idleLimit, StallLog: ok.stallLog, Resources: d.res,
+		ShmDir: cfg.ShmDir, ShmInstance: shmInstance, Slots: cfg.Slots, AttachWithin: ok.attachWithin, IdleLimit: ok.idleLimit, KeepDetached: ok.keepDetached, StallLog: ok.stallLog, Resources: d.res,
 		OpenCUDA: func() (cuda.Driver, error) { return cuda.OpenDriver(cfg.CUDALibrary) },
 	})
 	if err != nil {

@@ -22,7 +22,9 @@ type batchStream = grpc.BidiStreamingServer[pb.BatchesRequest, pb.Batch]
 // end, in a newer generation). A consumer that
 // attached with shm_control takes batches from the ring's control block and
 // gets only the end message. A consumer whose stream breaks without
-// CloseSession has disappeared: its session and ring are reclaimed.
+// CloseSession has disappeared: its session and ring are reclaimed, or, with
+// --keep-detached, when its process died, kept for a new process to take
+// its place (internal/session/keep.go).
 func (s *Server) Batches(bs batchStream) error {
 	first, err := bs.Recv()
 	if err != nil {
@@ -44,6 +46,8 @@ func (s *Server) Batches(bs batchStream) error {
 	if err != nil {
 		return s.fail(err)
 	}
+	// Whether its process died, when the stream ends without a close.
+	feed.Follow(callerPID(bs.Context()))
 	ctx, cancel := context.WithCancel(bs.Context())
 	defer cancel()
 

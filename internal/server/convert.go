@@ -58,6 +58,7 @@ func requestFrom(req *pb.OpenSessionRequest) (session.Request, error) {
 		ReconnectedAfter: time.Duration(min(req.GetReconnectedAfterNs(), uint64(math.MaxInt64))),
 		SkipToStep:       req.GetSkipToStep(),
 		ReconnectStep:    req.GetReconnectStep(),
+		Fresh:            req.GetFresh(),
 	}
 	if s := req.GetResumeSharded(); s != nil {
 		sharded, err := shardedFrom(s)
@@ -189,6 +190,7 @@ func openedTo(o session.Opened) *pb.OpenSessionResponse {
 			ControlPath: l.ControlPath, ControlBytes: uint64(l.ControlBytes),
 		},
 		LineTokens: uint32(o.LineTokens), BatchSize: o.BatchSize, StartStep: o.StartStep, MaxSkipSteps: o.MaxSkipSteps, Fields: fieldsTo(o.Fields),
+		Continued: o.Continued,
 	}
 }
 

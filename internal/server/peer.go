@@ -118,3 +118,15 @@ func caller(ctx context.Context) (files.Caller, error) {
 	}
 	return files.Caller{UID: cred.uid, GID: cred.gid, Groups: cred.groups}, nil
 }
+
+// callerPID is the process that made the call in ctx, as the kernel gave
+// it when the connection was made (0: not known, or in another pid
+// namespace).
+func callerPID(ctx context.Context) int32 {
+	if p, ok := peer.FromContext(ctx); ok {
+		if cred, ok := p.AuthInfo.(peerCred); ok {
+			return cred.pid
+		}
+	}
+	return 0
+}

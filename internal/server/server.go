@@ -108,7 +108,7 @@ func (s *Server) OpenSession(ctx context.Context, req *pb.OpenSessionRequest) (*
 	if err != nil {
 		return nil, s.fail(err)
 	}
-	r.UID, r.Caller = c.UID, &c
+	r.UID, r.Caller, r.PID = c.UID, &c, callerPID(ctx)
 	// An open's work (a skip, a schedule's replay) ends when the client
 	// goes or the daemon stops, which does not wait for it.
 	ctx, cancel := context.WithCancel(ctx)

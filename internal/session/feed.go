@@ -20,6 +20,8 @@ type Feed struct {
 	m  *Manager
 	ss *session
 	c  int
+	// life follows the consumer's process (Follow); nil: not followed.
+	life *lifeline
 }
 
 // Attach marks consumer's batch stream of session id live. With control,
@@ -194,14 +196,44 @@ const (
 // iteration, or before it), or the daemon is stopping. Whatever error ended
 // such a stream is no failure. A consumer whose stream ends without having
 // closed the session has gone away (died, or cancelled): its session and
-// ring are reclaimed, for every consumer of it.
+// ring are reclaimed, for every consumer of it; but with KeepDetached, when
+// its process died, the session is kept for a new process to take its
+// place (keep.go).
 func (f *Feed) Detach(cause error) (expected bool) {
+	defer f.unfollow()
 	f.ss.mu.Lock()
 	closed := f.ss.closed[f.c]
 	f.ss.mu.Unlock()
 	stopping := f.m.isStopping()
-	if !closed {
+	if !closed && (stopping || !f.leave(cause)) {
 		f.m.drop(f.ss, fmt.Sprintf("reclaimed: consumer %d's batch stream ended without close (%v)", f.c, cause))
 	}
 	return closed || stopping
+}
+
+// Follow tells the feed its consumer's process, by pid as the socket's
+// peer credentials give it (0: not known), for Detach to tell a process
+// that died from one that ended its stream and lives on.
+func (f *Feed) Follow(pid int32) {
+	if f.m.cfg.KeepDetached > 0 {
+		f.life = followProcess(pid)
+		f.ss.mu.Lock()
+		f.ss.procs[f.c].close() // the opener's (keep.go), if any
+		f.ss.procs[f.c] = f.life
+		f.ss.mu.Unlock()
+	}
+}
+
+// unfollow lets go of the consumer's process, once the session no longer
+// looks at it (exited).
+func (f *Feed) unfollow() {
+	if f.life == nil {
+		return
+	}
+	f.ss.mu.Lock()
+	if f.ss.procs[f.c] == f.life {
+		f.ss.procs[f.c] = nil
+	}
+	f.ss.mu.Unlock()
+	f.life.close()
 }

@@ -32,6 +32,9 @@ const (
 	DefaultSlots        = 8
 	MaxSlots            = 256
 	DefaultAttachWithin = time.Minute
+	// DefaultKeepDetached is main's KeepDetached: how long a dead
+	// process's session waits for a new one (a restarted rank).
+	DefaultKeepDetached = 5 * time.Minute
 	DefaultShmDir       = "/dev/shm"
 )
 
@@ -78,6 +81,11 @@ type Config struct {
 	// StallLog: a consumer's wait for one batch this long or longer is
 	// logged with its cause (stalls.go); 0: none is.
 	StallLog time.Duration
+	// KeepDetached keeps, this long, the session of a consumer whose
+	// process died without closing it, for a new process to take its
+	// place and go on where it left off (keep.go); 0: it is reclaimed at
+	// once.
+	KeepDetached time.Duration
 }
 
 // Manager holds every session of the daemon. Its methods are safe for
@@ -203,6 +211,9 @@ func (m *Manager) Reap(ctx context.Context) error {
 	if idle := m.cfg.IdleLimit; idle > 0 && idle < every {
 		every = idle
 	}
+	if keep := m.cfg.KeepDetached; keep > 0 && keep < every {
+		every = keep
+	}
 	t := time.NewTicker(every / 4)
 	defer t.Stop()
 	for {
@@ -225,11 +236,13 @@ func (m *Manager) reapAt(now time.Time) {
 			why[ss] = "reclaimed: a consumer never attached its batch stream within --attach-within"
 		case m.cfg.IdleLimit > 0 && ss.idle(now, m.cfg.IdleLimit):
 			why[ss] = fmt.Sprintf("reclaimed: no batch released for %s (--idle-limit)", m.cfg.IdleLimit)
+		case m.cfg.KeepDetached > 0 && ss.keptPast(now, m.cfg.KeepDetached):
+			why[ss] = fmt.Sprintf("reclaimed: a consumer's process died without closing and no process took its place within %s (--keep-detached)", m.cfg.KeepDetached)
 		}
 	}
 	m.mu.Unlock()
 	for ss, w := range why {
-		m.drop(ss, w)
+		m.dropKept(ss, w, outcomeExpired) // keep.go; counts vacancies, if any
 	}
 }
 

@@ -35,6 +35,9 @@ type metrics struct {
 	// before it went away; reconnectWait is how long their clients waited.
 	reconnects    prometheus.Counter
 	reconnectWait prometheus.Histogram
+	// lostConsumers counts consumers whose process died without closing,
+	// by what became of the session kept for them (keep.go).
+	lostConsumers *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -109,6 +112,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		// 10 ms to about 160 s, by factors of 4.
 		Buckets: prometheus.ExponentialBuckets(0.01, 4, 8),
 	})
+	m.lostConsumers = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "dataloaderd_lost_consumers_total",
+		Help: "Consumers whose process died without closing their session, by outcome: continued (a new process took its place), expired (none came within --keep-detached: the session was reclaimed), fresh (a new process started the rank over).",
+	}, []string{"outcome"})
+	for _, o := range []string{outcomeContinued, outcomeExpired, outcomeFresh} {
+		m.lostConsumers.WithLabelValues(o)
+	}
+	reg.MustRegister(m.lostConsumers)
 	reg.MustRegister(m.sessions, m.batches, m.tokens, m.lines, m.clientWait, m.readySlots,
 		m.stateSave, m.stateBytes, m.errors, m.ringBytes, m.ringBudget, m.workingSet, m.devBytes, m.devCopy, m.skipped, m.jobShare, m.jobLines, m.reconnects, m.reconnectWait)
 	return m

@@ -25,6 +25,9 @@ const tokenBytes = 4
 func (m *Manager) Open(ctx context.Context, req Request) (Opened, error) {
 	o, err := m.open(ctx, req)
 	m.logOpen(req, o, err) // and counts a reconnect (reconnects.go)
+	if err == nil {
+		m.followOpener(o, req.PID) // keep.go
+	}
 	return o, err
 }
 
@@ -43,6 +46,14 @@ func (m *Manager) open(ctx context.Context, req Request) (Opened, error) {
 		}
 		if ss := m.sessions[key]; ss != nil {
 			m.mu.Unlock()
+			// A session kept for a consumer whose process died (keep.go).
+			if o, next, err := m.openKept(ctx, ss, req); next != joinIt {
+				if next == openedIt {
+					return o, err
+				}
+				m.mu.Lock()
+				continue
+			}
 			if req.reconnecting() && ss.pipeline.StartStep() > req.ReconnectStep {
 				return Opened{}, fmt.Errorf("%w: job %q dp_rank %d was reopened at step %d, after this consumer's last step %d: its group's consumers were more than a kept state apart",
 					ErrConfigDiffers, req.Job, req.DPRank, ss.pipeline.StartStep(), req.ReconnectStep)
@@ -218,6 +229,8 @@ func (m *Manager) newSession(ctx context.Context, key sessionKey, p plan) (*sess
 		corpus: corpus, releaseCorpus: release, leaveCorpus: use.leave, ring: r, ctl: r.Control(), datasets: corpus.DatasetNames(),
 		cancel: cancel, done: make(chan struct{}),
 		attached: make([]bool, req.Consumers), closed: make([]bool, req.Consumers), opened: time.Now(),
+		vacant: make([]time.Time, req.Consumers), rejoined: make([]time.Time, req.Consumers),
+		settled: make(chan struct{}), procs: make([]*lifeline, req.Consumers), cont: p.cont,
 		log: m.log.With(zap.String("session", id), zap.String("job", key.job), zap.Uint32("dp_rank", key.dpRank)),
 	}
 	ss.pipeline = stream.NewPipeline(rank, r, req.Consumers)

@@ -17,6 +17,8 @@ type plan struct {
 	// ringBytes is the ring budget the session takes (budget.go).
 	ringBytes int64
 	group     string
+	// cont is what a process taking a consumer's place must ask for.
+	cont continuity
 }
 
 // newPlan resolves req: each rule of an open is checked here, once, in
@@ -30,7 +32,7 @@ func newPlan(req Request, defaultSlots int) (plan, error) {
 	if err := req.resolve(defaultSlots); err != nil {
 		return plan{}, err
 	}
-	p := plan{req: req, checked: checked, transport: req.Transport.of()}
+	p := plan{req: req, checked: checked, transport: req.Transport.of(), cont: req.continuity()}
 	if p.group, err = req.groupKey(); err != nil {
 		return plan{}, err
 	}

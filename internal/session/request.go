@@ -50,6 +50,14 @@ type Request struct {
 	// ReconnectStep is, for a consumer of a group reopening its session on
 	// a restarted daemon, the last step it read (see groupKey).
 	ReconnectStep uint64
+	// PID is the calling process (0: not known), followed until its
+	// consumer attaches: one that dies before is seen (keep.go).
+	PID int32
+	// Fresh starts the rank over (from the resume point, if any) even when
+	// its session is kept for a consumer whose process died: that session
+	// goes. Without it (and without a resume point) a new process takes the
+	// dead one's place and goes on where it left off (keep.go).
+	Fresh bool
 }
 
 // Opened tells a consumer what it joined and what to map.
@@ -71,6 +79,9 @@ type Opened struct {
 	Fields []stream.Field
 	// reconnect: the open is a reconnect the daemon counts (reconnects.go).
 	reconnect bool
+	// Continued: the consumer took the place of one whose process died
+	// (keep.go); StartStep is the last step that one released.
+	Continued bool
 }
 
 // Snapshot is a rank's state after a step: encoded as its state file, and

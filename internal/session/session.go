@@ -63,11 +63,27 @@ type session struct {
 	// are its consumers' joins (reconnects.go).
 	reconnected bool
 
+	// cont is what a new process must ask for to take the place of a
+	// consumer whose process died (keep.go).
+	cont continuity
+
 	mu       sync.Mutex
 	joined   int    // consumers that opened the session
 	attached []bool // consumers with a live batch stream
 	closed   []bool // consumers that closed the session
 	opened   time.Time
+	// vacant is, per consumer, when its process died without closing (its
+	// place kept for a new process: keep.go); zero while it is not vacant.
+	// rejoined is when a new process took the place (zero: never).
+	vacant, rejoined []time.Time
+	// leaving counts consumers whose stream ended without a close while the
+	// daemon waits to see whether their process died; settled is closed
+	// (and replaced) each time one is decided.
+	leaving int
+	settled chan struct{}
+	// procs are the processes of the attached consumers, where followed
+	// (Feed.Follow).
+	procs []*lifeline
 	// dropped says why the session was dropped, once it was.
 	dropped string
 }
@@ -158,6 +174,9 @@ func (s *session) attach(c uint32) error {
 		return fmt.Errorf("%w: consumer %d of session %s already has a batch stream", ErrSessionExists, c, s.id)
 	case s.closed[c]:
 		return fmt.Errorf("%w: consumer %d of session %s has closed", ErrNoSession, c, s.id)
+	case !s.vacant[c].IsZero():
+		return fmt.Errorf("%w: consumer %d of session %s: its process died; open the session again to take its place",
+			ErrNoSession, c, s.id)
 	}
 	s.attached[c] = true
 	s.touch()
@@ -201,11 +220,12 @@ func (s *session) closeConsumer(c uint32) (bool, error) {
 func (s *session) stale(now time.Time, d time.Duration) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if now.Sub(s.opened) < d {
-		return false
-	}
 	for i := 0; i < s.joined; i++ {
-		if !s.attached[i] && !s.closed[i] {
+		since := s.opened
+		if s.rejoined[i].After(since) {
+			since = s.rejoined[i] // a new process took the place of a dead one
+		}
+		if !s.attached[i] && !s.closed[i] && s.vacant[i].IsZero() && now.Sub(since) >= d {
 			return true
 		}
 	}
@@ -215,6 +235,7 @@ func (s *session) stale(now time.Time, d time.Duration) bool {
 // stop ends the producer, waits for it, tells control-block clients the
 // session is closed, and frees the ring, its control block and the corpus.
 func (s *session) stop(waits *waitHistogram) {
+	s.unfollowOpeners() // keep.go
 	s.pipeline.Close()
 	s.cancel()
 	s.leaveCorpus() // a producer waiting on object storage stops now

@@ -15,6 +15,10 @@ from soak_s3 import free_port
 
 ATTACH_WITHIN = "2s"
 IDLE_LIMIT = 6.0  # seconds; a noisy loader holds its batch longer than this
+# A killed rank's session is kept this long for a new process of it
+# (docs/rank-restart.md); the soak relaunches under new job names, so its
+# kept sessions expire, and the daemon settles after them.
+KEEP_DETACHED = "2s"
 
 
 class SoakFailure(AssertionError):
@@ -41,7 +45,7 @@ class Daemon:
         self.log = open(os.path.join(self.work, f"daemon-{self.starts}.log"), "wb")
         self.proc = subprocess.Popen(
             [self.bin, "serve", "--socket", self.socket, "--shm-dir", self.shm, "--log-level", "warn",
-             "--attach-within", ATTACH_WITHIN, "--idle-limit", f"{IDLE_LIMIT}s",
+             "--attach-within", ATTACH_WITHIN, "--idle-limit", f"{IDLE_LIMIT}s", "--keep-detached", KEEP_DETACHED,
              "--metrics-addr", f"127.0.0.1:{self.port}", *self.extra],
             stdout=self.log, stderr=subprocess.STDOUT, env=self.env)
         self.starts += 1

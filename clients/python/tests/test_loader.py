@@ -139,7 +139,10 @@ def test_tensor_parallel_consumers(daemon, config):
     b.close()
 
 
-def test_killed_client_is_reclaimed(daemon, config):
+def test_killed_client_is_reclaimed(daemon_factory, config):
+    # With --keep-detached 0 a dead process's session is reclaimed at once;
+    # by default it is kept for a new process to go on (test_rank_restart.py).
+    daemon = daemon_factory("--keep-detached", "0")
     script = textwrap.dedent(f"""
         import os, signal
         from dataloaderd import Loader

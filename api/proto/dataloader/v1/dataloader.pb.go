@@ -462,6 +462,11 @@ type OpenSessionRequest struct {
 	// consumers to come back, from that one's state; the others join it
 	// whatever state they bring, if it starts at or before this step.
 	ReconnectStep uint64 `protobuf:"varint,14,opt,name=reconnect_step,json=reconnectStep,proto3" json:"reconnect_step,omitempty"`
+	// Starts the rank over (from the resume point, if any) even when its
+	// session is kept for a consumer whose process died (--keep-detached):
+	// that session is closed. Without it, and without a resume point, the
+	// open takes the dead consumer's place and goes on where it left off.
+	Fresh         bool `protobuf:"varint,15,opt,name=fresh,proto3" json:"fresh,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -592,6 +597,13 @@ func (x *OpenSessionRequest) GetReconnectStep() uint64 {
 		return x.ReconnectStep
 	}
 	return 0
+}
+
+func (x *OpenSessionRequest) GetFresh() bool {
+	if x != nil {
+		return x.Fresh
+	}
+	return false
 }
 
 // A rank's state split the way torch.distributed.checkpoint keeps it: a
@@ -893,7 +905,11 @@ type OpenSessionResponse struct {
 	// step (skip_to_step): 65,536, fewer when batches are so large that 2^30
 	// tokens bind, never fewer than 2. A client keeps the state it reopens
 	// from at most half as many batches apart. 0 from daemons before it.
-	MaxSkipSteps  uint64 `protobuf:"varint,9,opt,name=max_skip_steps,json=maxSkipSteps,proto3" json:"max_skip_steps,omitempty"`
+	MaxSkipSteps uint64 `protobuf:"varint,9,opt,name=max_skip_steps,json=maxSkipSteps,proto3" json:"max_skip_steps,omitempty"`
+	// The open took the place of a consumer whose process died without
+	// closing (--keep-detached): start_step is the last batch that process
+	// released, and the batches it held unreleased come again.
+	Continued     bool `protobuf:"varint,10,opt,name=continued,proto3" json:"continued,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -989,6 +1005,13 @@ func (x *OpenSessionResponse) GetMaxSkipSteps() uint64 {
 		return x.MaxSkipSteps
 	}
 	return 0
+}
+
+func (x *OpenSessionResponse) GetContinued() bool {
+	if x != nil {
+		return x.Continued
+	}
+	return false
 }
 
 // One array of a batch in its slot.
@@ -1970,7 +1993,7 @@ const file_dataloader_v1_dataloader_proto_rawDesc = "" +
 	"\x06linear\x18\x03 \x01(\bR\x06linear\x1a:\n" +
 	"\fWeightsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\"\x93\x04\n" +
+	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\"\xa9\x04\n" +
 	"\x12OpenSessionRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x120\n" +
 	"\x06config\x18\x02 \x01(\v2\x18.dataloader.v1.JobConfigR\x06config\x12\x17\n" +
@@ -1988,7 +2011,8 @@ const file_dataloader_v1_dataloader_proto_rawDesc = "" +
 	"\x14reconnected_after_ns\x18\f \x01(\x04R\x12reconnectedAfterNs\x12 \n" +
 	"\fskip_to_step\x18\r \x01(\x04R\n" +
 	"skipToStep\x12%\n" +
-	"\x0ereconnect_step\x18\x0e \x01(\x04R\rreconnectStep\"S\n" +
+	"\x0ereconnect_step\x18\x0e \x01(\x04R\rreconnectStep\x12\x14\n" +
+	"\x05fresh\x18\x0f \x01(\bR\x05fresh\"S\n" +
 	"\fShardedState\x12\x10\n" +
 	"\x03run\x18\x01 \x01(\fR\x03run\x121\n" +
 	"\x06shards\x18\x02 \x03(\v2\x19.dataloader.v1.ShardStateR\x06shards\"\xbc\x01\n" +
@@ -2015,7 +2039,7 @@ const file_dataloader_v1_dataloader_proto_rawDesc = "" +
 	"ipc_handle\x18\x06 \x01(\fR\tipcHandle\x12\x16\n" +
 	"\x06device\x18\a \x01(\rR\x06device\x12!\n" +
 	"\fcontrol_path\x18\b \x01(\tR\vcontrolPath\x12#\n" +
-	"\rcontrol_bytes\x18\t \x01(\x04R\fcontrolBytes\"\xe8\x02\n" +
+	"\rcontrol_bytes\x18\t \x01(\x04R\fcontrolBytes\"\x86\x03\n" +
 	"\x13OpenSessionResponse\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1a\n" +
@@ -2029,7 +2053,9 @@ const file_dataloader_v1_dataloader_proto_rawDesc = "" +
 	"\n" +
 	"start_step\x18\a \x01(\x04R\tstartStep\x120\n" +
 	"\x06fields\x18\b \x03(\v2\x18.dataloader.v1.SlotFieldR\x06fields\x12$\n" +
-	"\x0emax_skip_steps\x18\t \x01(\x04R\fmaxSkipSteps\"c\n" +
+	"\x0emax_skip_steps\x18\t \x01(\x04R\fmaxSkipSteps\x12\x1c\n" +
+	"\tcontinued\x18\n" +
+	" \x01(\bR\tcontinued\"c\n" +
 	"\tSlotField\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x04R\x06offset\x12\x14\n" +

@@ -66,7 +66,8 @@ class OpenArgs:
     user's resume point (a folder, version 1 states or a sharded state), and
     for a session reopened on a restarted daemon how long it was away, the
     step to move past (one consumer) or the consumer's own last step (a
-    group's)."""
+    group's). ``fresh``: start the rank over even where the daemon keeps
+    the session of a process of it that died (--keep-detached)."""
 
     resume_from: str = ""
     resume_states: Tuple[bytes, ...] = ()
@@ -74,6 +75,7 @@ class OpenArgs:
     reconnected_after_ns: int = 0
     skip_to_step: int = 0
     reconnect_step: int = 0
+    fresh: bool = False
 
     def resumes(self) -> bool:
         """Whether the session starts from a saved state."""
@@ -83,7 +85,7 @@ class OpenArgs:
         """The OpenSessionRequest fields of these arguments."""
         return {"resume_from": self.resume_from, "resume_states": list(self.resume_states),
                 "resume_sharded": self.resume_sharded, "reconnected_after_ns": self.reconnected_after_ns,
-                "skip_to_step": self.skip_to_step, "reconnect_step": self.reconnect_step}
+                "skip_to_step": self.skip_to_step, "reconnect_step": self.reconnect_step, "fresh": self.fresh}
 
 
 class Changes:

@@ -73,6 +73,13 @@ class Loader(Reconnecting):
     ``next()`` raises BatchTimeoutError when no batch comes within
     ``batch_timeout`` seconds (default 600; None waits forever), so a stuck
     daemon fails the step instead of hanging it.
+
+    A rank restart is not a job restart: when a process dies without closing
+    its loader, the daemon keeps its session (``--keep-detached``, default 5
+    minutes), and a new process opening the same job and dp_rank with the same
+    config and no ``resume_from`` goes on from the last batch the dead one
+    released (``continued`` is then True). ``fresh=True`` (or a resume point)
+    starts the rank over instead. docs/rank-restart.md.
     """
 
     def __init__(self, config: Union[str, os.PathLike[str], Mapping[str, object]],
@@ -81,14 +88,15 @@ class Loader(Reconnecting):
                  transport: Transport = "shm", *, job: Optional[str] = None, consumers: int = 1,
                  slots: int = 0, copy: bool = False, timeout: float = 60.0, fast: bool = True,
                  device: Optional[int] = None, batch_timeout: Optional[float] = 600.0, dtype: DTypeArg = "int64",
-                 end: End = "stop", reconnect_timeout: float = 60.0):
+                 end: End = "stop", reconnect_timeout: float = 60.0, fresh: bool = False):
         data, base = load_config(config)
         self._config = to_proto(data, base)
         self.dp_rank, self.dp_size = check_rank(dp_rank, dp_size)
         self._opts = check_options(transport, dtype, end, device, consumers, slots, copy, fast, timeout,
                                    batch_timeout, reconnect_timeout)
         self.job = job or default_job()  # see _job.py
-        self._resume = OpenArgs(resume_from=local_folder("resume_from", resume_from))  # the user's resume point
+        # The user's resume point; fresh: not the session a dead process of this rank left.
+        self._resume = OpenArgs(resume_from=local_folder("resume_from", resume_from), fresh=bool(fresh))
         self._recovery = Recovery(self._opts.reconnect_timeout, consumers)  # see _reconnect.py
         self.socket = socket_path(socket)
         self._channel, self._stub = connect(self.socket)
@@ -106,6 +114,13 @@ class Loader(Reconnecting):
     def transport(self) -> Transport:
         """How batches reach this process (the argument)."""
         return self._opts.transport
+
+    @property
+    def continued(self) -> bool:
+        """Whether the open session took the place of a process of this rank
+        that died without closing: the loader goes on from the last batch that
+        process released (it opens the session if none is open yet)."""
+        return bool(self._open().continued)
 
     @property
     def device(self) -> int:
@@ -138,6 +153,8 @@ class Loader(Reconnecting):
                                         device=self._opts.device, **args.fields())
         self._live = open_session(self._stub, request, self._opts, writable, run)
         self._last_step, self._step_known = self._live.reply.start_step, True
+        if self._live.reply.continued and self._recovery.on():
+            self._keep_recovery(self._live)  # a daemon restart reopens from here, not from the start
         return self._live
 
     def _close_session(self, tell_daemon: bool = True) -> None:

@@ -263,6 +263,7 @@ class OpenSessionRequest(_message.Message):
     RECONNECTED_AFTER_NS_FIELD_NUMBER: _builtins.int
     SKIP_TO_STEP_FIELD_NUMBER: _builtins.int
     RECONNECT_STEP_FIELD_NUMBER: _builtins.int
+    FRESH_FIELD_NUMBER: _builtins.int
     job: _builtins.str
     dp_rank: _builtins.int
     dp_size: _builtins.int
@@ -292,6 +293,12 @@ class OpenSessionRequest(_message.Message):
     last step it read. The group's session is opened by the first of its
     consumers to come back, from that one's state; the others join it
     whatever state they bring, if it starts at or before this step.
+    """
+    fresh: _builtins.bool
+    """Starts the rank over (from the resume point, if any) even when its
+    session is kept for a consumer whose process died (--keep-detached):
+    that session is closed. Without it, and without a resume point, the
+    open takes the dead consumer's place and goes on where it left off.
     """
     @_builtins.property
     def config(self) -> Global___JobConfig: ...
@@ -323,10 +330,11 @@ class OpenSessionRequest(_message.Message):
         reconnected_after_ns: _builtins.int = ...,
         skip_to_step: _builtins.int = ...,
         reconnect_step: _builtins.int = ...,
+        fresh: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["config", b"config", "resume_sharded", b"resume_sharded"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["config", b"config", "consumers", b"consumers", "device", b"device", "dp_rank", b"dp_rank", "dp_size", b"dp_size", "job", b"job", "reconnect_step", b"reconnect_step", "reconnected_after_ns", b"reconnected_after_ns", "resume_from", b"resume_from", "resume_sharded", b"resume_sharded", "resume_states", b"resume_states", "skip_to_step", b"skip_to_step", "slots", b"slots", "transport", b"transport"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["config", b"config", "consumers", b"consumers", "device", b"device", "dp_rank", b"dp_rank", "dp_size", b"dp_size", "fresh", b"fresh", "job", b"job", "reconnect_step", b"reconnect_step", "reconnected_after_ns", b"reconnected_after_ns", "resume_from", b"resume_from", "resume_sharded", b"resume_sharded", "resume_states", b"resume_states", "skip_to_step", b"skip_to_step", "slots", b"slots", "transport", b"transport"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -478,6 +486,7 @@ class OpenSessionResponse(_message.Message):
     START_STEP_FIELD_NUMBER: _builtins.int
     FIELDS_FIELD_NUMBER: _builtins.int
     MAX_SKIP_STEPS_FIELD_NUMBER: _builtins.int
+    CONTINUED_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     consumer: _builtins.int
     """This process's consumer index in [0, consumers)."""
@@ -492,6 +501,11 @@ class OpenSessionResponse(_message.Message):
     step (skip_to_step): 65,536, fewer when batches are so large that 2^30
     tokens bind, never fewer than 2. A client keeps the state it reopens
     from at most half as many batches apart. 0 from daemons before it.
+    """
+    continued: _builtins.bool
+    """The open took the place of a consumer whose process died without
+    closing (--keep-detached): start_step is the last batch that process
+    released, and the batches it held unreleased come again.
     """
     @_builtins.property
     def ring(self) -> Global___Ring: ...
@@ -513,10 +527,11 @@ class OpenSessionResponse(_message.Message):
         start_step: _builtins.int = ...,
         fields: _abc.Iterable[Global___SlotField] | None = ...,
         max_skip_steps: _builtins.int = ...,
+        continued: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["ring", b"ring"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_size", b"batch_size", "consumer", b"consumer", "fields", b"fields", "line_tokens", b"line_tokens", "max_skip_steps", b"max_skip_steps", "ring", b"ring", "session_id", b"session_id", "start_step", b"start_step", "transport", b"transport"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_size", b"batch_size", "consumer", b"consumer", "continued", b"continued", "fields", b"fields", "line_tokens", b"line_tokens", "max_skip_steps", b"max_skip_steps", "ring", b"ring", "session_id", b"session_id", "start_step", b"start_step", "transport", b"transport"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,0 +1,36 @@
+package stream
+
+// Rejoin puts consumer c back at its first step not released, for a new
+// process taking the place of one that died without closing: the steps it
+// was handed and never released are handed again, in order, and so is the
+// end if it was handed. It returns the last step c released with every
+// step before it (the step the new process goes on after).
+//
+// A step c released out of order past that one is taken back too, so that
+// the new process gets every step after the returned one exactly once. Its
+// slot still holds it: the producer writes slots in step order, and the
+// slot after the first one c holds cannot be written again before that one
+// is free.
+func (p *Pipeline) Rejoin(c int) uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	last := p.base.Step
+	for f := p.inFlight[last+1]; f != nil && last < p.next[c] && f.released[c]; f = p.inFlight[last+1] {
+		last++
+	}
+	for s := last + 1; s <= p.next[c]; s++ {
+		f := p.inFlight[s]
+		if f == nil || !f.released[c] {
+			continue
+		}
+		f.released[c] = false
+		if f.left == 0 {
+			p.slotStep[f.Slot] = s
+		}
+		f.left++
+	}
+	p.next[c] = last
+	p.endSeen[c] = 0
+	p.broadcast()
+	return last
+}
