@@ -161,7 +161,10 @@ type scaleResult struct {
 	tokens         int64
 	elapsed, first time.Duration
 	stats          objstore.Stats
-	peakRSS        int64 // 0: not measured
+	// startRSS is the process's resident set when the epoch began (the
+	// Go runtime, the test, what earlier runs left mapped), peakRSS its
+	// peak during the epoch; 0: not measured.
+	startRSS, peakRSS int64
 }
 
 // scaleEpoch reads one epoch of cfg with ranks ranks of one node from
@@ -170,13 +173,14 @@ func scaleEpoch(b *testing.B, cfg Config, store *objstore.Store, ranks int) scal
 	b.Helper()
 	before := store.Stats()
 	reset := resetPeakRSS()
+	startRSS := procStatusBytes("VmRSS:")
 	b.StartTimer()
 	start := time.Now()
 	tokens, first := readEpoch(b, cfg, store, ranks)
 	r := scaleResult{tokens: tokens, elapsed: time.Since(start), first: first}
 	b.StopTimer()
 	if reset {
-		r.peakRSS = peakRSS()
+		r.startRSS, r.peakRSS = startRSS, peakRSS()
 	}
 	r.stats = store.Stats()
 	r.stats.Requests -= before.Requests
@@ -196,6 +200,7 @@ func reportScale(b *testing.B, c scaleCorpus, cache int64, r scaleResult) {
 	b.ReportMetric(tps/(8*100e3), "x-8-GPUs")
 	b.ReportMetric(float64(r.first.Microseconds())/1000, "first-batch-ms")
 	b.ReportMetric(float64(r.peakRSS)/(1<<20), "peak-RSS-MiB")
+	b.ReportMetric(float64(r.peakRSS-r.startRSS)/(1<<20), "RSS-added-MiB")
 	b.ReportMetric(float64(r.stats.Gets), "GETs")
 	b.ReportMetric(float64(r.stats.FetchedBytes)/(1<<20), "MiB-fetched")
 	b.ReportMetric(ratio, "fetched/read")
@@ -210,9 +215,9 @@ func logScale(b *testing.B, c scaleCorpus, cache int64, r scaleResult) (tps, rat
 	b.Helper()
 	tps = float64(r.tokens) / r.elapsed.Seconds()
 	ratio = float64(r.stats.FetchedBytes) / float64(c.readBytes())
-	b.Logf("| %.2f GiB | %d MiB | %.1f s | %.2f M | %.1f | %.0f ms | %.1f MiB | %d (%d) | %.1f MiB | %.3f | %.3f | %d / %d |",
+	b.Logf("| %.2f GiB | %d MiB | %.1f s | %.2f M | %.1f | %.0f ms | %.1f (+%.1f) MiB | %d (%d) | %.1f MiB | %.3f | %.3f | %d / %d |",
 		float64(c.bytes())/(1<<30), cache>>20, r.elapsed.Seconds(), tps/1e6, tps/(8*100e3), float64(r.first.Microseconds())/1000,
-		float64(r.peakRSS)/(1<<20), r.stats.Gets, r.stats.Requests, float64(r.stats.FetchedBytes)/(1<<20), ratio,
+		float64(r.peakRSS)/(1<<20), float64(r.peakRSS-r.startRSS)/(1<<20), r.stats.Gets, r.stats.Requests, float64(r.stats.FetchedBytes)/(1<<20), ratio,
 		float64(r.stats.FetchedBytes)/float64(c.bytes()), r.stats.Misses, r.stats.Ahead)
 	return tps, ratio
 }
