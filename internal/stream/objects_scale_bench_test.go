@@ -69,7 +69,7 @@ func BenchmarkObjectsScale(b *testing.B) {
 			if ratio == 100 {
 				b.Run("disk-cache/ranks=8/delay=50ms", func(b *testing.B) {
 					for range b.N {
-						scaleRestart(b, srv, proxy.URL, c, cache, 8)
+						scaleRestart(b, srv, proxy.URL, c, 8)
 					}
 				})
 			}
@@ -226,7 +226,7 @@ func logScale(b *testing.B, c scaleCorpus, cache int64, r scaleResult) (tps, rat
 // it (Options.Dir, DiskBytes the corpus and 64 MiB): an epoch that fills
 // it, a second one (another seed), then, after the store is closed and a
 // new one opened on the directory, as after a daemon's restart, a third.
-func scaleRestart(b *testing.B, srv *s3test.Server, endpoint string, c scaleCorpus, cache int64, ranks int) {
+func scaleRestart(b *testing.B, srv *s3test.Server, endpoint string, c scaleCorpus, ranks int) {
 	b.Helper()
 	dir, err := os.MkdirTemp(b.TempDir(), "objcache")
 	if err != nil {
