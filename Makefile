@@ -234,8 +234,8 @@ bench-spread:
 # then at scale (BenchmarkObjectsScale): a run_tokens job over corpora 1, 10
 # and 100 times the cache its working set documents (up to 0.9 GiB), 1 and 8
 # ranks, 0 and 50 ms a request: fetched/read, GETs, tokens/s, first batch,
-# peak RSS, and a disk cache across a restart (docs/benchmarks.md). The scale
-# part takes about 6 minutes on 2 cores shared with other work.
+# peak RSS, and a disk cache across a restart (docs/benchmarks.md). About 10
+# minutes on 2 cores shared with other work (4 for Node, 6 for Scale).
 bench-objects: $(TOOLS)/versitygw
 	DATALOADERD_S3_SERVER=$(TOOLS)/versitygw $(GO) test -run '^$$' -bench 'BenchmarkObjects(Node|Scale)$$' -benchtime 1x -timeout 60m ./internal/stream
 
