@@ -75,7 +75,7 @@ func writeScaleFiles(b *testing.B, prefix string, binBytes int64, sparse bool) s
 	var c scaleCorpus
 	rng := rand.New(rand.NewSource(binBytes))
 	var lengths []int32
-	writeFile(b, prefix+".bin", func(w *bufio.Writer) {
+	writeScaleFile(b, prefix+".bin", func(w *bufio.Writer) {
 		doc := make([]byte, 4*4000)
 		for c.tokens*4 < binBytes {
 			n := 1 + rng.Intn(4000)
@@ -96,7 +96,7 @@ func writeScaleFiles(b *testing.B, prefix string, binBytes int64, sparse bool) s
 		}
 	}
 	c.docs = int64(len(lengths))
-	writeFile(b, prefix+".idx", func(w *bufio.Writer) { writeMegatronIndex(w, lengths) })
+	writeScaleFile(b, prefix+".idx", func(w *bufio.Writer) { writeScaleIndex(w, lengths) })
 	for _, f := range []struct {
 		ext  string
 		size *int64
@@ -110,8 +110,8 @@ func writeScaleFiles(b *testing.B, prefix string, binBytes int64, sparse bool) s
 	return c
 }
 
-// writeMegatronIndex writes the .idx of int32 documents of lengths.
-func writeMegatronIndex(w *bufio.Writer, lengths []int32) {
+// writeScaleIndex writes the .idx of int32 documents of lengths.
+func writeScaleIndex(w *bufio.Writer, lengths []int32) {
 	le := binary.LittleEndian
 	var buf [8]byte
 	w.WriteString("MMIDIDX\x00\x00")
@@ -132,8 +132,8 @@ func writeMegatronIndex(w *bufio.Writer, lengths []int32) {
 	}
 }
 
-// writeFile creates path and fills it through a buffered writer.
-func writeFile(b *testing.B, path string, fill func(w *bufio.Writer)) {
+// writeScaleFile creates path and fills it through a buffered writer.
+func writeScaleFile(b *testing.B, path string, fill func(w *bufio.Writer)) {
 	b.Helper()
 	f, err := os.Create(path)
 	if err != nil {
