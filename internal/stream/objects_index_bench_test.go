@@ -23,10 +23,8 @@ import (
 // reads rank 0 of 1's first batch; DATALOADERD_BENCH_DELAY_MS delays every
 // request by that many milliseconds (a store elsewhere). It reports the open's time and what it
 // fetched (open-MiB-fetched, open-GETs), the Go heap and the process's
-// resident memory it added (open-heap-MiB, open-RSS-MiB), the time
-// and bytes to the first batch (first-batch-ms, first-MiB-fetched), and
-// the process's peak resident set from the open to the first batch
-// (peak-RSS-MiB, VmHWM).
+// resident memory it added (open-heap-MiB, open-RSS-MiB), and the time
+// and bytes to the first batch (first-batch-ms, first-MiB-fetched).
 func BenchmarkObjectsIndexOpen(b *testing.B) {
 	docs := 10_000_000
 	if s := os.Getenv("DATALOADERD_BENCH_INDEX_DOCS"); s != "" {
@@ -59,7 +57,6 @@ func BenchmarkObjectsIndexOpen(b *testing.B) {
 		b.StopTimer()
 		store := newStore(b, srv, endpoint, objstore.Options{})
 		res := objectResources(b, store)
-		reset := resetPeakRSS()
 		heap0, rss0 := memoryNow()
 		b.StartTimer()
 		start := time.Now()
@@ -88,9 +85,6 @@ func BenchmarkObjectsIndexOpen(b *testing.B) {
 		b.ReportMetric(float64(first.Microseconds())/1000, "first-batch-ms")
 		b.ReportMetric(float64(firstStats.FetchedBytes)/(1<<20), "first-MiB-fetched")
 		b.ReportMetric(float64(20*int64(docs))/(1<<20), "index-MiB")
-		if reset { // the process's peak from before the open to the first batch
-			b.ReportMetric(float64(peakRSS())/(1<<20), "peak-RSS-MiB")
-		}
 		corpus.Close()
 		store.Close()
 		b.StartTimer()
