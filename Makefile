@@ -230,9 +230,14 @@ bench-spread:
 # bench-objects: s3:// datasets read from a real S3-compatible server
 # (versitygw), with and without 20 ms of latency and with a cache of half the
 # corpus, next to the same corpus on local disk: requests and bytes per node
-# for 1, 2 and 8 ranks, tokens/s, time to the first batch (docs/benchmarks.md).
+# for 1, 2 and 8 ranks, tokens/s, time to the first batch (BenchmarkObjectsNode);
+# then at scale (BenchmarkObjectsScale): a run_tokens job over corpora 1, 10
+# and 100 times the cache its working set documents (up to 0.9 GiB), 1 and 8
+# ranks, 0 and 50 ms a request: fetched/read, GETs, tokens/s, first batch,
+# peak RSS, and a disk cache across a restart (docs/benchmarks.md). About 10
+# minutes on 2 cores shared with other work (4 for Node, 6 for Scale).
 bench-objects: $(TOOLS)/versitygw
-	DATALOADERD_S3_SERVER=$(TOOLS)/versitygw $(GO) test -run '^$$' -bench BenchmarkObjectsNode -benchtime 1x -timeout 60m ./internal/stream
+	DATALOADERD_S3_SERVER=$(TOOLS)/versitygw $(GO) test -run '^$$' -bench 'BenchmarkObjects(Node|Scale)$$' -benchtime 1x -timeout 60m ./internal/stream
 
 # bench-go: the Go microbenchmarks on their small built-in corpora.
 bench-go:
