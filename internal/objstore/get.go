@@ -156,7 +156,7 @@ func (o *Object) fetch(ctx context.Context, i, j int) error {
 
 // copyBufferBytes is the buffer a GET's body is copied through into the
 // cache's file.
-const copyBufferBytes = 256 << 10
+const copyBufferBytes = 64 << 10
 
 // copyBuffers are the fetches' copy buffers, reused: a buffer made per GET
 // was most of what the daemon allocated while fetching (374 of 442 MB in a

@@ -69,8 +69,8 @@ type Object struct {
 	replaced bool         // a newer ETag was opened; drop when refs reach 0
 	freed    bool
 	sums     map[int]uint32 // the CRC-32C of each stored block
-	// readAhead follows the streams of Prefetch hints (readahead.go).
-	readAhead readAhead
+	// gathering follows the streams of Prefetch hints (gather.go).
+	gathering gathering
 }
 
 // URL is the object's s3:// URL.

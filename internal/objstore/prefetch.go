@@ -21,7 +21,7 @@ func (o *Object) Prefetch(off, n int64) {
 	if o.freed {
 		return
 	}
-	last = o.extendLocked(first, last) // readahead.go
+	last = o.gatherLocked(first, last) // gather.go
 	for i := first; i <= last; i++ {
 		if !o.blocks.get(i).toFetchAhead() {
 			continue

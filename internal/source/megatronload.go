@@ -196,6 +196,15 @@ func fetchSpans(b *files.Blob, spans []byteSpan, wait bool) {
 		return
 	}
 	block := uint64(b.BlockSize())
+	if !wait {
+		// Hints go whole: the cache fetches their runs of absent blocks
+		// in GETs as large as it sees fit, and a hint that continues the
+		// one before is gathered with the next (objstore's gather.go).
+		for _, s := range joinSpans(spans, block) {
+			b.Prefetch(s.off, s.n)
+		}
+		return
+	}
 	limit := uint64(b.HoldLimit()) / 2
 	piece := max(block, min(loadPieceBytes, limit/loadGets/block*block))
 	var pieces []byteSpan
@@ -210,7 +219,7 @@ func fetchSpans(b *files.Blob, spans []byteSpan, wait bool) {
 	gets := make(chan struct{}, loadGets)
 	var held uint64
 	for _, p := range pieces {
-		if held += p.n; !wait || held > limit {
+		if held += p.n; held > limit {
 			b.Prefetch(p.off, p.n)
 			continue
 		}
