@@ -73,6 +73,12 @@ func openMegatronFile(fs files.Dataset, prefix string) (_ *megatronFile, err err
 	if err := m.parseHeader(); err != nil {
 		return nil, err
 	}
+	if m.idxRemote && m.sequences > 0 {
+		// The two entries checkEnds reads, fetched together: one round
+		// trip to the store, not two.
+		m.prefetchEntry(0)
+		m.prefetchEntry(m.sequences - 1)
+	}
 	if err := m.checkEnds(); err != nil {
 		return nil, err
 	}

@@ -171,9 +171,14 @@ func (d *shardedSource) cut(cfg Config) error {
 	if d.offsetsAhead != nil {
 		// Where the searches below start, near k/S of the units when
 		// units are about equal: fetched together, before they probe.
-		near := make([]uint64, s)
+		near := make([]uint64, s, s+1)
 		for k := range near {
 			near[k] = mulDiv(n, uint64(k), s)
+		}
+		// And where each shard's runs will end, guessed from the guessed
+		// bounds (prefetchRunEnds asks again once the bounds are known).
+		for k := range s {
+			near = append(near, d.runEnds(mulDiv(n, k, s), mulDiv(n, k+1, s))...)
 		}
 		d.offsetsAhead.PrefetchOffsets(near)
 	}
@@ -184,6 +189,7 @@ func (d *shardedSource) cut(cfg Config) error {
 		// spans several token targets.
 		bounds[k] = min(max(b, bounds[k-1]+1), n-(s-k))
 	}
+	d.prefetchRunEnds(bounds)
 	for k := uint64(0); k < s; k++ {
 		lo, hi := bounds[k], bounds[k+1]
 		sh := &shard{

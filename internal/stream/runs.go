@@ -2,7 +2,6 @@ package stream
 
 import (
 	"fmt"
-	"sort"
 
 	"github.com/dataloaderd/dataloaderd/internal/source"
 )
@@ -25,19 +24,41 @@ type tokenRuns struct {
 }
 
 // Groups returns the runs of two or more units in [lo, hi), in order.
+// Each run's end is found by searchOffset (a guess by interpolation, then
+// a few probes near it): offsets grow about linearly, so the probes of
+// one run stay in a block or two of a Megatron index, where a bisection
+// of the rest of the shard would touch a dozen blocks, one after the
+// other, each a GET before the first batch when the index is in object
+// storage.
 func (t tokenRuns) Groups(lo, hi uint64) [][2]uint64 {
 	var runs [][2]uint64
 	for a := lo; a < hi; {
-		target := t.src.Offset(a) + t.tokens
 		// The first unit after a whose offset reaches target ends the run.
-		n := hi - a - 1
-		b := a + 1 + uint64(sort.Search(int(n), func(i int) bool { return t.src.Offset(a+1+uint64(i)) >= target }))
+		b := searchOffset(t.src, a+1, hi, t.src.Offset(a)+t.tokens)
 		if b-a >= 2 {
 			runs = append(runs, [2]uint64{a, b})
 		}
 		a = b
 	}
 	return runs
+}
+
+// ends guesses where the runs of [lo, hi) end, from the source's mean
+// unit (no offset is read for it): the units whose offsets Groups will
+// probe first, for a source in object storage to fetch together before it
+// searches (PrefetchOffsets). At most maxGuesses of them.
+func (t tokenRuns) ends(lo, hi uint64) []uint64 {
+	const maxGuesses = 1 << 12
+	units, tokens := t.src.Units(), t.src.Tokens()
+	if hi <= lo || tokens == 0 {
+		return nil
+	}
+	step := max(1, uint64(float64(t.tokens)*float64(units)/float64(tokens)))
+	var at []uint64
+	for u := lo + step; u < hi && len(at) < maxGuesses; u += step {
+		at = append(at, u)
+	}
+	return at
 }
 
 // MinRunTokens is the least run_tokens: runs are a shard's items, each
@@ -98,4 +119,30 @@ func (d *shardedSource) ownGroups() unitGrouper {
 		return nil
 	}
 	return d.grouper
+}
+
+// prefetchRunEnds asks a source in object storage to fetch, together,
+// what the offsets of every shard's guessed run ends need, before the
+// shards' runs are cut one search at a time.
+func (d *shardedSource) prefetchRunEnds(bounds []uint64) {
+	if d.offsetsAhead == nil {
+		return
+	}
+	var at []uint64
+	for k := 0; k+1 < len(bounds); k++ {
+		at = append(at, d.runEnds(bounds[k], bounds[k+1])...)
+	}
+	d.offsetsAhead.PrefetchOffsets(at)
+}
+
+// runEnds guesses where the runs of tokens of units [lo, hi) end
+// (tokenRuns.ends); none when the dataset is not read in runs of tokens.
+func (d *shardedSource) runEnds(lo, hi uint64) []uint64 {
+	switch g := d.grouper.(type) {
+	case tokenRuns:
+		return g.ends(lo, hi)
+	case bothRuns:
+		return g.byTokens.ends(lo, hi)
+	}
+	return nil
 }
