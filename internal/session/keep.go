@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"time"
 
 	"go.uber.org/zap"
@@ -256,40 +257,51 @@ func (s *session) places() (vacant, live []int) {
 }
 
 // takePlace gives the first vacant consumer of ss to a new process on GPU
-// device: its releases written in the control block are applied, and it is
-// put back at its first step not released.
+// device: the releases its dead process (and every other vacant one's)
+// wrote in the control block are applied, and it is put back at its first
+// step not released, or at the earliest step another vacant consumer of
+// the group had not released (its processes died together: their new ones
+// read in lockstep).
 func (m *Manager) takePlace(ss *session, device int) (Opened, error) {
 	ss.mu.Lock()
-	c := -1
+	c, vacant := -1, []int(nil)
 	for i := 0; i < ss.joined; i++ {
 		if !ss.vacant[i].IsZero() {
-			c = i
-			break
+			vacant = append(vacant, i)
 		}
 	}
-	if c < 0 {
+	if len(vacant) == 0 || ss.dropped != "" {
 		ss.mu.Unlock()
-		return Opened{}, fmt.Errorf("%w: job %q dp_rank %d: another process took the dead consumer's place first",
+		return Opened{}, fmt.Errorf("%w: job %q dp_rank %d: another process took the dead consumer's place first, or its time ran out: open again",
 			ErrSessionExists, ss.key.job, ss.key.dpRank)
 	}
-	away := time.Since(ss.vacant[c])
+	c = vacant[0]
+	since := ss.vacant[c]
 	ss.vacant[c], ss.rejoined[c] = time.Time{}, time.Now()
 	ss.mu.Unlock()
-	if ss.ctl != nil {
-		// Releases the dead process wrote after the watcher's last look.
-		var released uint64
-		if mapped.Guard(func() error { released = ss.ctl.Released(c); return nil }) == nil {
-			_ = ss.pipeline.ReleaseThrough(c, released) // past the produced steps: ignored
+	bound := uint64(math.MaxUint64)
+	for _, v := range vacant {
+		if ss.ctl != nil {
+			// Releases the dead process wrote after the watcher's last look.
+			var released uint64
+			if mapped.Guard(func() error { released = ss.ctl.Released(v); return nil }) == nil {
+				_ = ss.pipeline.ReleaseThrough(v, released) // past the produced steps: ignored
+			}
 		}
+		bound = min(bound, ss.pipeline.ReleasedThrough(v))
 	}
-	last := ss.pipeline.Rejoin(c)
-	ss.touch()
 	if _, err := ss.ring.AddReader(device); err != nil {
+		// The place stays vacant, for another try.
+		ss.mu.Lock()
+		ss.vacant[c], ss.rejoined[c] = since, time.Time{}
+		ss.mu.Unlock()
 		return Opened{}, fmt.Errorf("job %q dp_rank %d: %w", ss.key.job, ss.key.dpRank, err)
 	}
+	last := ss.pipeline.Rejoin(c, bound)
+	ss.touch()
 	m.metrics.lostConsumers.WithLabelValues(outcomeContinued).Inc()
 	ss.log.Info("a new process took the place of a consumer whose process died", zap.Int("consumer", c),
-		zap.Uint64("start_step", last), zap.Duration("vacant_for", away))
+		zap.Uint64("start_step", last), zap.Duration("vacant_for", time.Since(since)))
 	o := ss.describe(c, device)
 	o.StartStep, o.Continued = last, true
 	return o, nil

@@ -2,6 +2,7 @@ package stream
 
 import (
 	"context"
+	"math"
 	"reflect"
 	"testing"
 	"time"
@@ -54,7 +55,7 @@ func TestPipelineRejoin(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if got := p.Rejoin(0); got != 2 {
+	if got := p.Rejoin(0, math.MaxUint64); got != 2 {
 		t.Fatalf("Rejoin: step %d, want 2 (3 was held, not released)", got)
 	}
 	for step := uint64(3); step <= 12; step++ {
@@ -77,7 +78,63 @@ func TestPipelineRejoin(t *testing.T) {
 	if err := p.ReleaseThrough(1, 12); err != nil {
 		t.Fatal(err)
 	}
-	if got := p.Rejoin(1); got != 12 {
+	if got := p.Rejoin(1, math.MaxUint64); got != 12 {
 		t.Fatalf("Rejoin of a consumer that released through 12: %d", got)
+	}
+}
+
+// TestPipelineRejoinGroup: two consumers of a group whose processes died
+// together, one having released through step 4 and the other through 2,
+// both go on from step 3 (Rejoin bounded by the earliest ReleasedThrough),
+// and read the rank's own batches in lockstep from there.
+func TestPipelineRejoinGroup(t *testing.T) {
+	corpus, cfg := pipelineFixture(t, 0)
+	ref, _ := NewRank(corpus, 0, 1, nil)
+	want := run(t, ref, cfg, 12)
+	rank, _ := NewRank(corpus, 0, 1, nil)
+	ring := newMemSlots(4, cfg)
+	p := NewPipeline(rank, ring, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	defer func() { p.Close(); <-done }()
+	step := func(c int, release bool) uint64 {
+		t.Helper()
+		b, err := p.Next(ctx, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := int32s(ring.Slot(b.Slot))[:b.Lines*cfg.LineTokens()]; !reflect.DeepEqual(got, want[b.Step-1]) {
+			t.Fatalf("consumer %d step %d differs from the rank's own batch", c, b.Step)
+		}
+		if release {
+			if err := p.Release(c, b.Slot, b.Step); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return b.Step
+	}
+	for i := 0; i < 4; i++ {
+		step(0, true) // releases 1-4
+	}
+	step(1, true)
+	step(1, true)
+	step(1, false) // holds 3 as its process dies
+	bound := min(p.ReleasedThrough(0), p.ReleasedThrough(1))
+	if bound != 2 {
+		t.Fatalf("the group's earliest release: %d, want 2", bound)
+	}
+	for c := range 2 {
+		if got := p.Rejoin(c, bound); got != 2 {
+			t.Fatalf("consumer %d rejoined after step %d, want 2", c, got)
+		}
+	}
+	for want := uint64(3); want <= 12; want++ {
+		for c := range 2 {
+			if got := step(c, true); got != want {
+				t.Fatalf("consumer %d got step %d, want %d in lockstep", c, got, want)
+			}
+		}
 	}
 }
