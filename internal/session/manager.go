@@ -214,7 +214,7 @@ func (m *Manager) Reap(ctx context.Context) error {
 	if keep := m.cfg.KeepDetached; keep > 0 && keep < every {
 		every = keep
 	}
-	t := time.NewTicker(every / 4)
+	t := time.NewTicker(max(every/4, time.Millisecond)) // a nanosecond flag would make it 0, which panics
 	defer t.Stop()
 	for {
 		select {
