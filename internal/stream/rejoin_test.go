@@ -13,18 +13,7 @@ import (
 // too), then the rest; with the other consumer's, its batches are the
 // rank's own, each step after the returned one exactly once.
 func TestPipelineRejoin(t *testing.T) {
-	corpus, cfg := pipelineFixture(t, 0)
-	ref, _ := NewRank(corpus, 0, 1, nil)
-	want := run(t, ref, cfg, 12)
-
-	rank, _ := NewRank(corpus, 0, 1, nil)
-	ring := newMemSlots(4, cfg)
-	p := NewPipeline(rank, ring, 2)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- p.Run(ctx) }()
-	defer func() { p.Close(); <-done }()
+	p, ring, cfg, want, ctx := twoConsumers(t)
 
 	take := func(c int) Batch {
 		t.Helper()
@@ -88,17 +77,7 @@ func TestPipelineRejoin(t *testing.T) {
 // both go on from step 3 (Rejoin bounded by the earliest ReleasedThrough),
 // and read the rank's own batches in lockstep from there.
 func TestPipelineRejoinGroup(t *testing.T) {
-	corpus, cfg := pipelineFixture(t, 0)
-	ref, _ := NewRank(corpus, 0, 1, nil)
-	want := run(t, ref, cfg, 12)
-	rank, _ := NewRank(corpus, 0, 1, nil)
-	ring := newMemSlots(4, cfg)
-	p := NewPipeline(rank, ring, 2)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- p.Run(ctx) }()
-	defer func() { p.Close(); <-done }()
+	p, ring, cfg, want, ctx := twoConsumers(t)
 	step := func(c int, release bool) uint64 {
 		t.Helper()
 		b, err := p.Next(ctx, c)
@@ -137,4 +116,22 @@ func TestPipelineRejoinGroup(t *testing.T) {
 			}
 		}
 	}
+}
+
+// twoConsumers runs a pipeline of rank 0 of 1 with two consumers into a
+// ring of 4 slots until the test ends; want is the rank's first 12 batches
+// read alone.
+func twoConsumers(t *testing.T) (*Pipeline, memSlots, Config, [][]int32, context.Context) {
+	t.Helper()
+	corpus, cfg := pipelineFixture(t, 0)
+	ref, _ := NewRank(corpus, 0, 1, nil)
+	want := run(t, ref, cfg, 12)
+	rank, _ := NewRank(corpus, 0, 1, nil)
+	ring := newMemSlots(4, cfg)
+	p := NewPipeline(rank, ring, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	t.Cleanup(func() { p.Close(); <-done; cancel() })
+	return p, ring, cfg, want, ctx
 }
