@@ -176,7 +176,7 @@ func (d *shardedSource) cut(cfg Config) error {
 			near[k] = mulDiv(n, uint64(k), s)
 		}
 		// And where each shard's runs will end, guessed from the guessed
-		// bounds (prefetchRunEnds asks again once the bounds are known).
+		// bounds: within a few units of where the searches will probe.
 		for k := range s {
 			near = append(near, d.runEnds(mulDiv(n, k, s), mulDiv(n, k+1, s))...)
 		}
@@ -189,7 +189,6 @@ func (d *shardedSource) cut(cfg Config) error {
 		// spans several token targets.
 		bounds[k] = min(max(b, bounds[k-1]+1), n-(s-k))
 	}
-	d.prefetchRunEnds(bounds)
 	for k := uint64(0); k < s; k++ {
 		lo, hi := bounds[k], bounds[k+1]
 		sh := &shard{

@@ -121,20 +121,6 @@ func (d *shardedSource) ownGroups() unitGrouper {
 	return d.grouper
 }
 
-// prefetchRunEnds asks a source in object storage to fetch, together,
-// what the offsets of every shard's guessed run ends need, before the
-// shards' runs are cut one search at a time.
-func (d *shardedSource) prefetchRunEnds(bounds []uint64) {
-	if d.offsetsAhead == nil {
-		return
-	}
-	var at []uint64
-	for k := 0; k+1 < len(bounds); k++ {
-		at = append(at, d.runEnds(bounds[k], bounds[k+1])...)
-	}
-	d.offsetsAhead.PrefetchOffsets(at)
-}
-
 // runEnds guesses where the runs of tokens of units [lo, hi) end
 // (tokenRuns.ends); none when the dataset is not read in runs of tokens.
 func (d *shardedSource) runEnds(lo, hi uint64) []uint64 {
