@@ -7,10 +7,12 @@ from __future__ import annotations
 import glob
 import os
 import signal
+import socket
 import subprocess
 import time
+import urllib.request
 from pathlib import Path
-from typing import List, Sequence, Set, Union
+from typing import Dict, List, Sequence, Set, Union
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 BIN = os.environ.get("DATALOADERD_BIN", os.path.join(REPO, "bin", "dataloaderd"))
@@ -140,3 +142,21 @@ def freeze(pid: int, timeout: float = 10.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"process {pid} not stopped {timeout} s after SIGSTOP: thread states {states}")
         time.sleep(0.001)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 free a moment ago (for --metrics-addr)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def scrape(port: int) -> Dict[str, float]:
+    """The daemon's /metrics on port, each sample by its name and labels."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    values = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            values[name] = float(value)
+    return values

@@ -308,21 +308,12 @@ def test_control_block_stress_many_consumers_small_ring(daemon, config):
 def test_metrics_count_control_block_waits_and_batches(daemon_factory, config):
     # The waits a control-block client counts in shared memory reach the
     # daemon's histogram, alongside the stream clients' reported waits.
-    import socket as socketlib
-    import urllib.request
-    with socketlib.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    from rundaemon import free_port, scrape as scrape_port
+    port = free_port()
     d = daemon_factory("--metrics-addr", f"127.0.0.1:{port}")
 
     def scrape():
-        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
-        values = {}
-        for line in text.splitlines():
-            if line and not line.startswith("#"):
-                name, _, value = line.rpartition(" ")
-                values[name] = float(value)
-        return values
+        return scrape_port(port)
 
     with Loader(config, socket=d.socket, dp_rank=0, dp_size=1, job="fast") as a:
         take(a, 12)

@@ -7,16 +7,13 @@ naming it."""
 from __future__ import annotations
 
 import os
-import socket
-import urllib.request
 from pathlib import Path
-from typing import Dict
 
 import numpy as np
 import pytest
 
 from corpus import make_corpus
-from rundaemon import Daemon
+from rundaemon import Daemon, free_port, scrape
 from test_exactly_once import phase
 from test_objects import BUCKET, S3Server
 
@@ -26,22 +23,6 @@ def s3(tmp_path: Path):
     server = S3Server(tmp_path)
     yield server
     server.stop()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def scrape(port: int) -> Dict[str, float]:
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
-    values = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            name, _, value = line.rpartition(" ")
-            values[name] = float(value)
-    return values
 
 
 def test_disk_cache_survives_a_daemon_restart(s3, monkeypatch, tmp_path):
