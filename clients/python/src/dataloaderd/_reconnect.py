@@ -144,6 +144,14 @@ class Recovery:
         if state is not None:
             self.changes.forget_before(state[0])
 
+    def drop_from(self, step: int) -> None:
+        """Drops the kept states at step and after: the batch of step was
+        given back (not taken), and a reopen must yield it again."""
+        if self.latest is not None and self.latest[0] >= step:
+            self.latest, self.before = self.before, None
+        if self.latest is not None and self.latest[0] >= step:
+            self.latest = None
+
     def _state(self) -> Optional[Tuple[int, pb.ShardedState]]:
         return self.latest if self.consumers == 1 else self.before
 

@@ -16,6 +16,7 @@ from ._delivery import layout_of
 from ._feed import Held
 from ._job import default_job
 from ._options import DTypeArg, End, Transport, check_options, check_rank, socket_path
+from ._position import Positioning, Yielded
 from ._proto import dataloader_pb2 as pb
 from ._reconnect import OpenArgs, Reconnecting, Recovery, connect, recovery_steps
 from ._session import Session, close_session, open_session
@@ -55,7 +56,7 @@ def _close_open_loaders() -> None:
             pass
 
 
-class Loader(Reconnecting):
+class Loader(Reconnecting, Positioning):
     """Batches of packed token lines for one data-parallel rank.
 
     ``config`` is a dict or the path of a YAML/JSON file (keys in the README).
@@ -79,7 +80,9 @@ class Loader(Reconnecting):
     minutes), and a new process opening the same job and dp_rank with the same
     config and no ``resume_from`` goes on from the last batch the dead one
     released (``continued`` is then True). ``fresh=True`` (or a resume point)
-    starts the rank over instead. docs/rank-restart.md.
+    starts the rank over instead. ``give_back()`` yields the last batch again
+    (a step the trainer did not commit), ``seek(step)`` moves forward to a
+    step. docs/rank-restart.md.
     """
 
     def __init__(self, config: Union[str, os.PathLike[str], Mapping[str, object]],
@@ -153,6 +156,8 @@ class Loader(Reconnecting):
                                         device=self._opts.device, **args.fields())
         self._live = open_session(self._stub, request, self._opts, writable, run)
         self._last_step, self._step_known = self._live.reply.start_step, True
+        self._forget_given_back()  # this session serves the next batch
+        self._end_met = False
         if self._live.reply.continued and self._recovery.on():
             self._keep_recovery(self._live)  # a daemon restart reopens from here, not from the start
         return self._live
@@ -178,8 +183,13 @@ class Loader(Reconnecting):
             live = self._live  # a session reopened on a restarted daemon (by save() too) serves the same run
             if live is None or live.run is not run or live.ended:
                 return  # closed, another session opened (load_state_dict), or over
+            again = self._take_again(live)
+            if again is not None:  # given back (_position.py): yielded as it was
+                yield make_batch(again.tokens, again.step, self._opts.dtype, torch, metadata=dict(again.arrays),
+                                 max_seqlen=again.max_seqlen, buffers=live.buffers)
+                continue
             try:
-                got = self._next_announced(live)
+                got = None if self._end_met else self._next_announced(live)
             except DaemonUnavailableError:
                 if not self._recovery.on() or self._closed or self._live is not live:
                     raise
@@ -193,6 +203,7 @@ class Loader(Reconnecting):
             arrays = live.delivery.take(got)
             tokens = arrays.pop("tokens")
             self._last_step = got.held.step
+            self._yielded = Yielded(got.held.step, live, tokens, arrays, got.max_seqlen)
             if self._recovery.on() and self._last_step % recovery_steps(live.reply) == 0:
                 self._keep_recovery(live)
             yield make_batch(tokens, got.held.step, self._opts.dtype, torch, metadata=arrays,
@@ -208,6 +219,7 @@ class Loader(Reconnecting):
         tokens = arrays.pop("tokens")
         while self._live is live:
             self._last_step += 1
+            self._yielded = Yielded(self._last_step, live, padding=True)
             yield make_batch(tokens, self._last_step, self._opts.dtype, torch, padding=True, metadata=arrays,
                              max_seqlen=self._config.seq_len, buffers=live.buffers)
 
@@ -252,8 +264,8 @@ class Loader(Reconnecting):
 
     @property
     def step(self) -> int:
-        """The last step this loader yielded; before any, the step it resumes
-        after (0 for a fresh run)."""
+        """The last step this loader yielded and the trainer kept (not given
+        back); before any, the step it resumes after (0 for a fresh run)."""
         if not self._step_known:
             self._open()  # the daemon reads the resume folder and says
         return self._last_step
@@ -275,6 +287,9 @@ class Loader(Reconnecting):
         first = self._last_step + 1 if step is None else int(step)
         if first <= self._last_step:
             raise StateError(f"set_weights for step {first}, but this loader already yielded step {self._last_step}")
+        if self._again is not None and first <= self._again.step:
+            raise StateError(f"set_weights for step {first}: batch {self._again.step} was given back and is "
+                             f"yielded again as it was made; change the weights from step {self._again.step + 1}")
         ws = check_weights(weights)
 
         def call() -> None:  # on the session open now: reopened if the daemon went away

@@ -1,0 +1,160 @@
+"""Data step and trainer step (docs/rank-restart.md): a batch given back
+(a step the trainer did not commit) is yielded again, and nothing else
+changes; seek(step) moves forward to batch `step`, exactly, by reading the
+batches between or by reopening the session at the step. Every case is held
+to the rank's uninterrupted stream, read under another job."""
+
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+from dataloaderd import Loader, StateError
+
+HERE = os.path.dirname(__file__)
+
+
+@pytest.fixture
+def config(config):
+    return {**config, "epochs": 1}  # one epoch: streams end
+
+
+def tokens_of(batch):
+    return np.asarray(batch["tokens"]).copy()
+
+
+def reference(daemon, config, rank=0, size=1, job="ref"):
+    with Loader(config, dp_rank=rank, dp_size=size, socket=daemon.socket, job=job) as loader:
+        return [tokens_of(b) for b in loader]
+
+
+@pytest.mark.parametrize("transport,copy", [("shm", False), ("shm", True), ("inline", False)],
+                         ids=["shm", "shm-copy", "inline"])
+def test_give_back_yields_again(daemon, config, transport, copy):
+    # Give back at random steps, twice in a row at one of them: the stream
+    # is the uninterrupted one with exactly those batches repeated.
+    want = reference(daemon, config)
+    rng = np.random.default_rng(len(transport) + copy)
+    back = set(int(s) for s in rng.choice(np.arange(1, len(want)), size=6, replace=False))
+    twice = min(back)
+    got, gave = [], {s: 0 for s in back}
+    with Loader(config, dp_rank=0, dp_size=1, socket=daemon.socket, job="gb", transport=transport,
+                copy=copy) as loader:
+        for batch in loader:
+            s = batch["step"]
+            got.append((s, tokens_of(batch)))
+            if s in gave and gave[s] < (2 if s == twice else 1):
+                gave[s] += 1
+                loader.give_back()
+                assert loader.step == s - 1
+    steps = [s for s, _ in got]
+    expect = []
+    for s in range(1, len(want) + 1):
+        expect += [s] * (1 + (2 if s == twice else 1 if s in back else 0))
+    assert steps == expect
+    for s, t in got:
+        assert np.array_equal(t, want[s - 1]), f"step {s} differs"
+
+
+def test_give_back_refused_and_saved(daemon, config, tmp_path):
+    want = reference(daemon, config)
+    kw = dict(dp_rank=0, dp_size=1, socket=daemon.socket)
+    with Loader(config, job="gb2", **kw) as loader:
+        with pytest.raises(StateError, match="no batch to give back"):
+            loader.give_back()
+        it = iter(loader)
+        for _ in range(5):
+            next(it)
+        loader.give_back()
+        with pytest.raises(StateError, match="no batch to give back"):
+            loader.give_back()  # once
+        with pytest.raises(StateError, match="given back"):
+            loader.set_weights({d["name"]: 1.0 for d in config["datasets"]})  # would change batch 5
+        saved = loader.save(str(tmp_path / "ck"))  # after step 4: batch 5 was not taken
+        assert saved.endswith("rank-0-of-1.json")
+    with Loader(config, job="gb3", resume_from=str(tmp_path / "ck"), **kw) as resumed:
+        first = next(iter(resumed))
+        assert first["step"] == 5 and np.array_equal(tokens_of(first), want[4])
+
+
+@pytest.mark.parametrize("transport,consumers", [("shm", 1), ("inline", 1), ("shm", 2)],
+                         ids=["shm", "inline", "shm-group"])
+def test_seek_forward(daemon, config, transport, consumers):
+    # Near (the batches between read) and far (one consumer: the session
+    # opened again at the step) seeks, one before the first batch and one
+    # over a batch given back; then the rest, each batch as the
+    # uninterrupted stream has it. A group's consumers each in a thread of
+    # their own, as a trainer's processes are.
+    want = reference(daemon, config)
+    n = len(want)
+    assert n > 60, "the corpus is too small for a far seek"
+    far = n - 12
+
+    def consume():
+        with Loader(config, dp_rank=0, dp_size=1, socket=daemon.socket, job=f"seek-{transport}-{consumers}",
+                    transport=transport, consumers=consumers) as lo:
+            lo.seek(3)  # before any batch: the first one yielded is batch 3
+            it = iter(lo)
+            got = [next(it), next(it)]
+            got = [(b["step"], tokens_of(b)) for b in got]  # the views are the slots': copied now
+            lo.give_back()  # batch 4 given back, then passed by the seek
+            lo.seek(9)
+            b = next(it)
+            got.append((b["step"], tokens_of(b)))
+            with pytest.raises(StateError, match="only moves forward"):
+                lo.seek(9)
+            lo.seek(far)
+            return got + [(b["step"], tokens_of(b)) for b in it]
+
+    with ThreadPoolExecutor(consumers) as pool:
+        results = [f.result(timeout=120) for f in [pool.submit(consume) for _ in range(consumers)]]
+    for r in results:
+        assert [s for s, _ in r] == [3, 4, 9] + list(range(far, n + 1))
+        for s, t in r:
+            assert np.array_equal(t, want[s - 1]), f"step {s} differs"
+
+
+def test_seek_past_the_end(daemon, config):
+    n = len(reference(daemon, config))
+    with Loader(config, dp_rank=0, dp_size=1, socket=daemon.socket, job="end") as loader:
+        loader.seek(n + 100)
+        assert list(loader) == []
+    with Loader(config, dp_rank=0, dp_size=1, socket=daemon.socket, job="end-pad", end="pad") as loader:
+        loader.seek(n + 1)  # the first padding batch
+        b = next(iter(loader))
+        assert b["padding"] and b["step"] == n + 1
+
+
+GIVE_BACK_AND_DIE = """
+import os, signal, sys
+from dataloaderd import Loader
+cfg, sock, mode = {cfg!r}, {sock!r}, {mode!r}
+l = Loader(cfg, dp_rank=0, dp_size=1, socket=sock, job="die-" + mode)
+it = iter(l)
+for _ in range(6):
+    b = next(it)
+if mode == "give_back":
+    l.give_back()  # batch 6 not committed, then the process dies
+else:
+    l.seek(40)  # far: the session reopened at step 39
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+@pytest.mark.parametrize("mode", ["give_back", "seek"])
+def test_death_after_give_back_or_seek(daemon, config, mode):
+    # The daemon keeps the session of a process that died (issue 27 item
+    # 1): after a give_back on shm the batch given back comes to the
+    # replacement; after a far seek, the batch sought.
+    want = reference(daemon, config)
+    script = GIVE_BACK_AND_DIE.format(cfg=config, sock=daemon.socket, mode=mode)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([HERE] + sys.path)}
+    assert subprocess.run([sys.executable, "-c", script], timeout=60, env=env).returncode == -9
+    with Loader(config, dp_rank=0, dp_size=1, socket=daemon.socket, job="die-" + mode) as loader:
+        b = next(iter(loader))
+        assert loader.continued
+        step = 6 if mode == "give_back" else 40
+        assert b["step"] == step and np.array_equal(tokens_of(b), want[step - 1])
