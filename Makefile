@@ -45,10 +45,12 @@ TORCH_VENV := $(CURDIR)/.venv-torch
 TORCH_VERSION := 2.15.0
 TRANSFORMERS_VERSION := 5.23.0
 # The trainers the client's adapters are tested against (docs/trainers.md),
-# each pinned: Hugging Face accelerate, Lightning, torchtitan.
+# each pinned: Hugging Face accelerate, Lightning, torchtitan; and torchft,
+# whose replica groups fail and heal in tests_torch/test_torchft.py.
 ACCELERATE_VERSION := 1.15.0
 LIGHTNING_VERSION := 2.6.6
 TORCHTITAN_VERSION := 0.3.0
+TORCHFT_VERSION := 0.2.0
 
 PROTO_DIR := api/proto/dataloader/v1
 PY_PROTO_DIR := clients/python/src/dataloaderd/_proto
@@ -136,7 +138,7 @@ $(TORCH_VENV)/.stamp: clients/python/pyproject.toml Makefile
 	$(TORCH_VENV)/bin/pip install -q --upgrade pip
 	$(TORCH_VENV)/bin/pip install -q torch==$(TORCH_VERSION) transformers==$(TRANSFORMERS_VERSION) \
 		accelerate==$(ACCELERATE_VERSION) lightning==$(LIGHTNING_VERSION) torchtitan==$(TORCHTITAN_VERSION) \
-		grpcio==$(GRPCIO_VERSION) numpy==2.4.6 protobuf==7.36.2 pyyaml==6.0.3 pytest==9.2.0
+		torchft==$(TORCHFT_VERSION) grpcio==$(GRPCIO_VERSION) numpy==2.4.6 protobuf==7.36.2 pyyaml==6.0.3 pytest==9.2.0
 	$(TORCH_VENV)/bin/pip install -q -e ./clients/python
 	touch $@
 
