@@ -345,6 +345,48 @@ func TestKeptOnlyForDeadProcesses(t *testing.T) {
 	}
 }
 
+// A replacement that dies after its open, before its stream attached, and
+// no open comes for longer than AttachWithin: the place is kept (the
+// reaper sees the process gone), not the session reclaimed as stale, and
+// the next process goes on where the first one left off.
+func TestKeptPastAttachWithin(t *testing.T) {
+	const within = time.Second
+	m := newManager(t, Config{KeepDetached: keepFor, AttachWithin: within})
+	req := Request{Job: "w", DPSize: 1, Slots: 3, Config: jobConfig(t, t.TempDir(), 0)}
+	want := refStream(t, m, Request{Job: "w-ref", DPSize: 1, Slots: 3, Config: req.Config}, 4)
+	c := attachConsumer(t, m, mustOpen(t, m, req))
+	c.take()
+	c.take()
+	c.die() // the test's own process lives: followed by none, the session is kept
+	proc, err := os.StartProcess("/bin/sleep", []string{"sleep", "60"}, &os.ProcAttr{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	crash := req
+	crash.PID = int32(proc.Pid)
+	if o := mustOpen(t, m, crash); !o.Continued || o.StartStep != 1 {
+		t.Fatalf("the replacement's open: %+v", o)
+	}
+	if err := proc.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_, _ = proc.Wait()
+	m.reapAt(time.Now().Add(3 * within))
+	if m.Sessions() != 1 {
+		t.Fatal("the session was reclaimed when its replacement died before attaching")
+	}
+	o := mustOpen(t, m, req)
+	if !o.Continued || o.StartStep != 1 {
+		t.Fatalf("the open after the replacement died: %+v", o)
+	}
+	c = attachConsumer(t, m, o)
+	for s := 2; s <= 3; s++ {
+		if step, got := c.take(); step != uint64(s) || !bytes.Equal(got, want[s-1]) {
+			t.Fatalf("step %d after the second replacement: got step %d, equal %v", s, step, bytes.Equal(got, want[s-1]))
+		}
+	}
+}
+
 // lost is dataloaderd_lost_consumers_total{outcome}.
 func lost(t *testing.T, m *Manager, outcome string) float64 {
 	t.Helper()

@@ -231,6 +231,12 @@ func (m *Manager) reapAt(now time.Time) {
 	why := map[*session]string{}
 	m.mu.Lock()
 	for _, ss := range m.sessions {
+		if m.cfg.KeepDetached > 0 {
+			// A process that died after its open, before its stream
+			// attached (a replacement crashing as it starts), leaves its
+			// place kept, not a stale session to reclaim (keep.go).
+			ss.settleDead(m.cfg.KeepDetached)
+		}
 		switch {
 		case ss.stale(now, m.cfg.AttachWithin):
 			why[ss] = "reclaimed: a consumer never attached its batch stream within --attach-within"
