@@ -34,11 +34,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import struct
 import sys
 import time
 from datetime import timedelta
-from typing import Any, Dict, Iterator, Tuple
+from typing import Any, Dict, Iterator, Optional, Tuple
 
 import numpy as np
 import torch
@@ -57,7 +58,52 @@ def batches_dataloaderd(args: argparse.Namespace, cfg: Dict[str, Any]) -> Tuple[
     so a restarted process goes on where the dead one left off."""
     from dataloaderd import Loader
     loader = Loader(cfg, dp_rank=args.group, dp_size=args.groups, socket=args.socket, job=args.job)
-    return loader, ((b["step"], torch.from_numpy(np.array(b["tokens"]))) for b in loader)
+    return loader, stream_of(loader)
+
+
+def stream_of(loader: Any) -> Iterator[Tuple[int, Any]]:
+    return ((b["step"], torch.from_numpy(np.array(b["tokens"]))) for b in loader)
+
+
+class Positions:
+    """--positions: the group saves its state after every committed step into
+    one folder a world (``world-<n>``, every group's file), and when a group
+    misses --take-over-after quorums in a row, the live groups take over its
+    shards: each opens rank ``participating_rank()`` of the live groups'
+    world from that folder (a rescale: every shard goes on where its owner
+    last committed). docs/rank-restart.md, "A group that stays down"."""
+
+    def __init__(self, args: argparse.Namespace, cfg: Dict[str, Any], loader: Any):
+        self.args, self.cfg, self.loader = args, cfg, loader
+        self.world, self.gen, self.missing, self.seen_whole = args.groups, 0, 0, False
+        later = [d for d in os.listdir(args.positions) if d.startswith("world-") and d != "world-0"] \
+            if os.path.isdir(args.positions) else []
+        if later:
+            sys.exit(f"group {args.group}: the live groups took over the shards of groups that stayed down "
+                     f"({', '.join(sorted(later))} in {args.positions}); this group's stream is theirs now")
+        loader.save(self.folder())  # the world's folder is whole from the start
+
+    def folder(self) -> str:
+        return os.path.join(self.args.positions, f"world-{self.gen}")
+
+    def committed(self) -> None:
+        self.loader.save(self.folder())
+
+    def quorum(self, manager: Manager) -> Optional[Iterator[Tuple[int, Any]]]:
+        """After start_quorum: a new stream when this step takes over."""
+        n = manager.num_participants()
+        self.seen_whole = self.seen_whole or n == self.world
+        self.missing = self.missing + 1 if self.seen_whole and n < self.world else 0
+        if self.missing < self.args.take_over_after or not manager.is_participating():
+            return None
+        from dataloaderd import Loader
+        rank, before = manager.participating_rank(), self.folder()
+        self.loader.close()
+        self.gen, self.world, self.missing = self.gen + 1, n, 0
+        self.loader = Loader(self.cfg, dp_rank=rank, dp_size=n, socket=self.args.socket, job=self.args.job,
+                             resume_from=before)
+        self.loader.save(self.folder())
+        return stream_of(self.loader)
 
 
 def batches_sampler(args: argparse.Namespace, cfg: Dict[str, Any]) -> Tuple[Any, Iterator[Tuple[int, Any]]]:
@@ -102,6 +148,9 @@ def main() -> None:
     p.add_argument("--data", choices=["dataloaderd", "sampler"], default="dataloaderd")
     p.add_argument("--log", default=None)
     p.add_argument("--pause", type=float, default=0.0, help="seconds a step sleeps (tests: kills land mid-run)")
+    p.add_argument("--positions", default=None, help="folder of the groups' saved states (Positions)")
+    p.add_argument("--take-over-after", type=int, default=3, help="quorums a group may miss before its shards move")
+    p.add_argument("--die-at", type=int, default=0, help="kill -9 this process as it takes this data step (tests)")
     args = p.parse_args()
     with open(args.config) as f:
         cfg = json.load(f) if args.config.endswith(".json") else __import__("yaml").safe_load(f)
@@ -124,13 +173,19 @@ def main() -> None:
                       timeout=timedelta(seconds=10), quorum_timeout=timedelta(seconds=30))
     loader, batches = (batches_dataloaderd if args.data == "dataloaderd" else batches_sampler)(args, cfg)
 
+    positions = Positions(args, cfg, loader) if args.positions and loader is not None else None
     while manager.current_step() < args.steps:
+        manager.start_quorum()
+        moved = positions.quorum(manager) if positions is not None else None
+        if moved is not None and positions is not None:
+            loader, batches = positions.loader, moved
         got = next(batches, None)
         if got is None:
             break  # the group's stream ended
         data_step, tokens = got
+        if data_step == args.die_at:
+            os.kill(os.getpid(), signal.SIGKILL)
         x = tokens.long() % VOCAB
-        manager.start_quorum()
         opt.zero_grad()
         loss = F.cross_entropy(model(x[:, :-1]).flatten(0, 1), x[:, 1:].flatten())
         loss.backward()
@@ -148,6 +203,8 @@ def main() -> None:
             if took_part and args.log:
                 log_committed(args.log, step + 1, data_step, tokens)
             if took_part:
+                if positions is not None:
+                    positions.committed()
                 continue
         if loader is not None:
             loader.give_back()  # not trained on: the next step takes it again

@@ -22,7 +22,7 @@ from dataloaderd import Loader  # noqa: E402
 def run(a):
     opened = time.time()  # after the imports
     loader = Loader(a["config"], dp_rank=a["rank"], dp_size=a["size"], socket=a["socket"], job=a["job"],
-                    transport=a["transport"], consumers=a["consumers"])
+                    transport=a["transport"], consumers=a["consumers"], copy=a.get("copy", False))
     with open(a["out"], "ab") as out:
         for i, batch in enumerate(loader):
             if i == 0:

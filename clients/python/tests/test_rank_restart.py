@@ -3,8 +3,8 @@ daemon alive) at random steps while another rank reads, and a replacement
 started with the same plain Loader(config): each consumer's batches, over
 all its processes, are its uninterrupted stream, the only repeat being the
 batch a dead process held unreleased; over the ranks every corpus token is
-served exactly once. For shm and inline, and a group of two consumers of one
-dp_rank. docs/rank-restart.md; the Go-level tests are
+served exactly once. For shm (zero-copy and copy=True) and inline, and a group
+of two consumers of one dp_rank. docs/rank-restart.md; the Go-level tests are
 internal/session/keep_test.go."""
 
 import json
@@ -119,7 +119,7 @@ def reference(daemon, config, rank, size, transport):
         return [np.asarray(b["tokens"]).ravel()[np.asarray(b["tokens"]).ravel() != 0].copy() for b in loader]
 
 
-def run_restarts(daemon, tmp, transport, consumers, seed):
+def run_restarts(daemon, tmp, transport, consumers, seed, copy=False):
     """dp_size 2: rank 0 of `consumers` processes, one of them killed three
     times at random steps and replaced; rank 1 reads meanwhile, undisturbed.
     Returns the consumers' streams, the reference streams and the times
@@ -129,7 +129,7 @@ def run_restarts(daemon, tmp, transport, consumers, seed):
     config = {"seq_len": 16, "batch_size": 2, "seed": seed, "logical_shards": 8, "eos_id": 0, "epochs": 1,
               "datasets": datasets}
     base = {"config": config, "size": 2, "socket": daemon.socket, "job": f"job-{transport}-{consumers}",
-            "transport": transport, "pause": PAUSE}
+            "transport": transport, "pause": PAUSE, "copy": copy}
     group = [Consumer(str(tmp), f"r0c{c}", {**base, "rank": 0, "consumers": consumers}) for c in range(consumers)]
     other = Consumer(str(tmp), "r1", {**base, "rank": 1, "consumers": 1})
     for c in group + [other]:
@@ -149,10 +149,12 @@ def run_restarts(daemon, tmp, transport, consumers, seed):
     return group, other, want, ranges
 
 
-@pytest.mark.parametrize("transport,consumers", [("shm", 1), ("inline", 1), ("shm", 2), ("inline", 2)],
-                         ids=["shm", "inline", "shm-group", "inline-group"])
-def test_rank_restart_goes_on(daemon, tmp_path, transport, consumers):
-    group, other, want, ranges = run_restarts(daemon, tmp_path, transport, consumers, seed=len(transport) + consumers)
+@pytest.mark.parametrize("transport,consumers,copy", [("shm", 1, False), ("inline", 1, False), ("shm", 2, False),
+                                                      ("inline", 2, False), ("shm", 1, True)],
+                         ids=["shm", "inline", "shm-group", "inline-group", "shm-copy"])
+def test_rank_restart_goes_on(daemon, tmp_path, transport, consumers, copy):
+    group, other, want, ranges = run_restarts(daemon, tmp_path, transport, consumers,
+                                              seed=len(transport) + consumers + copy, copy=copy)
     deaths = len(group[0].outs) - 1
     assert deaths >= 1, "no process was killed mid-run"
     again = 1 if transport == "shm" else SLOTS

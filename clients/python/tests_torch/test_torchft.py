@@ -11,7 +11,7 @@ import pytest
 
 from dataloaderd import Loader
 from rundaemon import Daemon
-from torchft_job import GROUPS, accounting, job_config, run_job, tokens_of
+from torchft_job import GROUPS, accounting, corpus_tokens, job_config, run_job, tokens_of
 
 STEPS = 80
 
@@ -47,3 +47,18 @@ def test_torchft_group_killed_and_healed_loses_nothing(daemon, tmp_path):
     assert np.intersect1d(served[0], served[1]).size == 0, "a token trained in both groups"
     print(f"\ntorchft: {run.deaths} deaths of group 1; group 1 committed {len(run.logs[1])} of {STEPS} steps; "
           f"restart to first committed step (heal included): {', '.join(f'{s:.2f} s' for s in run.first_commit_s)}")
+
+
+def test_torchft_group_down_taken_over(daemon, tmp_path):
+    # Group 1 dies for good (kill -9 of itself as it takes data step 9);
+    # with --positions, group 0 takes over its shards after 3 quorums
+    # without it, from the groups' saved states, and reads to the end of
+    # the epoch: every corpus token trained once, over both groups.
+    config = job_config(str(tmp_path), seed=4)
+    positions = ["--positions", str(tmp_path / "positions"), "--take-over-after", "3", "--pause", "0.005"]
+    run = run_job(str(tmp_path), config, daemon.socket, "dataloaderd", 10**6, kills=0, seed=4,
+                  extra=(positions, positions + ["--die-at", "9"]), exits=(0, -9))
+    assert [d for _, d, _ in run.logs[1]] == list(range(1, 9)), "group 1 committed other than its steps 1 to 8"
+    assert sorted((tmp_path / "positions").iterdir())[-1].name == "world-1", "no take-over"
+    served = np.sort(np.concatenate([tokens_of(t) for log in run.logs.values() for _, _, t in log]))
+    assert np.array_equal(served, corpus_tokens(config)), "tokens lost or trained twice"

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Sequence, Tuple
 
 import numpy as np
 
@@ -57,9 +57,11 @@ class Run:
     first_commit_s: List[float] = field(default_factory=list)
 
 
-def run_job(tmp: str, config: Dict[str, Any], socket: str, data: str, steps: int, kills: int, seed: int) -> Run:
+def run_job(tmp: str, config: Dict[str, Any], socket: str, data: str, steps: int, kills: int, seed: int,
+            extra: Sequence[Sequence[str]] = ((), ()), exits: Sequence[int] = (0, 0)) -> Run:
     """Groups 0 and 1 train `steps` steps; group 1 is killed `kills` times,
-    each after a random number of its own commits, and started again."""
+    each after a random number of its own commits, and started again.
+    extra: each group's further arguments; exits: each one's exit status."""
     from torchft._torchft import LighthouseServer
 
     rng = np.random.default_rng(seed)
@@ -74,7 +76,7 @@ def run_job(tmp: str, config: Dict[str, Any], socket: str, data: str, steps: int
     def start(g: int) -> Tuple[subprocess.Popen[bytes], float]:
         cmd = [sys.executable, EXAMPLE, "--config", cfg_path, "--group", str(g), "--groups", str(GROUPS),
                "--steps", str(steps), "--store-port", str(ports[g]), "--socket", socket, "--job", f"ft-{data}",
-               "--data", data, "--log", logs[g], "--pause", "0.03"]
+               "--data", data, "--log", logs[g], "--pause", "0.03", *extra[g]]
         return subprocess.Popen(cmd, env=env), time.monotonic()
 
     def committed(g: int, more_than: int) -> None:
@@ -112,7 +114,7 @@ def run_job(tmp: str, config: Dict[str, Any], socket: str, data: str, steps: int
                 time.sleep(0.002)
             run.first_commit_s.append(time.monotonic() - procs[1][1])
         for g, (p, _) in enumerate(procs):
-            assert p.wait(timeout=300) == 0, f"group {g} exited {p.returncode}"
+            assert p.wait(timeout=300) == exits[g], f"group {g} exited {p.returncode}"
         run.logs = {g: read_log(logs[g]) for g in range(GROUPS)}
         return run
     finally:
@@ -120,6 +122,12 @@ def run_job(tmp: str, config: Dict[str, Any], socket: str, data: str, steps: int
             if p.poll() is None:
                 p.kill()
         lighthouse.shutdown()
+
+
+def corpus_tokens(config: Dict[str, Any]) -> np.ndarray:
+    """Every token of the job's corpus but EOS, sorted."""
+    t = np.concatenate([np.fromfile(d["path"] + ".bin", dtype=np.int32) for d in config["datasets"]])
+    return np.sort(t[t != 0])
 
 
 def tokens_of(t: np.ndarray) -> np.ndarray:

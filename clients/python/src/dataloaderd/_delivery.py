@@ -83,7 +83,9 @@ class ShmDelivery:
     or with ``writable`` copy-on-write ones (a write copies the pages it
     touches into this process: it never reaches the ring, the daemon or the
     other consumers; for torch, which has no read-only tensors). With
-    ``copy`` a private copy, released at once."""
+    ``copy`` a private copy, the slot released all the same when the next
+    batch is asked for: a process that dies holding a batch leaves it
+    unreleased, for its replacement (docs/rank-restart.md)."""
 
     wire: ClassVar[pb.Transport.ValueType] = pb.TRANSPORT_SHM
 
@@ -108,14 +110,12 @@ class ShmDelivery:
         arrays = self._layout.cut(batch, lambda off, typ, shape: ring.array(slot, off, typ, shape, self._writable))
         if self._copy:
             arrays = {name: a.copy() for name, a in arrays.items()}
-            self._release(batch.held)
-        else:
-            self._held = batch.held
+        self._held = batch.held  # released when the next batch is asked for, copied or not
         return arrays
 
     def give_back(self) -> None:
         if self._held is not None and self._release is not None:
-            if self._writable and self._ring is not None:
+            if self._writable and not self._copy and self._ring is not None:
                 self._ring.forget(self._held.slot)  # what was written stays out of the slot's next batch
             self._release(self._held)
         self._held = None
@@ -132,13 +132,15 @@ class ShmDelivery:
 
 class InlineDelivery:
     """``inline``: the batch's bytes came in the announcement; the slot goes
-    back at once."""
+    back when the next batch is asked for (a process that dies holding it
+    leaves it unreleased, for its replacement)."""
 
     wire: ClassVar[pb.Transport.ValueType] = pb.TRANSPORT_INLINE
 
     def __init__(self, copy: bool, device: int, writable: bool = False):
         self._line_tokens = 0
         self._release: Optional[Release] = None
+        self._held: Optional[Held] = None
 
     def open(self, session: pb.OpenSessionResponse, release: Release) -> None:
         self._layout = layout_of(session)
@@ -152,17 +154,19 @@ class InlineDelivery:
             return np.frombuffer(data, dtype=typ, count=int(np.prod(shape)), offset=off).reshape(shape)
 
         arrays = self._layout.cut(batch, view)
-        self._release(batch.held)
+        self._held = batch.held
         return arrays
 
     def give_back(self) -> None:
-        pass
+        if self._held is not None and self._release is not None:
+            self._release(self._held)
+        self._held = None
 
     def give_back_finished(self) -> None:
         pass
 
     def close(self) -> None:
-        pass
+        self._held = None
 
 
 class CudaDelivery:

@@ -4,11 +4,11 @@ False) is yielded again, and ``seek`` moves the loader forward to a given
 step. docs/rank-restart.md, "Data step and trainer step".
 
 A batch given back is not released to the daemon where the transport
-still holds its slot (``shm`` and ``cuda`` without ``copy``): a process that
-dies after giving it back leaves it unreleased, and its replacement gets it
-again (--keep-detached). The transports that release a slot once it is
-copied (``copy=True``, ``inline``, ``shm-pinned``) yield the process's own
-copy again; a death then loses it, as it loses the batch in hand.
+still holds its slot (``shm``, ``inline``, and ``cuda`` without ``copy``): a
+process that dies after giving it back leaves it unreleased, and its
+replacement gets it again (--keep-detached). The transports that release a
+slot once it is copied to the GPU (``shm-pinned``, ``cuda`` with ``copy``)
+yield the process's own copy again; a death then loses it.
 """
 
 from __future__ import annotations
