@@ -163,6 +163,7 @@ class Loader(Reconnecting, Positioning):
         return self._live
 
     def _close_session(self, tell_daemon: bool = True) -> None:
+        self._forget_given_back()  # its arrays view the session's ring
         live, self._live = self._live, None
         if live is not None:
             close_session(self._stub, live, self._opts.timeout, tell_daemon)
