@@ -34,9 +34,10 @@ def test_torchft_group_killed_and_healed_loses_nothing(daemon, tmp_path):
     # Every trainer step committed, by one group or both (a group that
     # starts first trains alone until the other joins and heals from it).
     assert sorted(set(s for log in run.logs.values() for s, _, _ in log)) == list(range(1, STEPS + 1))
+    # (A group's trainer steps need not rise: on a loaded machine a group
+    # whose peer's heartbeats came late trains alone for a while, and its
+    # steps go back when it heals from the peer. Its data does not.)
     for g, log in run.logs.items():
-        trainer = [s for s, _, _ in log]
-        assert trainer == sorted(set(trainer)), f"group {g}: a trainer step committed twice"
         assert [d for _, d, _ in log] == list(range(1, len(log) + 1)), \
             f"group {g}: its committed data steps are not its stream's first {len(log)}, each once"
         for _, d, t in log:
@@ -54,7 +55,7 @@ def test_torchft_group_down_taken_over(daemon, tmp_path):
     # with --positions, group 0 takes over its shards after 3 quorums
     # without it, from the groups' saved states, and reads to the end of
     # the epoch: every corpus token trained once, over both groups.
-    config = job_config(str(tmp_path), seed=4)
+    config = job_config(str(tmp_path), seed=4, sizes=((50, 50), (30, 40)))  # about 60 batches
     positions = ["--positions", str(tmp_path / "positions"), "--take-over-after", "3", "--pause", "0.005"]
     run = run_job(str(tmp_path), config, daemon.socket, "dataloaderd", 10**6, kills=0, seed=4,
                   extra=(positions, positions + ["--die-at", "9"]), exits=(0, -9))

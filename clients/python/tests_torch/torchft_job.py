@@ -40,8 +40,9 @@ def read_log(path: str) -> List[Tuple[int, int, np.ndarray]]:
     return out
 
 
-def job_config(tmp: str, seed: int) -> Dict[str, Any]:
-    datasets, _ = make_corpus(tmp, seed=seed)
+def job_config(tmp: str, seed: int, sizes: Sequence[Tuple[int, int]] = ((120, 60), (80, 40))) -> Dict[str, Any]:
+    """A one-epoch job over a unique-token corpus of make_corpus's sizes."""
+    datasets, _ = make_corpus(tmp, seed=seed, sizes=sizes)
     return {"seq_len": 16, "batch_size": 2, "seed": seed, "logical_shards": 8, "eos_id": 0, "epochs": 1,
             "datasets": datasets}
 
@@ -68,7 +69,7 @@ def run_job(tmp: str, config: Dict[str, Any], socket: str, data: str, steps: int
     cfg_path = os.path.join(tmp, "job.json")
     with open(cfg_path, "w") as f:
         json.dump(config, f)
-    lighthouse = LighthouseServer(bind="[::]:0", min_replicas=1, join_timeout_ms=2000, heartbeat_timeout_ms=1500)
+    lighthouse = LighthouseServer(bind="[::]:0", min_replicas=1, join_timeout_ms=2000, heartbeat_timeout_ms=5000)
     env = {**os.environ, "TORCHFT_LIGHTHOUSE": lighthouse.address(), "PYTHONUNBUFFERED": "1"}
     ports = [free_port() for _ in range(GROUPS)]
     logs = [os.path.join(tmp, f"{data}-group{g}.log") for g in range(GROUPS)]
