@@ -1,6 +1,9 @@
 package source
 
-import "unsafe"
+import (
+	"slices"
+	"unsafe"
+)
 
 // Prefetcher is implemented by sources whose units live in mapped files. A
 // reader that knows which units it reads next asks for them ahead, a group
@@ -83,17 +86,13 @@ func (m *megatronFile) prefetchToken(u, off uint64) {
 
 // PrefetchOffsets hints that Offset will be asked of units near these
 // (the corpus cuts its shards there): a Megatron index in object storage
-// fetches the blocks of their entries ahead, together, rather than one
-// probe's at a time. It never blocks.
+// fetches the blocks of their entries ahead, together, in as few ranged
+// GETs as their blocks allow, rather than one probe's at a time. It never
+// blocks.
 func (d *concatSource) PrefetchOffsets(units []uint64) {
-	for _, u := range units {
-		if u >= d.Units() {
-			continue
-		}
-		i, local := d.locate(u)
-		if m, ok := d.parts[i].(*megatronFile); ok && m.idxRemote {
-			m.prefetchEntry(local)
-		}
+	for m, seqs := range d.byPart(units) {
+		slices.Sort(seqs)
+		fetchSpans(m.idxBlob, m.entrySpans(slices.Compact(seqs)), false)
 	}
 }
 
