@@ -38,7 +38,7 @@ func (m *megatronFile) prefetchOpen(probes CutProbes) {
 	}
 	guess := &megatronFile{idxBlob: m.idxBlob, sequences: n,
 		lengthsAt: uint64(megatronHeaderSize), pointersAt: uint64(megatronHeaderSize) + 4*n}
-	fetchSpans(m.idxBlob, guess.entrySpans([]uint64{0, n - 1}), false)
+	fetchSpans(m.idxBlob, guess.entrySpans(nil, []uint64{0, n - 1}), false)
 	if probes == nil {
 		return
 	}
@@ -47,7 +47,7 @@ func (m *megatronFile) prefetchOpen(probes CutProbes) {
 		e, o := probes(n, uint64(len(m.bin))/tokenSize)
 		entries, offsets = append(entries, e...), append(offsets, o...)
 	}
-	spans := guess.entrySpans(sortedBelow(entries, n))
+	spans := guess.entrySpans(nil, sortedBelow(entries, n))
 	for _, i := range sortedBelow(offsets, n) {
 		spans = append(spans, byteSpan{guess.pointersAt + 8*i, 8 * min(2, n-i)})
 	}

@@ -1,9 +1,6 @@
 package source
 
-import (
-	"slices"
-	"unsafe"
-)
+import "unsafe"
 
 // Prefetcher is implemented by sources whose units live in mapped files. A
 // reader that knows which units it reads next asks for them ahead, a group
@@ -90,10 +87,14 @@ func (m *megatronFile) prefetchToken(u, off uint64) {
 // GETs as their blocks allow, rather than one probe's at a time. It never
 // blocks.
 func (d *concatSource) PrefetchOffsets(units []uint64) {
-	for m, seqs := range d.byPart(units) {
-		slices.Sort(seqs)
-		fetchSpans(m.idxBlob, m.entrySpans(slices.Compact(seqs)), false)
-	}
+	sc := getScratch()
+	defer putScratch(sc)
+	d.eachMegatron(units, sc, func(m *megatronFile, seqs []uint64) {
+		if m.idxRemote {
+			sc.spans = m.entrySpans(sc.spans[:0], seqs)
+			fetchSpans(m.idxBlob, sc.spans, false)
+		}
+	})
 }
 
 // ObjectPrefetchUnits is how many units ahead of a rank's reads a dataset
@@ -129,7 +130,6 @@ func (d *concatSource) PrefetchDepth() uint64 {
 // (megatronload.go).
 func (d *concatSource) Prefetch(units []uint64) int {
 	n := 0
-	var together map[*megatronFile][]uint64
 	for _, u := range units {
 		if u >= d.Units() {
 			continue
@@ -140,18 +140,17 @@ func (d *concatSource) Prefetch(units []uint64) int {
 			continue
 		}
 		n++
-		if m, ok := r.(*megatronFile); ok {
-			if together == nil {
-				together = map[*megatronFile][]uint64{}
-			}
-			together[m] = append(together[m], local)
-			continue
+		if _, ok := r.(*megatronFile); !ok {
+			r.prefetchUnit(local)
 		}
-		r.prefetchUnit(local)
 	}
-	for m, seqs := range together {
-		m.prefetchUnits(seqs)
-	}
+	sc := getScratch()
+	defer putScratch(sc)
+	d.eachMegatron(units, sc, func(m *megatronFile, seqs []uint64) {
+		if m.remote() {
+			m.prefetchUnits(seqs, sc)
+		}
+	})
 	return n
 }
 

@@ -85,6 +85,12 @@ func NewFaultProxy(t testing.TB, target string, fraction float64, seed int64) *F
 	transport := http.DefaultTransport.(*http.Transport).Clone()
 	// Hand the server's bytes and Content-Length back as they are.
 	transport.DisableCompression = true
+	// Keep a connection to the server for each of a client's: with the
+	// default 2 idle, the proxy dialed the server again for most requests
+	// of a client that sends dozens at once, and the garbage of those
+	// connections counted in the memory of the test process
+	// (BenchmarkObjectsScale measures it).
+	transport.MaxIdleConnsPerHost = 256
 	p := &FaultProxy{rng: rand.New(rand.NewPCG(uint64(seed), 0x5333746573740a)), target: u, transport: transport}
 	p.SetFraction(fraction)
 	p.rp = &httputil.ReverseProxy{
@@ -95,7 +101,8 @@ func NewFaultProxy(t testing.TB, target string, fraction float64, seed int64) *F
 			r.Out.URL.Host = u.Host
 			r.Out.Host = r.In.Host
 		},
-		Transport: transport,
+		Transport:  transport,
+		BufferPool: proxyBuffers{},
 		// A server that is down (stopped by the test) is a 502, as a load
 		// balancer would answer, without the default handler's log line.
 		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, _ error) {
@@ -109,6 +116,20 @@ func NewFaultProxy(t testing.TB, target string, fraction float64, seed int64) *F
 		transport.CloseIdleConnections()
 	})
 	return p
+}
+
+// proxyBuffers are the buffers the proxy copies answers through, reused
+// (the reverse proxy makes one of 32 KiB per request without them).
+type proxyBuffers struct{}
+
+var proxyBufferPool = sync.Pool{New: func() any { return new([32 << 10]byte) }}
+
+func (proxyBuffers) Get() []byte { return proxyBufferPool.Get().(*[32 << 10]byte)[:] }
+
+func (proxyBuffers) Put(b []byte) {
+	if len(b) == 32<<10 {
+		proxyBufferPool.Put((*[32 << 10]byte)(b))
+	}
 }
 
 func (p *FaultProxy) serve(w http.ResponseWriter, r *http.Request) {
