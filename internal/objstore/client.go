@@ -7,7 +7,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -32,7 +31,7 @@ type Info struct {
 // that backs off on throttling, 5xx and transport errors until RetryFor.
 type client struct {
 	s3       *s3.Client
-	idle     *idleConns
+	idle     *conns
 	retryFor time.Duration
 	attempt  time.Duration
 	metrics  *Metrics
@@ -48,7 +47,7 @@ type client struct {
 // or endpoint_url in the config file. pathStyle "auto" addresses buckets by
 // path when a custom endpoint is set (what S3-compatible stores serve).
 func newClient(ctx context.Context, o Options, m *Metrics) (*client, error) {
-	idle := &idleConns{}
+	idle := &conns{open: map[*trackedConn]struct{}{}}
 	cfg, err := config.LoadDefaultConfig(ctx,
 		config.WithRetryer(func() aws.Retryer { return aws.NopRetryer{} }),
 		config.WithHTTPClient(awshttp.NewBuildableClient().WithTransportOptions(func(t *http.Transport) {
@@ -129,28 +128,6 @@ func (b *boundedBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// idleConns are the transports the SDK built, whose idle connections the
-// store closes when it closes (a server shutting down gracefully waits
-// for them).
-type idleConns struct {
-	mu         sync.Mutex
-	transports []*http.Transport
-}
-
-func (c *idleConns) add(t *http.Transport) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.transports = append(c.transports, t)
-}
-
-func (c *idleConns) close() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, t := range c.transports {
-		t.CloseIdleConnections()
-	}
-}
-
 // do runs one request op with retries; the error names url and op. opened
 // says the object was opened (a GET): a 404 then means it is gone.
 func (c *client) do(ctx context.Context, kind, url, op string, opened bool, fn func(context.Context) error) error {
@@ -212,7 +189,7 @@ func retryable(err error) (reason string, again bool) {
 	if errors.As(err, &wrong) {
 		return "response", true
 	}
-	if errors.Is(err, ErrChanged) || errors.Is(err, ErrBadAnswer) {
+	if errors.Is(err, ErrChanged) || errors.Is(err, ErrBadAnswer) || errors.Is(err, errConnsClosed) {
 		return "", false
 	}
 	var api smithy.APIError

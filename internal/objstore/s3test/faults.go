@@ -85,12 +85,6 @@ func NewFaultProxy(t testing.TB, target string, fraction float64, seed int64) *F
 	transport := http.DefaultTransport.(*http.Transport).Clone()
 	// Hand the server's bytes and Content-Length back as they are.
 	transport.DisableCompression = true
-	// Keep a connection to the server for each of a client's: with the
-	// default 2 idle, the proxy dialed the server again for most requests
-	// of a client that sends dozens at once, and the garbage of those
-	// connections counted in the memory of the test process
-	// (BenchmarkObjectsScale measures it).
-	transport.MaxIdleConnsPerHost = 256
 	p := &FaultProxy{rng: rand.New(rand.NewPCG(uint64(seed), 0x5333746573740a)), target: u, transport: transport}
 	p.SetFraction(fraction)
 	p.rp = &httputil.ReverseProxy{
