@@ -31,7 +31,7 @@ type Info struct {
 // that backs off on throttling, 5xx and transport errors until RetryFor.
 type client struct {
 	s3       *s3.Client
-	idle     *conns
+	conns    *conns // every connection it dials, closed with the store
 	retryFor time.Duration
 	attempt  time.Duration
 	metrics  *Metrics
@@ -47,13 +47,13 @@ type client struct {
 // or endpoint_url in the config file. pathStyle "auto" addresses buckets by
 // path when a custom endpoint is set (what S3-compatible stores serve).
 func newClient(ctx context.Context, o Options, m *Metrics) (*client, error) {
-	idle := &conns{open: map[*trackedConn]struct{}{}}
+	dialed := &conns{open: map[*trackedConn]struct{}{}}
 	cfg, err := config.LoadDefaultConfig(ctx,
 		config.WithRetryer(func() aws.Retryer { return aws.NopRetryer{} }),
 		config.WithHTTPClient(awshttp.NewBuildableClient().WithTransportOptions(func(t *http.Transport) {
 			t.MaxIdleConnsPerHost = max(o.Concurrency*2, 16)
 			t.MaxResponseHeaderBytes = maxHeaderBytes
-			idle.add(t)
+			dialed.add(t)
 		})),
 	)
 	if err != nil {
@@ -84,7 +84,7 @@ func newClient(ctx context.Context, o Options, m *Metrics) (*client, error) {
 	if pathErr != nil {
 		return nil, pathErr
 	}
-	return &client{s3: c, idle: idle, retryFor: o.RetryFor, attempt: o.AttemptTimeout, metrics: m,
+	return &client{s3: c, conns: dialed, retryFor: o.RetryFor, attempt: o.AttemptTimeout, metrics: m,
 		maxPages: o.MaxListPages, maxKeys: o.MaxListKeys, maxBytes: o.MaxListBytes}, nil
 }
 
