@@ -7,7 +7,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -32,7 +31,7 @@ type Info struct {
 // that backs off on throttling, 5xx and transport errors until RetryFor.
 type client struct {
 	s3       *s3.Client
-	idle     *idleConns
+	conns    *conns // every connection it dials, closed with the store
 	retryFor time.Duration
 	attempt  time.Duration
 	metrics  *Metrics
@@ -48,13 +47,13 @@ type client struct {
 // or endpoint_url in the config file. pathStyle "auto" addresses buckets by
 // path when a custom endpoint is set (what S3-compatible stores serve).
 func newClient(ctx context.Context, o Options, m *Metrics) (*client, error) {
-	idle := &idleConns{}
+	dialed := &conns{open: map[*trackedConn]struct{}{}}
 	cfg, err := config.LoadDefaultConfig(ctx,
 		config.WithRetryer(func() aws.Retryer { return aws.NopRetryer{} }),
 		config.WithHTTPClient(awshttp.NewBuildableClient().WithTransportOptions(func(t *http.Transport) {
 			t.MaxIdleConnsPerHost = max(o.Concurrency*2, 16)
 			t.MaxResponseHeaderBytes = maxHeaderBytes
-			idle.add(t)
+			dialed.add(t)
 		})),
 	)
 	if err != nil {
@@ -85,7 +84,7 @@ func newClient(ctx context.Context, o Options, m *Metrics) (*client, error) {
 	if pathErr != nil {
 		return nil, pathErr
 	}
-	return &client{s3: c, idle: idle, retryFor: o.RetryFor, attempt: o.AttemptTimeout, metrics: m,
+	return &client{s3: c, conns: dialed, retryFor: o.RetryFor, attempt: o.AttemptTimeout, metrics: m,
 		maxPages: o.MaxListPages, maxKeys: o.MaxListKeys, maxBytes: o.MaxListBytes}, nil
 }
 
@@ -127,28 +126,6 @@ func (b *boundedBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	b.left -= int64(n)
 	return n, err
-}
-
-// idleConns are the transports the SDK built, whose idle connections the
-// store closes when it closes (a server shutting down gracefully waits
-// for them).
-type idleConns struct {
-	mu         sync.Mutex
-	transports []*http.Transport
-}
-
-func (c *idleConns) add(t *http.Transport) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.transports = append(c.transports, t)
-}
-
-func (c *idleConns) close() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, t := range c.transports {
-		t.CloseIdleConnections()
-	}
 }
 
 // do runs one request op with retries; the error names url and op. opened
@@ -212,7 +189,7 @@ func retryable(err error) (reason string, again bool) {
 	if errors.As(err, &wrong) {
 		return "response", true
 	}
-	if errors.Is(err, ErrChanged) || errors.Is(err, ErrBadAnswer) {
+	if errors.Is(err, ErrChanged) || errors.Is(err, ErrBadAnswer) || errors.Is(err, errConnsClosed) {
 		return "", false
 	}
 	var api smithy.APIError

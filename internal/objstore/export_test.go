@@ -22,3 +22,6 @@ func WaitingOn(o *Object) int {
 	defer o.store.mu.Unlock()
 	return o.waiting
 }
+
+// CopyBuffersOut counts the GETs' copy buffers in use.
+func CopyBuffersOut() int64 { return copyBuffersOut.Load() }

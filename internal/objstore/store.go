@@ -89,7 +89,7 @@ func New(opts Options) (*Store, error) {
 		s.budget = opts.DiskBytes
 		if s.disk, s.used, err = openDiskCache(opts.Dir, opts.BlockSize, s.budget, opts.Logger, opts.Metrics); err != nil {
 			cancel()
-			c.idle.close()
+			c.conns.close()
 			return nil, err
 		}
 		opts.Metrics.cached.Set(float64(s.used))
@@ -107,7 +107,7 @@ func New(opts Options) (*Store, error) {
 func (s *Store) Close() error {
 	s.cancel()
 	s.wg.Wait()
-	s.client.idle.close()
+	s.client.conns.close()
 	s.listed.close()
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -42,7 +42,10 @@ type megatronFile struct {
 
 // openMegatronFile maps PREFIX.idx and PREFIX.bin and checks the header, the
 // index size and the first and last sequences against the .bin size.
-func openMegatronFile(fs files.Dataset, prefix string) (_ *megatronFile, err error) {
+// probes, when set, names the units the opener reads first
+// (Spec.OffsetProbes), fetched ahead with the header of an index in
+// object storage (megatronguess.go).
+func openMegatronFile(fs files.Dataset, prefix string, probes CutProbes) (_ *megatronFile, err error) {
 	dataset := fs.Name
 	m := &megatronFile{dataset: dataset, idxPath: prefix + ".idx", binPath: prefix + ".bin"}
 	defer func() {
@@ -70,6 +73,9 @@ func openMegatronFile(fs files.Dataset, prefix string) (_ *megatronFile, err err
 		return nil, err
 	}
 	m.bin = m.binBlob.Data
+	if m.idxRemote {
+		m.prefetchOpen(probes)
+	}
 	if err := m.parseHeader(); err != nil {
 		return nil, err
 	}

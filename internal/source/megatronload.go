@@ -40,22 +40,6 @@ func (d *concatSource) IndexRemote() bool {
 	return false
 }
 
-// byPart groups the units of Megatron parts whose index is in object
-// storage by part, as sequences of the part; units elsewhere are left out.
-func (d *concatSource) byPart(units []uint64) map[*megatronFile][]uint64 {
-	out := map[*megatronFile][]uint64{}
-	for _, u := range units {
-		if u >= d.Units() {
-			continue
-		}
-		i, local := d.locate(u)
-		if m, ok := d.parts[i].(*megatronFile); ok && m.idxRemote {
-			out[m] = append(out[m], local)
-		}
-	}
-	return out
-}
-
 // LoadUnits brings into the node's cache the index entries of units (in
 // the order a window's walk meets them), then the tokens of those a window
 // of window tokens walks (up to window tokens past the first unit's, the
@@ -63,16 +47,20 @@ func (d *concatSource) byPart(units []uint64) map[*megatronFile][]uint64 {
 // once, and returns once they are in. A hint: what fails to be fetched is
 // left for the reads to fetch again and report.
 func (d *concatSource) LoadUnits(units []uint64, window uint64) {
-	for m, seqs := range d.byPart(units) {
-		slices.Sort(seqs)
-		fetchSpans(m.idxBlob, m.entrySpans(seqs), true)
-	}
-	for m, seqs := range d.byPart(units[:d.walked(units, window)]) {
-		if m.binBlob.Remote() {
-			slices.Sort(seqs)
-			fetchSpans(m.binBlob, m.tokenSpans(seqs, window), true)
+	sc := getScratch()
+	defer putScratch(sc)
+	d.eachMegatron(units, sc, func(m *megatronFile, seqs []uint64) {
+		if m.idxRemote {
+			sc.spans = m.entrySpans(sc.spans[:0], seqs)
+			fetchSpans(m.idxBlob, sc.spans, true)
 		}
-	}
+	})
+	d.eachMegatron(units[:d.walked(units, window)], sc, func(m *megatronFile, seqs []uint64) {
+		if m.idxRemote && m.binBlob.Remote() {
+			sc.spans = m.tokenSpans(sc.spans[:0], seqs, window)
+			fetchSpans(m.binBlob, sc.spans, true)
+		}
+	})
 }
 
 // walked is how many of units a window of window tokens walks at most:
@@ -103,26 +91,29 @@ func (d *concatSource) walked(units []uint64, window uint64) int {
 // units ahead, in as few ranged GETs as their blocks allow. It never
 // blocks.
 func (d *concatSource) PrefetchEntries(units []uint64) {
-	for m, seqs := range d.byPart(units) {
-		slices.Sort(seqs)
-		for _, s := range joinSpans(m.entrySpans(seqs), uint64(m.idxBlob.BlockSize())) {
-			m.idxBlob.Prefetch(s.off, s.n)
+	sc := getScratch()
+	defer putScratch(sc)
+	d.eachMegatron(units, sc, func(m *megatronFile, seqs []uint64) {
+		if m.idxRemote {
+			sc.spans = m.entrySpans(sc.spans[:0], seqs)
+			fetchSpans(m.idxBlob, sc.spans, false)
 		}
-	}
+	})
 }
 
-// prefetchUnits asks the node's cache to fetch sequences seqs' tokens
-// ahead, those whose entries are cached (the others' entries are asked
-// for), in as few ranged GETs as their blocks allow. It never blocks.
-func (m *megatronFile) prefetchUnits(seqs []uint64) {
-	slices.Sort(seqs)
-	fetchSpans(m.binBlob, m.tokenSpans(seqs, math.MaxUint64), false)
+// prefetchUnits asks the node's cache to fetch sequences seqs' (sorted)
+// tokens ahead, those whose entries are cached (the others' entries are
+// asked for), in as few ranged GETs as their blocks allow, building
+// their spans in sc. It never blocks.
+func (m *megatronFile) prefetchUnits(seqs []uint64, sc *hintScratch) {
+	sc.spans = m.tokenSpans(sc.spans[:0], seqs, math.MaxUint64)
+	fetchSpans(m.binBlob, sc.spans, false)
 }
 
-// entrySpans is the bytes of sequences seqs' entries (sorted): each
-// length, and each pointer with the next one, which a read checks.
-func (m *megatronFile) entrySpans(seqs []uint64) []byteSpan {
-	spans := make([]byteSpan, 0, 2*len(seqs))
+// entrySpans appends to spans the bytes of sequences seqs' entries
+// (sorted): each length, and each pointer with the next one, which a read
+// checks.
+func (m *megatronFile) entrySpans(spans []byteSpan, seqs []uint64) []byteSpan {
 	for _, i := range seqs {
 		spans = append(spans, byteSpan{m.lengthsAt + 4*i, 4})
 	}
@@ -132,12 +123,11 @@ func (m *megatronFile) entrySpans(seqs []uint64) []byteSpan {
 	return spans
 }
 
-// tokenSpans is the bytes of sequences seqs' tokens a window of window
-// tokens reads: the first window and the last, for the sequences whose
-// entries are in the cache, in order.
-func (m *megatronFile) tokenSpans(seqs []uint64, window uint64) []byteSpan {
+// tokenSpans appends to spans the bytes of sequences seqs' tokens a
+// window of window tokens reads: the first window and the last, for the
+// sequences whose entries are in the cache, in order.
+func (m *megatronFile) tokenSpans(spans []byteSpan, seqs []uint64, window uint64) []byteSpan {
 	size := m.dtype.size()
-	spans := make([]byteSpan, 0, len(seqs))
 	for _, i := range seqs {
 		length, pointer, ok := m.cachedEntry(i)
 		if !ok || length <= 0 || pointer < 0 || uint64(pointer)+uint64(length)*size > uint64(len(m.bin)) {
@@ -164,12 +154,12 @@ func compareUint(a, b uint64) int {
 }
 
 // joinSpans joins spans (sorted by offset) whose blocks of block bytes
-// touch or lie at most joinGapBlocks apart.
+// touch or lie at most joinGapBlocks apart, in place.
 func joinSpans(spans []byteSpan, block uint64) []byteSpan {
 	if block == 0 {
 		return spans
 	}
-	var out []byteSpan
+	out := spans[:0]
 	for _, s := range spans {
 		if s.n == 0 {
 			continue

@@ -30,12 +30,15 @@ func Open(spec Spec) (Source, error) {
 func OpenFormat(format files.Format, spec Spec) (Source, error) {
 	fs := files.Dataset{Roots: spec.Roots, Name: spec.Name, Context: spec.Context}
 	var open func(path string) (fileUnits, error)
+	// probes are spec.OffsetProbes for a dataset of one file, whose units
+	// are the file's; set once the path is resolved.
+	var probes CutProbes
 	switch format.Name {
 	default:
 		return nil, fmt.Errorf("%w: dataset %q: format %q: want %s",
 			ErrInvalid, spec.Name, spec.Format, files.List(files.Quote(files.Names(files.IsTokens)), "or"))
 	case files.Megatron:
-		open = func(prefix string) (fileUnits, error) { return openMegatronFile(fs, prefix) }
+		open = func(prefix string) (fileUnits, error) { return openMegatronFile(fs, prefix, probes) }
 	case files.Tokens:
 		layout, err := parseTokenLayout(spec)
 		if err != nil {
@@ -49,6 +52,9 @@ func OpenFormat(format files.Format, spec Spec) (Source, error) {
 	paths, err := fs.Resolve(format, spec.Path)
 	if err != nil {
 		return nil, DatasetError(spec.Name, err)
+	}
+	if len(paths) == 1 {
+		probes = spec.OffsetProbes
 	}
 	parts := make([]fileUnits, 0, len(paths))
 	for _, path := range paths {

@@ -83,18 +83,18 @@ func (m *megatronFile) prefetchToken(u, off uint64) {
 
 // PrefetchOffsets hints that Offset will be asked of units near these
 // (the corpus cuts its shards there): a Megatron index in object storage
-// fetches the blocks of their entries ahead, together, rather than one
-// probe's at a time. It never blocks.
+// fetches the blocks of their entries ahead, together, in as few ranged
+// GETs as their blocks allow, rather than one probe's at a time. It never
+// blocks.
 func (d *concatSource) PrefetchOffsets(units []uint64) {
-	for _, u := range units {
-		if u >= d.Units() {
-			continue
+	sc := getScratch()
+	defer putScratch(sc)
+	d.eachMegatron(units, sc, func(m *megatronFile, seqs []uint64) {
+		if m.idxRemote {
+			sc.spans = m.entrySpans(sc.spans[:0], seqs)
+			fetchSpans(m.idxBlob, sc.spans, false)
 		}
-		i, local := d.locate(u)
-		if m, ok := d.parts[i].(*megatronFile); ok && m.idxRemote {
-			m.prefetchEntry(local)
-		}
-	}
+	})
 }
 
 // ObjectPrefetchUnits is how many units ahead of a rank's reads a dataset
@@ -130,7 +130,6 @@ func (d *concatSource) PrefetchDepth() uint64 {
 // (megatronload.go).
 func (d *concatSource) Prefetch(units []uint64) int {
 	n := 0
-	var together map[*megatronFile][]uint64
 	for _, u := range units {
 		if u >= d.Units() {
 			continue
@@ -141,18 +140,17 @@ func (d *concatSource) Prefetch(units []uint64) int {
 			continue
 		}
 		n++
-		if m, ok := r.(*megatronFile); ok {
-			if together == nil {
-				together = map[*megatronFile][]uint64{}
-			}
-			together[m] = append(together[m], local)
-			continue
+		if _, ok := r.(*megatronFile); !ok {
+			r.prefetchUnit(local)
 		}
-		r.prefetchUnit(local)
 	}
-	for m, seqs := range together {
-		m.prefetchUnits(seqs)
-	}
+	sc := getScratch()
+	defer putScratch(sc)
+	d.eachMegatron(units, sc, func(m *megatronFile, seqs []uint64) {
+		if m.remote() {
+			m.prefetchUnits(seqs, sc)
+		}
+	})
 	return n
 }
 

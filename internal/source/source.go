@@ -81,4 +81,19 @@ type Spec struct {
 	// (files.Dataset.Context): its listing, HEADs and opens, and every read
 	// of its objects' bytes. Nil is context.Background().
 	Context context.Context
+	// OffsetProbes, when set, names the units the opener reads first,
+	// for a source of units units and tokens tokens: entries, whose whole
+	// entries it reads (the first units of its shards), and offsets,
+	// whose offsets alone it reads (where it cuts its runs). A dataset of
+	// one Megatron file whose index is in object storage guesses both
+	// counts from its objects' sizes and fetches what those need together
+	// with its header: one round trip to the store, not three
+	// (megatronguess.go). A hint: a wrong guess costs a few blocks
+	// fetched, never a result.
+	OffsetProbes CutProbes
 }
+
+// CutProbes is Spec.OffsetProbes: for a source of units units and tokens
+// tokens, the units whose entries and those whose offsets its opener
+// reads first.
+type CutProbes func(units, tokens uint64) (entries, offsets []uint64)

@@ -169,18 +169,10 @@ func (d *shardedSource) cut(cfg Config) error {
 			ErrInvalidConfig, d.name, n, what, s)
 	}
 	if d.offsetsAhead != nil {
-		// Where the searches below start, near k/S of the units when
-		// units are about equal: fetched together, before they probe.
-		near := make([]uint64, s, s+1)
-		for k := range near {
-			near[k] = mulDiv(n, uint64(k), s)
-		}
-		// And where each shard's runs will end, guessed from the guessed
-		// bounds: within a few units of where the searches will probe.
-		for k := range s {
-			near = append(near, d.runEnds(mulDiv(n, k, s), mulDiv(n, k+1, s))...)
-		}
-		d.offsetsAhead.PrefetchOffsets(near)
+		// Where the searches below start, and where the shards' runs
+		// will end: fetched together, before they probe (runs.go).
+		starts, ends := cutGuesses(n, total, s, cfg.RunTokens)
+		d.offsetsAhead.PrefetchOffsets(append(starts, ends...))
 	}
 	for k := uint64(1); k < s; k++ {
 		target := mulDiv(total, k, s)

@@ -60,6 +60,9 @@ const unitsPerShard = 4
 func openTokens(ctx context.Context, cfg Config, d Dataset, f files.Format, res *Resources) (source.Source, string, error) {
 	spec := source.Spec{Name: d.Name, Path: d.Path, Format: d.Format, Dtype: d.Dtype, EOS: cfg.EOS, Column: d.Field,
 		Roots: res.roots(), Context: ctx}
+	spec.OffsetProbes = func(units, tokens uint64) (entries, offsets []uint64) { // runs.go
+		return cutGuesses(units, tokens, uint64(cfg.LogicalShards), cfg.RunTokens)
+	}
 	src, err := openSource(f, spec)
 	if err != nil || !src.Delimited() {
 		return src, "", err

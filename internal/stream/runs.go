@@ -43,22 +43,41 @@ func (t tokenRuns) Groups(lo, hi uint64) [][2]uint64 {
 	return runs
 }
 
-// ends guesses where the runs of [lo, hi) end, from the source's mean
-// unit (no offset is read for it): the units whose offsets Groups will
-// probe first, for a source in object storage to fetch together before it
-// searches (PrefetchOffsets). At most maxGuesses of them.
-func (t tokenRuns) ends(lo, hi uint64) []uint64 {
+// guessRunEnds guesses where runs of runTokens tokens of units [lo, hi)
+// end, for a source of units units and tokens tokens, from its mean unit
+// (no offset is read for it): the units whose offsets Groups will probe
+// first, for a source in object storage to fetch together before it
+// searches. At most maxGuesses of them; none when runTokens is 0.
+func guessRunEnds(lo, hi, units, tokens, runTokens uint64) []uint64 {
 	const maxGuesses = 1 << 12
-	units, tokens := t.src.Units(), t.src.Tokens()
-	if hi <= lo || tokens == 0 {
+	if hi <= lo || tokens == 0 || runTokens == 0 {
 		return nil
 	}
-	step := max(1, uint64(float64(t.tokens)*float64(units)/float64(tokens)))
+	step := max(1, uint64(float64(runTokens)*float64(units)/float64(tokens)))
 	var at []uint64
 	for u := lo + step; u < hi && len(at) < maxGuesses; u += step {
 		at = append(at, u)
 	}
 	return at
+}
+
+// cutGuesses guesses the units whose offsets cutting a source of units
+// units and tokens tokens into shards logical shards, and those into runs
+// of runTokens (0: none), reads first: starts, near k/shards of the units
+// when units are about equal, where the shards' searches start (and whose
+// entries their first reads read), and ends, where each shard's runs will
+// end, guessed from those bounds. A source in object storage fetches
+// their index entries together before the searches probe them
+// (PrefetchOffsets), or with its header (source.Spec.OffsetProbes).
+func cutGuesses(units, tokens, shards, runTokens uint64) (starts, ends []uint64) {
+	starts = make([]uint64, shards)
+	for k := range starts {
+		starts[k] = mulDiv(units, uint64(k), shards)
+	}
+	for k := range shards {
+		ends = append(ends, guessRunEnds(mulDiv(units, k, shards), mulDiv(units, k+1, shards), units, tokens, runTokens)...)
+	}
+	return starts, ends
 }
 
 // MinRunTokens is the least run_tokens: runs are a shard's items, each
@@ -119,16 +138,4 @@ func (d *shardedSource) ownGroups() unitGrouper {
 		return nil
 	}
 	return d.grouper
-}
-
-// runEnds guesses where the runs of tokens of units [lo, hi) end
-// (tokenRuns.ends); none when the dataset is not read in runs of tokens.
-func (d *shardedSource) runEnds(lo, hi uint64) []uint64 {
-	switch g := d.grouper.(type) {
-	case tokenRuns:
-		return g.ends(lo, hi)
-	case bothRuns:
-		return g.byTokens.ends(lo, hi)
-	}
-	return nil
 }

@@ -1,6 +1,10 @@
 package stream
 
-import "github.com/dataloaderd/dataloaderd/internal/state"
+import (
+	"sync"
+
+	"github.com/dataloaderd/dataloaderd/internal/state"
+)
 
 // A window that opens over a source whose index is in object storage (a
 // Megatron .idx read by range) walks its units one by one, reading each
@@ -77,6 +81,11 @@ func (s *shard) loadFrom(fr *framing, c state.Cursor, n uint64, ld *windowLoad) 
 // maxPrefetchAhead bounds the units one prefetchAhead hints.
 const maxPrefetchAhead = 64
 
+// aheadUnits are the arrays prefetchAhead lists units in, reused: made
+// for each call (they escape, passed to the source), they were garbage
+// made thousands of times a second.
+var aheadUnits = sync.Pool{New: func() any { return new([maxPrefetchAhead]uint64) }}
+
 // prefetchAhead asks the source to prepare the units at and after cursor c
 // (at most n of them, up to maxPrefetchAhead, in c's epoch): the units a
 // shard reads next.
@@ -85,7 +94,8 @@ func (s *shard) prefetchAhead(fr *framing, c state.Cursor, n uint64) {
 	if p == nil || fr.ended(c) {
 		return
 	}
-	var units [maxPrefetchAhead]uint64
+	units := aheadUnits.Get().(*[maxPrefetchAhead]uint64)
+	defer aheadUnits.Put(units)
 	k := uint64(0)
 	for ; k < min(n, uint64(len(units))) && c.Pos+k < s.n; k++ {
 		units[k] = s.unit(c.Epoch, c.Pos+k)

@@ -52,6 +52,25 @@ type FaultProxy struct {
 	rng *rand.Rand
 
 	requests, refused, forwarded atomic.Int64
+
+	// answered counts the requests past their delay, which may have been
+	// answered; logMu guards log, the requests received since KeepLog,
+	// nil when not kept.
+	answered atomic.Int64
+	logMu    sync.Mutex
+	log      []Request
+}
+
+// Request is one request the proxy received, as KeepLog keeps it.
+type Request struct {
+	Method, Path, Range string
+	// Answered is how many requests had waited their delay (SetDelay),
+	// and so may have been answered, when this one arrived: requests sent
+	// together, none waiting for an answer to another, have the same
+	// count where the delay is longer than it takes to send them; a
+	// request sent after an answer has a higher count than the request
+	// answered.
+	Answered int64
 }
 
 // NewFaultProxy starts a proxy to target (a server's Endpoint) that refuses
@@ -76,7 +95,8 @@ func NewFaultProxy(t testing.TB, target string, fraction float64, seed int64) *F
 			r.Out.URL.Host = u.Host
 			r.Out.Host = r.In.Host
 		},
-		Transport: transport,
+		Transport:  transport,
+		BufferPool: proxyBuffers{},
 		// A server that is down (stopped by the test) is a 502, as a load
 		// balancer would answer, without the default handler's log line.
 		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, _ error) {
@@ -92,11 +112,31 @@ func NewFaultProxy(t testing.TB, target string, fraction float64, seed int64) *F
 	return p
 }
 
+// proxyBuffers are the buffers the proxy copies answers through, reused
+// (the reverse proxy makes one of 32 KiB per request without them).
+type proxyBuffers struct{}
+
+var proxyBufferPool = sync.Pool{New: func() any { return new([32 << 10]byte) }}
+
+func (proxyBuffers) Get() []byte { return proxyBufferPool.Get().(*[32 << 10]byte)[:] }
+
+func (proxyBuffers) Put(b []byte) {
+	if len(b) == 32<<10 {
+		proxyBufferPool.Put((*[32 << 10]byte)(b))
+	}
+}
+
 func (p *FaultProxy) serve(w http.ResponseWriter, r *http.Request) {
 	p.requests.Add(1)
+	p.logMu.Lock()
+	if p.log != nil {
+		p.log = append(p.log, Request{Method: r.Method, Path: r.URL.Path, Range: r.Header.Get("Range"), Answered: p.answered.Load()})
+	}
+	p.logMu.Unlock()
 	if d := time.Duration(p.delay.Load()); d > 0 {
 		time.Sleep(d)
 	}
+	p.answered.Add(1) // from here on, it may be answered
 	if p.refuse() {
 		p.refused.Add(1)
 		_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, refusedBodyLimit))
@@ -136,6 +176,20 @@ func (p *FaultProxy) SetFraction(f float64) {
 // SetDelay makes every request wait d before it is answered: the first-byte
 // latency of a store in another building or region.
 func (p *FaultProxy) SetDelay(d time.Duration) { p.delay.Store(int64(d)) }
+
+// KeepLog starts keeping a log of the requests received (Log), empty.
+func (p *FaultProxy) KeepLog() {
+	p.logMu.Lock()
+	p.log = []Request{}
+	p.logMu.Unlock()
+}
+
+// Log is the requests received since KeepLog, in the order they arrived.
+func (p *FaultProxy) Log() []Request {
+	p.logMu.Lock()
+	defer p.logMu.Unlock()
+	return append([]Request(nil), p.log...)
+}
 
 // Fraction is the fraction of requests refused.
 func (p *FaultProxy) Fraction() float64 { return math.Float64frombits(p.fraction.Load()) }

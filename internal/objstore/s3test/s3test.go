@@ -152,7 +152,10 @@ func Start(t testing.TB) *Server {
 		Dir:       filepath.Join(base, "root"),
 		bin:       bin,
 		metaDir:   filepath.Join(base, "meta"),
-		log:       &logBuffer{},
+	}
+	var err error
+	if s.log, err = newLogBuffer(filepath.Join(base, "versitygw.log")); err != nil {
+		t.Fatal(err)
 	}
 	for _, d := range []string{s.Dir, s.metaDir} {
 		if err := os.Mkdir(d, 0o755); err != nil {
@@ -165,8 +168,8 @@ func Start(t testing.TB) *Server {
 		if t.Failed() {
 			t.Logf("s3test: output of versitygw at %s:\n%s", s.Endpoint, s.log.String())
 		}
+		s.log.Close()
 	})
-	var err error
 	for range startAttempts {
 		var port int
 		if port, err = freePort(); err != nil {
@@ -239,8 +242,8 @@ func (s *Server) launch() error {
 		"--keep-alive",
 		"posix", "--sidecar", s.metaDir, s.Dir)
 	cmd.Env = serverEnv()
-	cmd.Stdout = s.log
-	cmd.Stderr = s.log
+	cmd.Stdout = s.log.File()
+	cmd.Stderr = s.log.File()
 	cmd.WaitDelay = time.Second
 	mark := s.log.Total()
 	fmt.Fprintf(s.log, "=== s3test: starting versitygw on %s\n", s.addr)

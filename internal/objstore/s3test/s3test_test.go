@@ -443,7 +443,11 @@ func TestBinary(t *testing.T) {
 }
 
 func TestLogBuffer(t *testing.T) {
-	var b logBuffer
+	b, err := newLogBuffer(filepath.Join(t.TempDir(), "log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
 	chunk := strings.Repeat("x", 1000) + "\n"
 	for range 3 * logLimit / len(chunk) {
 		b.Write([]byte(chunk))
