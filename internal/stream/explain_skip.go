@@ -1,0 +1,152 @@
+package stream
+
+import (
+	"container/heap"
+	"context"
+	"fmt"
+
+	"github.com/dataloaderd/dataloaderd/internal/state"
+)
+
+// SkipTo moves the rank to step `to` (a rank at or past it stays), to the
+// state SkipBatch would leave it in batch after batch, stopping early where
+// the rank ends. dataloaderd explain reaches the step it explains this way;
+// a later skip of a range of steps can too.
+//
+// Where every shard's stream is endless (epochs 0) and the unit lengths are
+// known without tokenizing (no text dataset), it counts instead: which
+// dataset and shard serve each line follows from the mixing counts and the
+// shards' line counts alone, so it decides that for every line, the cost of
+// a few comparisons, and moves each shard's window cursor once, at the end,
+// past the windows it served (advance): its walk passes whole epochs at a
+// time, so it costs at most about two epochs of the shard's units, however
+// many steps are skipped. Otherwise it skips batch by batch (SkipBatch).
+func (r *Rank) SkipTo(ctx context.Context, to uint64) error {
+	if r.countable() {
+		return r.countTo(ctx, to)
+	}
+	for r.step < to {
+		p, err := r.SkipBatch(ctx)
+		if err != nil {
+			return err
+		}
+		if p.Lines == 0 {
+			return nil
+		}
+	}
+	return nil
+}
+
+// countable reports whether the rank may count its way forward: endless
+// streams, whose every active shard has a non-empty unit (known for all
+// but text, whose shards are found empty only by tokenizing them).
+func (r *Rank) countable() bool {
+	if r.fr.epochs != 0 {
+		return false
+	}
+	for _, d := range r.corpus.datasets {
+		if d.lazy {
+			return false
+		}
+	}
+	return true
+}
+
+// countTo is SkipTo by counting (see SkipTo): the lines of each batch go to
+// the dataset the mixer picks and its shard first in line, as nextLine
+// gives them; a shard's window cursor stays where it was, its windows
+// passed counted, until the end.
+func (r *Rank) countTo(ctx context.Context, to uint64) error {
+	k := r.fr.window
+	passed := map[*shardRun]uint64{}
+	batch := int(r.corpus.cfg.BatchSize)
+	for r.step < to {
+		if r.step%1024 == 0 && ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if r.mix.begin(r.step) {
+			r.rebase()
+		}
+		for range batch {
+			di := r.mix.pick()
+			if di < 0 {
+				return fmt.Errorf("stream: rank %d: no dataset has a line at step %d of an endless stream", r.dpRank, r.step+1)
+			}
+			d := r.datasets[di]
+			s := d.active[0]
+			s.st.Lines++
+			if s.st.Taken++; s.st.Taken == k {
+				s.st.Taken = 0
+				s.winOpen = false
+				passed[s]++
+			}
+			r.mix.served(di)
+			r.touched[s] = struct{}{}
+			heap.Fix(&d.active, s.heapIdx)
+		}
+		r.step++
+	}
+	epochs := map[*shard]uint64{}
+	for s, w := range passed {
+		c, err := s.advance(&r.fr, s.st.Window, w*k*r.fr.line, epochs)
+		if err != nil {
+			return fmt.Errorf("stream: dataset %q shard %d: %w", s.ds.name, s.index, err)
+		}
+		s.st.Window = c
+	}
+	return nil
+}
+
+// advance returns the cursor t tokens after c in the shard's endless
+// stream, as walk would, passing whole epochs by the tokens of one
+// (epochLen, kept in lens): a walk to the end of c's epoch, then one
+// within the epoch it lands in.
+func (s *shard) advance(fr *framing, c state.Cursor, t uint64, lens map[*shard]uint64) (state.Cursor, error) {
+	for first := c.Epoch; t > 0 && c.Epoch == first; {
+		f, err := s.frame(fr, c.Epoch, c.Pos)
+		if err != nil {
+			return c, err
+		}
+		rem := f.len() - c.Offset
+		if t < rem {
+			c.Offset += t
+			return c, nil
+		}
+		t -= rem
+		c = s.next(c)
+	}
+	if t > 0 { // c is at the start of an epoch
+		e, ok := lens[s]
+		if !ok {
+			var err error
+			if e, err = s.epochLen(fr); err != nil {
+				return c, err
+			}
+			lens[s] = e
+		}
+		if e == 0 {
+			return c, fmt.Errorf("no tokens in an epoch, %d to pass", t)
+		}
+		c.Epoch += t / e
+		t %= e
+	}
+	c, n, _, err := s.walk(fr, c, t, nil, nil, 0, nil)
+	if err == nil && n < t {
+		err = fmt.Errorf("the stream ended %d tokens short", t-n)
+	}
+	return c, err
+}
+
+// epochLen is the tokens of one epoch of the shard's stream: its units'
+// frames, whatever their order.
+func (s *shard) epochLen(fr *framing) (uint64, error) {
+	var n uint64
+	for u := s.lo; u < s.lo+s.n; u++ {
+		f, err := s.frameOf(fr, u)
+		if err != nil {
+			return 0, err
+		}
+		n += f.len()
+	}
+	return n, nil
+}
