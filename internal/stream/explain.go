@@ -15,6 +15,8 @@ import (
 // of one document, with the BOS the stream put before it (BOS) and the EOS
 // after it (EOS) when the run holds them.
 type Piece struct {
+	// BatchID names the batch (BatchID), as the client's batch_id does.
+	BatchID     string `json:"batch_id"`
 	Step        uint64 `json:"step"`
 	DPRank      uint32 `json:"dp_rank"`
 	Line        int    `json:"line"`
@@ -78,6 +80,7 @@ func (r *Rank) ExplainBatch(dst []int32) (Produced, []Piece, error) {
 		return p, nil, err
 	}
 	names := namer{fr: &r.fr, spans: map[spanKey][]docSpan{}}
+	id := BatchID(r.corpus.JobFingerprint(), r.step, r.dpRank, r.dpSize)
 	var out []Piece
 	for i, l := range trace.lines {
 		for _, pc := range l.pieces {
@@ -86,7 +89,7 @@ func (r *Rank) ExplainBatch(dst []int32) (Produced, []Piece, error) {
 				return p, nil, err
 			}
 			for _, np := range named {
-				np.Step, np.DPRank, np.Line = r.step, r.dpRank, i
+				np.BatchID, np.Step, np.DPRank, np.Line = id, r.step, r.dpRank, i
 				out = append(out, np)
 			}
 		}

@@ -37,6 +37,10 @@ func (r *Rank) SkipTo(ctx context.Context, to uint64) error {
 	return nil
 }
 
+// SkipsByCounting reports whether SkipTo counts its way (see SkipTo)
+// rather than skipping batch by batch.
+func (r *Rank) SkipsByCounting() bool { return r.countable() }
+
 // countable reports whether the rank may count its way forward: endless
 // streams, whose every active shard has a non-empty unit (known for all
 // but text, whose shards are found empty only by tokenizing them).
