@@ -196,7 +196,7 @@ class Loader(Reconnecting):
             if self._recovery.on() and self._last_step % recovery_steps(live.reply) == 0:
                 self._keep_recovery(live)
             yield make_batch(tokens, got.held.step, self._opts.dtype, torch, metadata=arrays,
-                             max_seqlen=got.max_seqlen, buffers=live.buffers)
+                             max_seqlen=got.max_seqlen, buffers=live.buffers, batch_id=live.batch_id(got.held.step))
 
     def _padding(self, live: Session) -> Iterator[Batch]:
         """end="pad": after the rank's last batch, batches of pad_id flagged
@@ -209,7 +209,7 @@ class Loader(Reconnecting):
         while self._live is live:
             self._last_step += 1
             yield make_batch(tokens, self._last_step, self._opts.dtype, torch, padding=True, metadata=arrays,
-                             max_seqlen=self._config.seq_len, buffers=live.buffers)
+                             max_seqlen=self._config.seq_len, buffers=live.buffers, batch_id=live.batch_id(self._last_step))
 
     def _time_out(self, published: Optional[int]) -> NoReturn:
         """Closes the loader and raises BatchTimeoutError for the batch awaited."""
