@@ -3,6 +3,7 @@ package stream
 import (
 	"container/heap"
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/dataloaderd/dataloaderd/internal/state"
@@ -13,41 +14,65 @@ import (
 // the rank ends. dataloaderd explain reaches the step it explains this way;
 // a later skip of a range of steps can too.
 //
-// Where every shard's stream is endless (epochs 0) and the unit lengths are
-// known without tokenizing (no text dataset), it counts instead: which
-// dataset and shard serve each line follows from the mixing counts and the
-// shards' line counts alone, so it decides that for every line, the cost of
-// a few comparisons, and moves each shard's window cursor once, at the end,
-// past the windows it served (advance): its walk passes whole epochs at a
-// time, so it costs at most about two epochs of the shard's units, however
-// many steps are skipped. Otherwise it skips batch by batch (SkipBatch).
+// Where the unit lengths are known without tokenizing (no text dataset), it
+// counts instead: which dataset and shard serve each line follows from the
+// mixing counts and the shards' line counts alone, so it decides that for
+// every line, the cost of a few comparisons, and moves each shard's window
+// cursor once, at the end, past the windows it served (advance): its walk
+// passes whole epochs at a time, so it costs at most about two epochs of
+// the shard's units, however many steps are skipped. A count assumes no
+// shard's stream ends within it: a bounded run (epochs) is counted
+// countChunk steps at a time, and a chunk within which a shard's stream
+// ended is made again from its start and skipped batch by batch.
 func (r *Rank) SkipTo(ctx context.Context, to uint64) error {
-	if r.countable() {
-		return r.countTo(ctx, to)
-	}
-	for r.step < to {
-		p, err := r.SkipBatch(ctx)
+	for r.countable() && r.step < to {
+		end := to
+		if r.fr.epochs > 0 {
+			end = min(to, r.step+countChunk)
+		}
+		step, before := r.step, r.State().Shards
+		ok, err := r.countTo(ctx, end)
+		if err != nil || ok {
+			if err != nil {
+				return err
+			}
+			continue
+		}
+		again, err := r.remake(ctx, step, before)
 		if err != nil {
 			return err
 		}
-		if p.Lines == 0 {
-			return nil
+		*r = *again
+		if ended, err := r.skipBatches(ctx, end); ended || err != nil {
+			return err
 		}
 	}
-	return nil
+	_, err := r.skipBatches(ctx, to)
+	return err
+}
+
+// countChunk is how many steps of a bounded run SkipTo counts at a time.
+const countChunk = 4096
+
+// skipBatches is SkipBatch up to step to; ended: the rank ended first.
+func (r *Rank) skipBatches(ctx context.Context, to uint64) (ended bool, err error) {
+	for r.step < to {
+		p, err := r.SkipBatch(ctx)
+		if err != nil || p.Lines == 0 {
+			return err == nil, err
+		}
+	}
+	return false, nil
 }
 
 // SkipsByCounting reports whether SkipTo counts its way (see SkipTo)
 // rather than skipping batch by batch.
 func (r *Rank) SkipsByCounting() bool { return r.countable() }
 
-// countable reports whether the rank may count its way forward: endless
-// streams, whose every active shard has a non-empty unit (known for all
-// but text, whose shards are found empty only by tokenizing them).
+// countable reports whether the rank may count its way forward: every
+// active shard has a non-empty unit (known for all but text, whose shards
+// are found empty only by tokenizing them).
 func (r *Rank) countable() bool {
-	if r.fr.epochs != 0 {
-		return false
-	}
 	for _, d := range r.corpus.datasets {
 		if d.lazy {
 			return false
@@ -56,17 +81,22 @@ func (r *Rank) countable() bool {
 	return true
 }
 
+// errStreamEnded is advance's answer where a shard's stream ends before the
+// cursor it is asked for.
+var errStreamEnded = errors.New("the stream ends before it")
+
 // countTo is SkipTo by counting (see SkipTo): the lines of each batch go to
 // the dataset the mixer picks and its shard first in line, as nextLine
 // gives them; a shard's window cursor stays where it was, its windows
-// passed counted, until the end.
-func (r *Rank) countTo(ctx context.Context, to uint64) error {
+// passed counted, until the end. It reports false, the rank then of no
+// further use, where a shard's stream ended within the count.
+func (r *Rank) countTo(ctx context.Context, to uint64) (bool, error) {
 	k := r.fr.window
 	passed := map[*shardRun]uint64{}
 	batch := int(r.corpus.cfg.BatchSize)
 	for r.step < to {
 		if r.step%1024 == 0 && ctx.Err() != nil {
-			return ctx.Err()
+			return false, ctx.Err()
 		}
 		if r.mix.begin(r.step) {
 			r.rebase()
@@ -74,11 +104,14 @@ func (r *Rank) countTo(ctx context.Context, to uint64) error {
 		for range batch {
 			di := r.mix.pick()
 			if di < 0 {
-				return fmt.Errorf("stream: rank %d: no dataset has a line at step %d of an endless stream", r.dpRank, r.step+1)
+				return false, nil // every shard of the rank ended: batch by batch
 			}
 			d := r.datasets[di]
 			s := d.active[0]
 			s.st.Lines++
+			if _, ok := passed[s]; !ok {
+				passed[s] = 0
+			}
 			if s.st.Taken++; s.st.Taken == k {
 				s.st.Taken = 0
 				s.winOpen = false
@@ -90,21 +123,40 @@ func (r *Rank) countTo(ctx context.Context, to uint64) error {
 		}
 		r.step++
 	}
-	epochs := map[*shard]uint64{}
-	for s, w := range passed {
-		c, err := s.advance(&r.fr, s.st.Window, w*k*r.fr.line, epochs)
-		if err != nil {
-			return fmt.Errorf("stream: dataset %q shard %d: %w", s.ds.name, s.index, err)
-		}
-		s.st.Window = c
-	}
-	return nil
+	return r.settle(passed)
 }
 
-// advance returns the cursor t tokens after c in the shard's endless
-// stream, as walk would, passing whole epochs by the tokens of one
-// (epochLen, kept in lens): a walk to the end of c's epoch, then one
-// within the epoch it lands in.
+// settle moves the window cursor of each shard counted past the windows it
+// served (passed), and reports false where a shard's stream ended within
+// the count: where the line after its last served is not there.
+func (r *Rank) settle(passed map[*shardRun]uint64) (bool, error) {
+	k, line := r.fr.window, r.fr.line
+	epochs := map[*shard]uint64{}
+	for s, w := range passed {
+		c, err := s.advance(&r.fr, s.st.Window, w*k*line, epochs)
+		if err == nil && r.fr.epochs > 0 {
+			var next state.Cursor
+			if next, err = s.advance(&r.fr, c, s.st.Taken*line, epochs); err == nil && r.fr.ended(next) {
+				err = errStreamEnded
+			}
+		}
+		if errors.Is(err, errStreamEnded) {
+			return false, nil
+		}
+		if err != nil {
+			return false, fmt.Errorf("stream: dataset %q shard %d: %w", s.ds.name, s.index, err)
+		}
+		if w > 0 {
+			s.st.Window, s.winOpen = c, false
+		}
+	}
+	return true, nil
+}
+
+// advance returns the cursor t tokens after c in the shard's stream, as
+// walk would, passing whole epochs by the tokens of one (epochLen, kept in
+// lens): a walk to the end of c's epoch, then one within the epoch it lands
+// in; errStreamEnded where the stream ends first.
 func (s *shard) advance(fr *framing, c state.Cursor, t uint64, lens map[*shard]uint64) (state.Cursor, error) {
 	for first := c.Epoch; t > 0 && c.Epoch == first; {
 		f, err := s.frame(fr, c.Epoch, c.Pos)
@@ -136,7 +188,7 @@ func (s *shard) advance(fr *framing, c state.Cursor, t uint64, lens map[*shard]u
 	}
 	c, n, _, err := s.walk(fr, c, t, nil, nil, 0, nil)
 	if err == nil && n < t {
-		err = fmt.Errorf("the stream ended %d tokens short", t-n)
+		err = errStreamEnded
 	}
 	return c, err
 }

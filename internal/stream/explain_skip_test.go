@@ -25,18 +25,20 @@ func skipEach(t *testing.T, r *Rank, to uint64) {
 	}
 }
 
-// TestSkipToCountsExactly holds the counting skip (SkipTo on endless
-// streams) to the skip batch by batch: from the start and from a state
-// rescaled from 2 ranks to 3, over many epochs of small shards, under
-// shuffle windows, BOS framing, schedules and a flat token file, both
-// leave the rank in the same state and it makes the same batches after.
+// TestSkipToCountsExactly holds the counting skip (SkipTo) to the skip
+// batch by batch: from the start and from a state rescaled from 2 ranks to
+// 3, over many epochs of small shards, endless or bounded (skips that end
+// shards, datasets and the rank: the count gives way to the batches),
+// under shuffle windows, BOS framing, schedules and a flat token file,
+// both leave the rank in the same state and it makes the same batches
+// after.
 func TestSkipToCountsExactly(t *testing.T) {
-	for seed := int64(1); seed <= 24; seed++ {
+	for seed := int64(1); seed <= 40; seed++ {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			rng := rand.New(rand.NewSource(seed))
 			ds, _ := testCorpus(t, rng)
 			cfg := randomConfig(rng, ds)
-			cfg.Epochs = 0
+			cfg.Epochs = uint32(rng.Intn(3)) * uint32(1+rng.Intn(30)) // 0: endless
 			if rng.Intn(3) == 0 {
 				cfg.Schedule = []state.SchedulePoint{
 					{Step: 0, Weights: []float64{1, 0, 2}},
@@ -75,7 +77,7 @@ func TestSkipToCountsExactly(t *testing.T) {
 					t.Fatal(err)
 				}
 				to := fast.Step()
-				for _, by := range []uint64{1, uint64(1 + rng.Intn(7)), uint64(100 + rng.Intn(3000))} {
+				for _, by := range []uint64{1, uint64(1 + rng.Intn(7)), uint64(100 + rng.Intn(3000)), uint64(rng.Intn(3000))} {
 					to += by
 					if err := fast.SkipTo(context.Background(), to); err != nil {
 						t.Fatal(err)
@@ -83,6 +85,13 @@ func TestSkipToCountsExactly(t *testing.T) {
 					skipEach(t, slow, to)
 					if got, want := fast.State(), slow.State(); !reflect.DeepEqual(got, want) {
 						t.Fatalf("rank %d of %d at step %d: counted to\n%+v\nskipped to\n%+v", r, w, to, got, want)
+					}
+					for _, d := range fast.datasets {
+						for _, s := range d.active {
+							if fast.shardDone(s) {
+								t.Fatalf("rank %d of %d at step %d: dataset %d shard %d ended, but is still served", r, w, to, d.index, s.index)
+							}
+						}
 					}
 					sameBatches(t, fast, slow, 2)
 					to += 2
@@ -112,8 +121,8 @@ func sameBatches(t *testing.T, a, b *Rank, n int) {
 	}
 }
 
-// TestSkipToStopsAtTheEnd: a bounded run is skipped batch by batch and
-// stops at its end; a cancelled skip returns the context's error.
+// TestSkipToStopsAtTheEnd: a bounded run skipped past its end stops
+// there; a cancelled skip returns the context's error.
 func TestSkipToStopsAtTheEnd(t *testing.T) {
 	rng := rand.New(rand.NewSource(7))
 	ds, _ := testCorpus(t, rng)
@@ -126,9 +135,6 @@ func TestSkipToStopsAtTheEnd(t *testing.T) {
 	rank, err := NewRank(c, 0, 1, nil)
 	if err != nil {
 		t.Fatal(err)
-	}
-	if rank.countable() {
-		t.Fatal("a bounded run is skipped by counting")
 	}
 	if err := rank.SkipTo(context.Background(), 1<<40); err != nil {
 		t.Fatal(err)
@@ -151,5 +157,54 @@ func TestSkipToStopsAtTheEnd(t *testing.T) {
 	cancel()
 	if err := endless.SkipTo(ctx, 1<<40); err != context.Canceled {
 		t.Fatalf("a cancelled skip: %v", err)
+	}
+}
+
+// TestSkipToEveryStep counts a bounded run on 2 ranks to every one of its
+// steps, from the start, and holds each to the rank skipped batch by batch
+// to that step: so the count meets every way a shard's stream ends (in a
+// window, with a window's last line, with the count's last line).
+func TestSkipToEveryStep(t *testing.T) {
+	for seed := int64(1); seed <= 6; seed++ {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			rng := rand.New(rand.NewSource(seed))
+			ds, _ := testCorpus(t, rng)
+			cfg := randomConfig(rng, ds)
+			cfg.Epochs = uint32(1 + rng.Intn(2))
+			c, err := OpenCorpus(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			for r := uint32(0); r < 2; r++ {
+				slow, err := NewRank(c, r, 2, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for to := uint64(1); ; to++ {
+					skipEach(t, slow, to)
+					fast, err := NewRank(c, r, 2, nil)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if err := fast.SkipTo(context.Background(), to); err != nil {
+						t.Fatal(err)
+					}
+					if got, want := fast.State(), slow.State(); !reflect.DeepEqual(got, want) {
+						t.Fatalf("rank %d at step %d: counted to\n%+v\nskipped to\n%+v", r, to, got, want)
+					}
+					sameBatches(t, fast, slow, 1)
+					if slow.Step() < to {
+						break // the rank ended
+					}
+					// sameBatches moved both a step on: start the next again.
+					slow, err = NewRank(c, r, 2, nil)
+					if err != nil {
+						t.Fatal(err)
+					}
+					skipEach(t, slow, to)
+				}
+			}
+		})
 	}
 }
