@@ -5,6 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/bits"
+	"runtime"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/dataloaderd/dataloaderd/internal/state"
 )
@@ -21,21 +25,19 @@ import (
 // cursor once, at the end, past the windows it served (advance): its walk
 // passes whole epochs at a time, so it costs at most about two epochs of
 // the shard's units, however many steps are skipped. A count assumes no
-// shard's stream ends within it: a bounded run (epochs) is counted
-// countChunk steps at a time, and a chunk within which a shard's stream
-// ended is made again from its start and skipped batch by batch.
+// shard's stream ends within it (the only way in an endless run): where
+// one did (a bounded run), the rank is made again at the count's start
+// and counts half as many steps, down to countChunk steps, which it skips
+// batch by batch.
 func (r *Rank) SkipTo(ctx context.Context, to uint64) error {
-	for r.countable() && r.step < to {
-		end := to
-		if r.fr.epochs > 0 {
-			end = min(to, r.step+countChunk)
-		}
+	for span := r.countSpan(to); r.countable() && r.step < to; {
+		span = min(span, to-r.step)
 		step, before := r.step, r.State().Shards
-		ok, err := r.countTo(ctx, end)
-		if err != nil || ok {
-			if err != nil {
-				return err
-			}
+		ok, err := r.countTo(ctx, step+span)
+		if err != nil {
+			return err
+		}
+		if ok {
 			continue
 		}
 		again, err := r.remake(ctx, step, before)
@@ -43,15 +45,48 @@ func (r *Rank) SkipTo(ctx context.Context, to uint64) error {
 			return err
 		}
 		*r = *again
-		if ended, err := r.skipBatches(ctx, end); ended || err != nil {
+		if span > countChunk {
+			span /= 2
+			continue
+		}
+		if ended, err := r.skipBatches(ctx, step+span); ended || err != nil {
 			return err
 		}
+		span = to - r.step // the next count tries the rest whole
 	}
 	_, err := r.skipBatches(ctx, to)
 	return err
 }
 
-// countChunk is how many steps of a bounded run SkipTo counts at a time.
+// countSpan is how many steps SkipTo counts first on its way to step to:
+// all of them in an endless run; in a bounded one, at most about twice the
+// steps the rank's shards have lines left for, by their token counts (an
+// estimate: a count past the rank's end would go on to `to`).
+func (r *Rank) countSpan(to uint64) uint64 {
+	span := to - min(r.step, to)
+	if r.fr.epochs == 0 {
+		return span
+	}
+	var lines uint64
+	for _, d := range r.datasets {
+		for _, s := range d.active {
+			hi, lo := bits.Mul64(r.fr.epochs, s.tokens)
+			if hi >= r.fr.line {
+				return span // more lines than a count could take
+			}
+			total, _ := bits.Div64(hi, lo, r.fr.line)
+			left := total + 1 - min(s.st.Lines, total+1)
+			if lines+left < lines || lines+left > 1<<62 {
+				return span
+			}
+			lines += left
+		}
+	}
+	return min(span, 2*(lines/uint64(r.corpus.cfg.BatchSize)+1)+countChunk)
+}
+
+// countChunk is the fewest steps SkipTo counts; a count of as few within
+// which a shard's stream ended is skipped batch by batch.
 const countChunk = 4096
 
 // skipBatches is SkipBatch up to step to; ended: the rank ended first.
@@ -128,36 +163,72 @@ func (r *Rank) countTo(ctx context.Context, to uint64) (bool, error) {
 
 // settle moves the window cursor of each shard counted past the windows it
 // served (passed), and reports false where a shard's stream ended within
-// the count: where the line after its last served is not there.
+// the count: where the line after its last served is not there. The shards
+// are walked at once, each on its own goroutine (up to GOMAXPROCS): a walk
+// is mostly waits on memory, or on the pages of a mapped corpus.
 func (r *Rank) settle(passed map[*shardRun]uint64) (bool, error) {
-	k, line := r.fr.window, r.fr.line
-	epochs := map[*shard]uint64{}
+	type settled struct {
+		s     *shardRun
+		w     uint64
+		c     state.Cursor
+		ended bool
+	}
+	out := make([]settled, 0, len(passed))
 	for s, w := range passed {
-		c, err := s.advance(&r.fr, s.st.Window, w*k*line, epochs)
-		if err == nil && r.fr.epochs > 0 {
-			var next state.Cursor
-			if next, err = s.advance(&r.fr, c, s.st.Taken*line, epochs); err == nil && r.fr.ended(next) {
-				err = errStreamEnded
-			}
-		}
-		if errors.Is(err, errStreamEnded) {
+		out = append(out, settled{s: s, w: w})
+	}
+	var g errgroup.Group
+	g.SetLimit(runtime.GOMAXPROCS(0))
+	for i := range out {
+		g.Go(func() error {
+			o := &out[i]
+			var err error
+			o.c, o.ended, err = r.settleShard(o.s, o.w)
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return false, err
+	}
+	for _, o := range out {
+		if o.ended {
 			return false, nil
 		}
-		if err != nil {
-			return false, fmt.Errorf("stream: dataset %q shard %d: %w", s.ds.name, s.index, err)
-		}
-		if w > 0 {
-			s.st.Window, s.winOpen = c, false
+	}
+	for _, o := range out {
+		if o.w > 0 {
+			o.s.st.Window, o.s.winOpen = o.c, false
 		}
 	}
 	return true, nil
 }
 
+// settleShard is the window cursor w windows after shard s's, and whether
+// its stream ended before the line after its last served (bounded runs).
+func (r *Rank) settleShard(s *shardRun, w uint64) (state.Cursor, bool, error) {
+	k, line := r.fr.window, r.fr.line
+	var epoch uint64 // its tokens, once known
+	c, err := s.advance(&r.fr, s.st.Window, w*k*line, &epoch)
+	if err == nil && r.fr.epochs > 0 {
+		var next state.Cursor
+		if next, err = s.advance(&r.fr, c, s.st.Taken*line, &epoch); err == nil && r.fr.ended(next) {
+			err = errStreamEnded
+		}
+	}
+	if errors.Is(err, errStreamEnded) {
+		return c, true, nil
+	}
+	if err != nil {
+		return c, false, fmt.Errorf("stream: dataset %q shard %d: %w", s.ds.name, s.index, err)
+	}
+	return c, false, nil
+}
+
 // advance returns the cursor t tokens after c in the shard's stream, as
 // walk would, passing whole epochs by the tokens of one (epochLen, kept in
-// lens): a walk to the end of c's epoch, then one within the epoch it lands
-// in; errStreamEnded where the stream ends first.
-func (s *shard) advance(fr *framing, c state.Cursor, t uint64, lens map[*shard]uint64) (state.Cursor, error) {
+// *epoch, 0 until known): a walk to the end of c's epoch, then one within
+// the epoch it lands in; errStreamEnded where the stream ends first.
+func (s *shard) advance(fr *framing, c state.Cursor, t uint64, epoch *uint64) (state.Cursor, error) {
 	for first := c.Epoch; t > 0 && c.Epoch == first; {
 		f, err := s.frame(fr, c.Epoch, c.Pos)
 		if err != nil {
@@ -172,14 +243,13 @@ func (s *shard) advance(fr *framing, c state.Cursor, t uint64, lens map[*shard]u
 		c = s.next(c)
 	}
 	if t > 0 { // c is at the start of an epoch
-		e, ok := lens[s]
-		if !ok {
+		if *epoch == 0 {
 			var err error
-			if e, err = s.epochLen(fr); err != nil {
+			if *epoch, err = s.epochLen(fr); err != nil {
 				return c, err
 			}
-			lens[s] = e
 		}
+		e := *epoch
 		if e == 0 {
 			return c, fmt.Errorf("no tokens in an epoch, %d to pass", t)
 		}
