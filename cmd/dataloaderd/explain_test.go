@@ -178,3 +178,31 @@ func TestExplainCLI(t *testing.T) {
 		t.Errorf("the table: exit %d:\n%s", code, out.String())
 	}
 }
+
+// TestExplainUsage: -h prints explain's usage and exits 0; a command line
+// that does not say what to explain exits 2 naming what is missing.
+func TestExplainUsage(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"explain", "-h"}, &out, &errb); code != 0 ||
+		!strings.Contains(out.String(), "dataloaderd explain --ranks W") || !strings.Contains(out.String(), "-batch-id") {
+		t.Errorf("explain -h: exit %d, %q", code, out.String())
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"explain", "--ranks", "2", "x.json"}, "give one of --step, --steps and --batch-id"},
+		{[]string{"explain", "--step", "3", "x.json"}, "--ranks (the job's dp_size) is required"},
+		{[]string{"explain", "--ranks", "2", "--step", "3"}, "name one config file"},
+		{[]string{"explain", "--ranks", "2", "--steps", "5-3", "x.json"}, `--steps "5-3": want A-B`},
+		{[]string{"explain", "--ranks", "2", "--rank", "2", "--step", "1", "x.json"}, "--rank 2 is not below --ranks 2"},
+		{[]string{"explain", "--batch-id", "abc", "x.json"}, "want <8 hex digits>-s<step>-r<dp_rank>of<dp_size>"},
+		{[]string{"explain", "--batch-id", "0badf00d-s3-r1of2", "--ranks", "4", "x.json"}, "is of rank 1 of 2"},
+	} {
+		out.Reset()
+		errb.Reset()
+		if code := run(context.Background(), tc.args, &out, &errb); code != 2 || out.Len() > 0 || !strings.Contains(errb.String(), tc.want) {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want 2 and %q", tc.args, code, out.String(), errb.String(), tc.want)
+		}
+	}
+}
