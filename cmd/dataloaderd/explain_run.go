@@ -214,7 +214,12 @@ func printExplained(w io.Writer, rep explained) {
 	fmt.Fprintln(tw, "STEP\tRANK\tLINE\tCOLUMNS\tDATASET\tDOCUMENT\tTOKENS\tFILE")
 	for _, p := range rep.Pieces {
 		doc := fmt.Sprint(p.Document)
-		if p.Document < 0 {
+		switch {
+		case p.JSONLLine > 0:
+			doc = fmt.Sprintf("line %d", p.JSONLLine)
+		case p.ParquetRow != nil:
+			doc = fmt.Sprintf("row %d", *p.ParquetRow)
+		case p.Document < 0:
 			doc = fmt.Sprintf("unit %d doc %d", p.FileUnit, p.UnitDocument)
 		}
 		toks := fmt.Sprintf("%d-%d", p.TokenStart, p.TokenEnd)

@@ -3,6 +3,8 @@ package stream
 import (
 	"fmt"
 	"slices"
+
+	"github.com/dataloaderd/dataloaderd/internal/text"
 )
 
 // Explaining a batch (dataloaderd explain): a rank makes it as NextBatch
@@ -37,6 +39,11 @@ type Piece struct {
 	// by the EOS tokens that end them (0 where a unit is one document).
 	Document     int64  `json:"document"`
 	UnitDocument uint64 `json:"unit_document"`
+	// JSONLLine is a text document's line in its plain JSONL file (from 1;
+	// 0: not known, as in a compressed one), ParquetRow its row in its
+	// Parquet file (from 0), when the source places it.
+	JSONLLine  uint64  `json:"jsonl_line,omitempty"`
+	ParquetRow *uint64 `json:"parquet_row,omitempty"`
 	// TokenStart and TokenEnd count the document's own tokens (for text,
 	// as tokenized), the framing left out.
 	TokenStart uint64 `json:"token_start"`
@@ -61,6 +68,12 @@ func (t *batchTrace) add(s *shard, pieces []piece) {
 	t.lines = append(t.lines, tracedLine{from: s, pieces: slices.Clone(pieces)})
 }
 
+// recordPlacer is a text source that places each document of a unit in its
+// file (text.Tokens): a JSONL line, a Parquet row.
+type recordPlacer interface {
+	Records(u uint64) ([]text.Record, bool, error)
+}
+
 // unitLocator is a source that names the file of a unit and the unit's
 // number in it (source's datasets, text.Tokens); ok false: it cannot say.
 type unitLocator interface {
@@ -79,7 +92,7 @@ func (r *Rank) ExplainBatch(dst []int32) (Produced, []Piece, error) {
 	if err != nil || p.Lines == 0 {
 		return p, nil, err
 	}
-	names := namer{fr: &r.fr, spans: map[spanKey][]docSpan{}}
+	names := namer{fr: &r.fr, units: map[spanKey]unitDocs{}}
 	id := BatchID(r.corpus.JobFingerprint(), r.step, r.dpRank, r.dpSize)
 	var out []Piece
 	for i, l := range trace.lines {
@@ -104,6 +117,13 @@ type docSpan struct {
 	head, tail uint64
 }
 
+// unitDocs is a unit of several documents: their spans, and each one's
+// place in the file when known (places nil otherwise).
+type unitDocs struct {
+	spans  []docSpan
+	places []text.Record
+}
+
 type spanKey struct {
 	ds   *shardedSource
 	unit uint64
@@ -113,7 +133,7 @@ type spanKey struct {
 // of several documents it has split.
 type namer struct {
 	fr    *framing
-	spans map[spanKey][]docSpan
+	units map[spanKey]unitDocs
 }
 
 // pieces names a piece of a line taken from shard s: one Piece for each
@@ -126,10 +146,10 @@ func (n *namer) pieces(s *shard, pc piece) ([]Piece, error) {
 			base.File, base.FileUnit = path, local
 		}
 	}
-	spans := []docSpan{{start: 0, end: pc.f.len(), head: uint64(pc.f.head), tail: uint64(pc.f.tail)}}
+	ud := unitDocs{spans: []docSpan{{start: 0, end: pc.f.len(), head: uint64(pc.f.head), tail: uint64(pc.f.tail)}}}
 	if ds.src.Delimited() {
 		var err error
-		if spans, err = n.split(ds, pc.f); err != nil {
+		if ud, err = n.split(ds, pc.f); err != nil {
 			return nil, err
 		}
 	} else {
@@ -137,7 +157,7 @@ func (n *namer) pieces(s *shard, pc piece) ([]Piece, error) {
 	}
 	var out []Piece
 	lo, hi := pc.off, pc.off+pc.n
-	for k, sp := range spans {
+	for k, sp := range ud.spans {
 		if sp.end <= lo || sp.start >= hi || sp.end == sp.start {
 			continue
 		}
@@ -150,6 +170,13 @@ func (n *namer) pieces(s *shard, pc piece) ([]Piece, error) {
 		np.BOS, np.EOS = a < sp.head, b > sp.head+body
 		np.TokenStart = min(max(a, sp.head)-sp.head, body)
 		np.TokenEnd = max(min(b, sp.head+body)-sp.head, np.TokenStart)
+		if ud.places != nil {
+			np.JSONLLine = ud.places[k].Line
+			if np.JSONLLine == 0 {
+				row := ud.places[k].Row
+				np.ParquetRow = &row
+			}
+		}
 		out = append(out, np)
 	}
 	return out, nil
@@ -158,15 +185,17 @@ func (n *namer) pieces(s *shard, pc piece) ([]Piece, error) {
 // split cuts a unit of several documents (a delimited source's) into them:
 // each ends after an EOS token, the last one at the unit's end; a text
 // unit's documents start with the BOS its tokenizing put first, when the
-// config has one.
-func (n *namer) split(ds *shardedSource, f frame) ([]docSpan, error) {
+// config has one. A text source places them in the file, where it can and
+// its documents are as many as the EOS tokens say (a text that tokenizes
+// to an EOS inside it is cut there, as the batch's document_ids cut it).
+func (n *namer) split(ds *shardedSource, f frame) (unitDocs, error) {
 	key := spanKey{ds, f.unit}
-	if sp, ok := n.spans[key]; ok {
-		return sp, nil
+	if ud, ok := n.units[key]; ok {
+		return ud, nil
 	}
 	toks := make([]int32, f.body)
 	if err := ds.src.Read(f.unit, 0, toks); err != nil {
-		return nil, fmt.Errorf("dataset %q unit %d: %w", ds.name, f.unit, err)
+		return unitDocs{}, fmt.Errorf("dataset %q unit %d: %w", ds.name, f.unit, err)
 	}
 	var spans []docSpan
 	start := uint64(0)
@@ -183,6 +212,16 @@ func (n *namer) split(ds *shardedSource, f frame) ([]docSpan, error) {
 			start = uint64(i) + 1
 		}
 	}
-	n.spans[key] = spans
-	return spans, nil
+	ud := unitDocs{spans: spans}
+	if p, ok := ds.src.(recordPlacer); ok {
+		places, ok, err := p.Records(f.unit)
+		if err != nil {
+			return unitDocs{}, fmt.Errorf("dataset %q unit %d: %w", ds.name, f.unit, err)
+		}
+		if ok && len(places) == len(spans) {
+			ud.places = places
+		}
+	}
+	n.units[key] = ud
+	return ud, nil
 }

@@ -4,10 +4,14 @@ import (
 	"context"
 	"fmt"
 	"math/rand"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/dataloaderd/dataloaderd/internal/state"
+	"github.com/dataloaderd/dataloaderd/internal/testcorpus"
 )
 
 // madeBatch is a batch as a rank made it: its step and tokens.
@@ -204,5 +208,77 @@ func (e *explained) checkPiece(where string, toks []int32, pc Piece) {
 		if o.doc != base+int(pc.UnitDocument) {
 			t.Fatalf("%s: token %d is of document %d, the unit's document %d is %d", where, tok, o.doc, pc.UnitDocument, base+int(pc.UnitDocument))
 		}
+	}
+}
+
+// TestExplainPlacesTextRecords: a piece of a plain JSONL file names the
+// document's line (blank lines and a skipped bad record counted), a piece
+// of a Parquet file its row, whatever block or row group holds it.
+func TestExplainPlacesTextRecords(t *testing.T) {
+	rng := rand.New(rand.NewSource(3))
+	dir := t.TempDir()
+	jdocs, next := testcorpus.UniqueDocs(rng, 40, 30, 1)
+	pdocs, _ := testcorpus.UniqueDocs(rng, 30, 30, next)
+	var b strings.Builder
+	lines := map[int32]uint64{} // a JSONL token's line
+	line := uint64(1)
+	for i, d := range jdocs {
+		fmt.Fprintf(&b, "{\"text\": %q}\n", testcorpus.Text(d))
+		for _, tok := range d {
+			lines[tok] = line
+		}
+		line++
+		switch i {
+		case 3:
+			b.WriteString("\n")
+			line++
+		case 7:
+			b.WriteString("{\"id\": \"no text\"}\n")
+			line++
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "a.jsonl"), []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rows := map[int32]uint64{}
+	for i, d := range pdocs {
+		for _, tok := range d {
+			rows[tok] = uint64(i)
+		}
+	}
+	testcorpus.Parquet(t, filepath.Join(dir, "p.parquet"), pdocs, 4)
+	cfg := Config{SeqLen: 17, BatchSize: 2, Seed: 2, LogicalShards: 2, EOS: testEOS, BOS: testBOS, Pad: testPad, Epochs: 1,
+		ShuffleWindow: 3, Datasets: []Dataset{
+			{Name: "j", Path: filepath.Join(dir, "a.jsonl"), Format: "jsonl", Weight: 1, Tokenizer: "ints", OnBadRecord: "skip"},
+			{Name: "p", Path: filepath.Join(dir, "p.parquet"), Format: "parquet", Weight: 1, Tokenizer: "ints"}}}
+	c := openInts(t, cfg, 2, 1<<20)
+	placed := 0
+	for r := uint32(0); r < 2; r++ {
+		for step := uint64(1); ; step++ {
+			x := explainStep(t, c, r, 2, nil, step)
+			if x.p.Lines == 0 {
+				break
+			}
+			for _, pc := range x.pieces {
+				toks := x.tokens[pc.Line*cfg.LineTokens()+pc.ColumnStart : pc.Line*cfg.LineTokens()+pc.ColumnEnd]
+				tok := toks[0]
+				if pc.BOS {
+					tok = toks[min(1, len(toks)-1)]
+				}
+				if tok == testEOS || tok == testBOS {
+					continue // a piece of framing alone
+				}
+				switch {
+				case pc.Dataset == "j" && pc.JSONLLine != lines[tok]:
+					t.Fatalf("%+v: jsonl_line %d, the document is on line %d", pc, pc.JSONLLine, lines[tok])
+				case pc.Dataset == "p" && (pc.ParquetRow == nil || *pc.ParquetRow != rows[tok]):
+					t.Fatalf("%+v: parquet_row %v, the document is row %d", pc, pc.ParquetRow, rows[tok])
+				}
+				placed++
+			}
+		}
+	}
+	if placed < 40 {
+		t.Fatalf("only %d pieces placed", placed)
 	}
 }
