@@ -15,8 +15,8 @@ import (
 const explainUsage = `dataloaderd explain: show which documents made a training step's batches.
 
 Usage:
-  dataloaderd explain --ranks W (--step N | --steps A-B) [--rank R] [--from CHECKPOINT] [--json] CONFIG
-  dataloaderd explain --batch-id ID [--from CHECKPOINT] [--json] CONFIG
+  dataloaderd explain --ranks W (--step N | --steps A-B) [--rank R] [--from CHECKPOINT [--prefix KEY]] [--json] CONFIG
+  dataloaderd explain --batch-id ID [--from CHECKPOINT [--prefix KEY]] [--json] CONFIG
 
 CONFIG is the job config in JSON, as the Python client reads it; W the
 job's dp_size at that step. For each rank (or --rank R) and each line of
@@ -29,8 +29,10 @@ client's batch["batch_id"]), whose job fingerprint must be the config's,
 and explains that rank's step.
 
 With --from, each rank starts from the checkpoint folder's rank files
-(dataloader/rank-*-of-*.json, what loader.save writes; a world of any size)
-exactly as a session resuming from it would; without, from the run's start.
+(dataloader/rank-*-of-*.json, what loader.save writes; a world of any size),
+or from the loader's state in a torch.distributed.checkpoint folder (under
+--prefix KEY, default the only one), exactly as a session resuming from it
+would; without, from the run's start.
 It then moves to the step without copying a token: for pre-tokenized data
 with epochs 0 by counting lines (seconds for a million steps), otherwise
 batch by batch, reading every document's length (text: tokenizing it).
@@ -44,6 +46,7 @@ Flags:
 type explainRequest struct {
 	config     string
 	from       string
+	prefix     string // the loader's key in a DCP checkpoint
 	first      uint64 // the steps to explain, first to last
 	last       uint64
 	rank       int // -1: every rank
@@ -60,7 +63,8 @@ func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
 
 func explainCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("explain", flag.ContinueOnError)
-	from := fs.String("from", "", "checkpoint folder to start from (its dataloader/ rank files); default: the run's start")
+	from := fs.String("from", "", "checkpoint folder to start from (its dataloader/ rank files, or a torch.distributed.checkpoint); default: the run's start")
+	prefix := fs.String("prefix", "", "in a torch.distributed.checkpoint folder, the key the loader's state is under (default: the only one)")
 	step := fs.Uint64("step", 0, "the step to explain (from 1)")
 	steps := fs.String("steps", "", "the steps to explain, A-B (inclusive)")
 	batchID := fs.String("batch-id", "", "a batch's batch_id: its job fingerprint, step and rank")
@@ -72,7 +76,7 @@ func explainCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := parseFlags(fs, explainUsage, args, stderr); err != nil {
 		return err
 	}
-	req := explainRequest{from: *from, rank: *rank, ranks: uint32(*ranks), tokenizers: tokenizers}
+	req := explainRequest{from: *from, prefix: *prefix, rank: *rank, ranks: uint32(*ranks), tokenizers: tokenizers}
 	if err := req.parse(fs, *step, *steps, *batchID, *ranks); err != nil {
 		fmt.Fprintf(stderr, "dataloaderd explain: %v\n\n%s", err, explainUsage)
 		return errUsage

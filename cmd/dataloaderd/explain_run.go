@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"text/tabwriter"
@@ -14,6 +16,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/dataloaderd/dataloaderd/internal/dcp"
 	"github.com/dataloaderd/dataloaderd/internal/files"
 	"github.com/dataloaderd/dataloaderd/internal/objstore"
 	"github.com/dataloaderd/dataloaderd/internal/session"
@@ -83,6 +86,10 @@ func explain(ctx context.Context, req explainRequest) (explained, error) {
 		return explained{}, fmt.Errorf("the batch id's job fingerprint is %s, config %s's is %s: the batch is of another job "+
 			"(its datasets, their files, seq_len, batch_size, logical_shards, seed, ... differ)", req.batchFP, req.config, rep.JobFingerprint)
 	}
+	from, err := resumePoint(req.from, req.prefix)
+	if err != nil {
+		return explained{}, err
+	}
 	var ranks []uint32
 	for r := uint32(0); r < req.ranks; r++ {
 		if req.rank < 0 || uint32(req.rank) == r {
@@ -95,7 +102,7 @@ func explain(ctx context.Context, req explainRequest) (explained, error) {
 	g.SetLimit(runtime.GOMAXPROCS(0))
 	for i, r := range ranks {
 		g.Go(func() (err error) {
-			rep.Ranks[i], pieces[i], err = explainRank(gctx, corpus, res.Roots, req, r)
+			rep.Ranks[i], pieces[i], err = explainRank(gctx, corpus, res.Roots, from, req, r)
 			return err
 		})
 	}
@@ -126,8 +133,8 @@ func cmpUint(a, b uint64) int {
 
 // explainRank builds rank r as a session resuming from req.from would,
 // moves it to the step before req.first and explains req.first to req.last.
-func explainRank(ctx context.Context, corpus *stream.Corpus, roots *files.Roots, req explainRequest, r uint32) (rankReached, []stream.Piece, error) {
-	rank, err := session.ResumeRank(ctx, corpus, roots, req.from, r, req.ranks)
+func explainRank(ctx context.Context, corpus *stream.Corpus, roots *files.Roots, from session.Resume, req explainRequest, r uint32) (rankReached, []stream.Piece, error) {
+	rank, err := session.ResumeRank(ctx, corpus, roots, from, r, req.ranks)
 	if err != nil {
 		return rankReached{}, nil, err
 	}
@@ -162,6 +169,46 @@ func explainRank(ctx context.Context, corpus *stream.Corpus, roots *files.Roots,
 		}
 	}
 	return reached, out, nil
+}
+
+// resumePoint is where the ranks start: the rank files of folder, or the
+// loader's state under prefix in the torch.distributed.checkpoint folder
+// is; "": the run's start.
+func resumePoint(folder, prefix string) (session.Resume, error) {
+	if folder == "" {
+		if prefix != "" {
+			return session.Resume{}, fmt.Errorf("--prefix names a key in the checkpoint --from names")
+		}
+		return session.Resume{}, nil
+	}
+	_, err := os.Stat(filepath.Join(folder, state.Dir))
+	if !errors.Is(err, os.ErrNotExist) {
+		if prefix != "" {
+			return session.Resume{}, fmt.Errorf("checkpoint %s holds rank files (%s/): --prefix names a key of a torch.distributed.checkpoint", folder, state.Dir)
+		}
+		return session.Resume{Folder: folder}, nil
+	}
+	isDCP, err := dcp.IsCheckpoint(folder)
+	if err != nil {
+		return session.Resume{}, fmt.Errorf("checkpoint %s: %w", folder, err)
+	}
+	if !isDCP {
+		return session.Resume{}, fmt.Errorf("checkpoint %s has no %s/ directory of rank files (loader.save) and no %s (torch.distributed.checkpoint)",
+			folder, state.Dir, dcp.MetadataFile)
+	}
+	c, err := dcp.Open(folder)
+	if err != nil {
+		return session.Resume{}, err
+	}
+	defer c.Close()
+	if prefix, err = loaderPrefix(c, prefix); err != nil {
+		return session.Resume{}, err
+	}
+	sharded, err := readSharded(c, prefix)
+	if err != nil {
+		return session.Resume{}, fmt.Errorf("checkpoint %s, the loader's state under %q: %w", folder, prefix, err)
+	}
+	return session.Resume{Sharded: &sharded}, nil
 }
 
 // readSchedule reads the config's schedule (its weights by dataset name)

@@ -206,3 +206,26 @@ func TestExplainUsage(t *testing.T) {
 		}
 	}
 }
+
+// TestExplainFromDCP: --from takes a torch.distributed.checkpoint folder
+// too: the loader's state in it (under --prefix, or the only one) is the
+// resume point, checked against the config as a session's resume_sharded
+// is (the fixture's is another corpus's: refused by what differs).
+func TestExplainFromDCP(t *testing.T) {
+	config, _ := explainJob(t)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--from", dcpLoader}, "seq_len is 128 in the saved state, 31 now"},
+		{[]string{"--from", dcpLoader, "--prefix", "other"}, `holds no loader's state under "other"`},
+		{[]string{"--from", dcpNone}, "holds no dataloaderd loader's state"},
+		{[]string{"--from", t.TempDir()}, "no dataloader/ directory of rank files (loader.save) and no .metadata"},
+	} {
+		var out, errb bytes.Buffer
+		args := append(append([]string{"explain", "--ranks", "2", "--step", "60"}, tc.args...), config)
+		if code := run(context.Background(), args, &out, &errb); code != 1 || !strings.Contains(errb.String(), tc.want) {
+			t.Errorf("%v: exit %d, stderr %q; want 1 and %q", tc.args, code, errb.String(), tc.want)
+		}
+	}
+}

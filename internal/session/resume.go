@@ -33,16 +33,25 @@ func rankFrom(ctx context.Context, corpus *stream.Corpus, req Request, from *sta
 	return rank, err
 }
 
-// ResumeRank builds rank dpRank of dpSize of corpus as a session opened with
-// resume_from folder builds it (folder "": from the run's start), with the
-// process's own rights: the state read from the rank files it needs, the
-// same checks, the same rank. No session, ring or producer: dataloaderd
-// explain moves it to a step and lays out that batch.
-func ResumeRank(ctx context.Context, corpus *stream.Corpus, roots *files.Roots, folder string, dpRank, dpSize uint32) (*stream.Rank, error) {
-	req := Request{DPRank: dpRank, DPSize: dpSize, ResumeFrom: folder, Config: corpus.Config()}
-	from, err := resumeState(corpus, roots, req)
+// Resume is where ResumeRank's rank starts: the rank files of a checkpoint
+// folder (Folder, as resume_from), or a loader's state read from a
+// torch.distributed.checkpoint (Sharded, as resume_sharded); neither: the
+// run's start.
+type Resume struct {
+	Folder  string
+	Sharded *state.Sharded
+}
+
+// ResumeRank builds rank dpRank of dpSize of corpus as a session opened
+// with that resume point builds it, with the process's own rights: the
+// state read from the rank files it needs (or taken from the sharded
+// state), the same checks, the same rank. No session, ring or producer:
+// dataloaderd explain moves it to a step and lays out that batch.
+func ResumeRank(ctx context.Context, corpus *stream.Corpus, roots *files.Roots, from Resume, dpRank, dpSize uint32) (*stream.Rank, error) {
+	req := Request{DPRank: dpRank, DPSize: dpSize, ResumeFrom: from.Folder, ResumeSharded: from.Sharded, Config: corpus.Config()}
+	st, err := resumeState(corpus, roots, req)
 	if err != nil {
 		return nil, err
 	}
-	return rankFrom(ctx, corpus, req, from)
+	return rankFrom(ctx, corpus, req, st)
 }

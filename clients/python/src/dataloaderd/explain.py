@@ -29,7 +29,8 @@ def find_binary() -> str:
 
 def explain(config: Union[str, "os.PathLike[str]", Mapping[str, object]], step: Optional[int] = None, *,
             steps: Optional[Tuple[int, int]] = None, batch_id: Optional[str] = None,
-            checkpoint: Optional[Union[str, "os.PathLike[str]"]] = None, dp_rank: Optional[int] = None,
+            checkpoint: Optional[Union[str, "os.PathLike[str]"]] = None, prefix: Optional[str] = None,
+            dp_rank: Optional[int] = None,
             dp_size: Optional[int] = None, tokenizer_dirs: Sequence[str] = (), binary: Optional[str] = None,
             timeout: Optional[float] = None) -> List[Dict[str, Any]]:
     """The pieces of the lines of a step's batches, one dict a piece, as
@@ -44,8 +45,10 @@ def explain(config: Union[str, "os.PathLike[str]", Mapping[str, object]], step: 
     ``batch_id`` (a batch's ``batch["batch_id"]``: its rank and step, and a
     fingerprint that must be the config's). ``dp_size`` is the job's world
     (required without ``batch_id``); ``dp_rank`` one rank (default: every
-    rank). ``checkpoint`` is a folder ``loader.save`` wrote into: the ranks
-    start from it as a resume from it would (default: the run's start).
+    rank). ``checkpoint`` is a folder ``loader.save`` wrote into, or a
+    torch.distributed.checkpoint folder holding a Loader's state dict
+    (under ``prefix``, default the only one): the ranks start from it as a
+    resume from it would (default: the run's start).
     ``tokenizer_dirs`` are the daemon's ``--tokenizer-dir`` folders, for
     text datasets."""
     given = [x for x in (step, steps, batch_id) if x is not None]
@@ -66,6 +69,8 @@ def explain(config: Union[str, "os.PathLike[str]", Mapping[str, object]], step: 
         args += ["--rank", str(int(dp_rank))]
     if checkpoint is not None:
         args += ["--from", os.path.abspath(os.fspath(checkpoint))]
+    if prefix is not None:
+        args += ["--prefix", prefix]
     for d in tokenizer_dirs:
         args += ["--tokenizer-dir", os.fspath(d)]
     with tempfile.TemporaryDirectory(prefix="dataloaderd-explain-") as tmp:
