@@ -161,6 +161,12 @@ func TestExplainCLI(t *testing.T) {
 			t.Fatalf("a piece of batch %s has batch_id %s", id, one.Pieces[0].BatchID)
 		}
 	}
+	checkRefusals(t, config, ckpt)
+}
+
+// checkRefusals: explain refuses another job's batch id and a step before
+// the checkpoint, naming why, and its table says how each rank got there.
+func checkRefusals(t *testing.T, config, ckpt string) {
 	var out, errb bytes.Buffer
 	other := stream.BatchID("0badf00d", 5, 0, 3)
 	if code := run(context.Background(), []string{"explain", "--from", ckpt, "--batch-id", other, config}, &out, &errb); code != 1 ||
