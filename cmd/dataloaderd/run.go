@@ -19,6 +19,7 @@ Usage:
   dataloaderd prepare [flags]      tokenize JSONL/Parquet text into Megatron .bin/.idx (see 'dataloaderd prepare -h')
   dataloaderd inspect CHECKPOINT   show a checkpoint's loader state: step, datasets, mixture history
   dataloaderd plan --ranks N CONFIG  show a job's working set in the node's object cache (see 'dataloaderd plan -h')
+  dataloaderd explain --ranks W --step N CONFIG  show which documents made step N's batches (see 'dataloaderd explain -h')
   dataloaderd version              print the version (also: dataloaderd --version)
   dataloaderd watch [flags]        the lifeline of deploy/torchrun-with-dataloaderd.sh (see 'dataloaderd watch -h')
 
@@ -45,6 +46,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = inspectCmd(ctx, args[1:], stdout, stderr)
 	case "plan":
 		err = planCmd(ctx, args[1:], stdout, stderr)
+	case "explain":
+		err = explainCmd(ctx, args[1:], stdout, stderr)
 	case "watch":
 		err = watchCmd(ctx, args[1:], stderr)
 	case "version", "--version", "-version":

@@ -190,7 +190,7 @@ func openedTo(o session.Opened) *pb.OpenSessionResponse {
 			ControlPath: l.ControlPath, ControlBytes: uint64(l.ControlBytes),
 		},
 		LineTokens: uint32(o.LineTokens), BatchSize: o.BatchSize, StartStep: o.StartStep, MaxSkipSteps: o.MaxSkipSteps, Fields: fieldsTo(o.Fields),
-		Continued: o.Continued,
+		Continued: o.Continued, JobFingerprint: o.JobFingerprint,
 	}
 }
 

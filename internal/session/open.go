@@ -183,22 +183,16 @@ func (m *Manager) newSession(ctx context.Context, key sessionKey, p plan) (*sess
 		return nil, err
 	}
 	release := use.release
-	from, err := restore(corpus.Fingerprint(), m.roots, req)
-	if err == nil {
-		err = checkStateSize(corpus.Fingerprint(), req, from) // budget.go
-	}
+	from, err := resumeState(corpus, m.roots, req) // resume.go
 	if err != nil {
 		release()
 		return nil, err
 	}
-	rank, err := stream.NewRankContext(ctx, corpus, req.DPRank, req.DPSize, from)
+	rank, err := rankFrom(ctx, corpus, req, from)
 	if err != nil {
 		release()
 		if stop := m.stopped(); stop != nil && ctx.Err() != nil {
 			return nil, stop
-		}
-		if from != nil {
-			err = fmt.Errorf("%s: %w", resumeSource(req), err)
 		}
 		return nil, err
 	}
@@ -254,7 +248,8 @@ func (s *session) describe(c, device int) Opened {
 	cfg := s.corpus.Config()
 	return Opened{ID: s.id, Consumer: c, Transport: s.transport, Ring: s.ring.Layout(device),
 		LineTokens: cfg.LineTokens(), BatchSize: cfg.BatchSize, StartStep: s.pipeline.StartStep(),
-		MaxSkipSteps: MaxSkipSteps(uint64(cfg.BatchSize) * uint64(cfg.LineTokens())), Fields: s.corpus.Layout().Fields}
+		MaxSkipSteps: MaxSkipSteps(uint64(cfg.BatchSize) * uint64(cfg.LineTokens())), Fields: s.corpus.Layout().Fields,
+		JobFingerprint: s.corpus.JobFingerprint()}
 }
 
 // resumeSource names where a restored state came from, for an error that a

@@ -77,6 +77,8 @@ type Opened struct {
 	MaxSkipSteps uint64
 	// Fields is where a batch's arrays lie in a slot.
 	Fields []stream.Field
+	// JobFingerprint names the job in a batch's id (stream.BatchID).
+	JobFingerprint string
 	// reconnect: the open is a reconnect the daemon counts (reconnects.go).
 	reconnect bool
 	// Continued: the consumer took the place of one whose process died

@@ -8,7 +8,8 @@ import (
 // The optional abilities of a source.Source: what some sources do beyond
 // the interface, declared here, in one place, and found once per dataset
 // when the corpus opens it (abilitiesOf). Beside them, source.Prefetcher:
-// hints for sources in mapped files.
+// hints for sources in mapped files; and, asked only by dataloaderd
+// explain, unitLocator and recordPlacer (explain.go).
 
 // unitPrefetcher is a source that can prepare units ahead of their reads
 // (text datasets tokenize them on a worker pool; datasets in object

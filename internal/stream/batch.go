@@ -56,6 +56,9 @@ type assembly struct {
 	filled uint64
 	pieces []piece
 	from   *shard
+	// trace, when not nil, keeps every line's pieces (explain.go); nil
+	// but for dataloaderd explain.
+	trace *batchTrace
 }
 
 // copying points the assembly at a batch of tokens, dst, and its metadata.
@@ -87,7 +90,7 @@ func (a *assembly) take(fr *framing, i int, s *shardRun, j uint64) error {
 		return nil
 	}
 	var pc *[]piece
-	if a.meta != nil {
+	if a.meta != nil || a.trace != nil {
 		a.pieces = a.pieces[:0]
 		pc = &a.pieces
 	}
@@ -96,6 +99,9 @@ func (a *assembly) take(fr *framing, i int, s *shardRun, j uint64) error {
 		return err
 	}
 	a.filled, a.from = filled, s.shard
+	if a.trace != nil {
+		a.trace.add(s.shard, a.pieces)
+	}
 	return nil
 }
 

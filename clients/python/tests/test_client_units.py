@@ -231,7 +231,7 @@ def test_public_names():
     assert raised <= set(dataloaderd.__all__), raised - set(dataloaderd.__all__)
     assert all(getattr(dataloaderd, name) is getattr(errors, name) for name in raised)
     assert dataloaderd.Batch.__required_keys__ == {"tokens", "input_ids", "labels", "shift_labels", "step", "lines",
-                                                   "padding"}
+                                                   "padding", "batch_id"}
     assert dataloaderd.Batch.__optional_keys__ == {"position_ids", "document_ids", "dataset_ids", "loss_mask",
                                                    "cu_seqlens", "line_segments", "max_seqlen"}
 

@@ -909,9 +909,15 @@ type OpenSessionResponse struct {
 	// The open took the place of a consumer whose process died without
 	// closing (--keep-detached): start_step is the last batch that process
 	// released, and the batches it held unreleased come again.
-	Continued     bool `protobuf:"varint,10,opt,name=continued,proto3" json:"continued,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Continued bool `protobuf:"varint,10,opt,name=continued,proto3" json:"continued,omitempty"`
+	// The job's fingerprint in 8 hex digits: of what shapes the token stream
+	// (the state fingerprint: datasets, seq_len, logical_shards, seed, ...)
+	// and batch_size. With the step and dp_rank it names a batch: the client's
+	// batch_id, which dataloaderd explain --batch-id takes. Empty from
+	// daemons before it.
+	JobFingerprint string `protobuf:"bytes,11,opt,name=job_fingerprint,json=jobFingerprint,proto3" json:"job_fingerprint,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *OpenSessionResponse) Reset() {
@@ -1012,6 +1018,13 @@ func (x *OpenSessionResponse) GetContinued() bool {
 		return x.Continued
 	}
 	return false
+}
+
+func (x *OpenSessionResponse) GetJobFingerprint() string {
+	if x != nil {
+		return x.JobFingerprint
+	}
+	return ""
 }
 
 // One array of a batch in its slot.
@@ -2039,7 +2052,7 @@ const file_dataloader_v1_dataloader_proto_rawDesc = "" +
 	"ipc_handle\x18\x06 \x01(\fR\tipcHandle\x12\x16\n" +
 	"\x06device\x18\a \x01(\rR\x06device\x12!\n" +
 	"\fcontrol_path\x18\b \x01(\tR\vcontrolPath\x12#\n" +
-	"\rcontrol_bytes\x18\t \x01(\x04R\fcontrolBytes\"\x86\x03\n" +
+	"\rcontrol_bytes\x18\t \x01(\x04R\fcontrolBytes\"\xaf\x03\n" +
 	"\x13OpenSessionResponse\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1a\n" +
@@ -2055,7 +2068,8 @@ const file_dataloader_v1_dataloader_proto_rawDesc = "" +
 	"\x06fields\x18\b \x03(\v2\x18.dataloader.v1.SlotFieldR\x06fields\x12$\n" +
 	"\x0emax_skip_steps\x18\t \x01(\x04R\fmaxSkipSteps\x12\x1c\n" +
 	"\tcontinued\x18\n" +
-	" \x01(\bR\tcontinued\"c\n" +
+	" \x01(\bR\tcontinued\x12'\n" +
+	"\x0fjob_fingerprint\x18\v \x01(\tR\x0ejobFingerprint\"c\n" +
 	"\tSlotField\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x04R\x06offset\x12\x14\n" +

@@ -4,7 +4,7 @@ opened and closed."""
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Tuple
 
 import grpc
 
@@ -14,7 +14,7 @@ from ._feed import ControlFeed, Feed, Held, open_feed
 from ._options import Options
 from ._proto import dataloader_pb2 as pb
 from ._proto import dataloader_pb2_grpc as pb_grpc
-from .batch import Buffers
+from .batch import Buffers, batch_id
 
 __all__ = ["Session", "open_session", "close_session"]
 
@@ -24,14 +24,22 @@ class Session:
     reopened on a restarted daemon keeps its predecessor's, one opened
     otherwise (a new loader, load_state_dict) has its own. ``ended``: its
     rank's last batch was yielded. ``buffers``: the host arrays of its
-    batches' int64 keys."""
+    batches' int64 keys. ``rank``: its (dp_rank, dp_size), which name its
+    batches (batch_id)."""
 
-    __slots__ = ("reply", "feed", "delivery", "run", "ended", "buffers")
+    __slots__ = ("reply", "feed", "delivery", "run", "ended", "buffers", "rank")
 
-    def __init__(self, reply: pb.OpenSessionResponse, feed: Feed, delivery: Delivery, run: object):
+    def __init__(self, reply: pb.OpenSessionResponse, feed: Feed, delivery: Delivery, run: object,
+                 rank: Tuple[int, int] = (0, 1)):
         self.reply, self.feed, self.delivery, self.run = reply, feed, delivery, run
         self.ended = False
         self.buffers = Buffers()  # the int64 keys' arrays of its batches
+        self.rank = rank
+
+    def batch_id(self, step: int) -> str:
+        """The id of this session's batch of step (batch.batch_id): "" from
+        a daemon that gives no job fingerprint."""
+        return batch_id(self.reply.job_fingerprint, step, *self.rank)
 
     @property
     def control(self) -> Optional[_control.Control]:
@@ -68,7 +76,7 @@ def open_session(stub: pb_grpc.LoaderStub, request: pb.OpenSessionRequest, opts:
         stub.CloseSession(pb.CloseSessionRequest(session_id=reply.session_id, consumer=reply.consumer),
                           timeout=opts.timeout)
         raise
-    return Session(reply, feed, delivery, run)
+    return Session(reply, feed, delivery, run, (request.dp_rank, request.dp_size))
 
 
 def close_session(stub: pb_grpc.LoaderStub, live: Session, timeout: float, tell_daemon: bool) -> None:

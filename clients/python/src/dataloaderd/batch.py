@@ -21,7 +21,7 @@ else:  # pragma: no cover - typing_extensions comes with grpcio (>= 1.85: typing
 if TYPE_CHECKING:  # torch is optional; a type checker without it sees Any
     import torch
 
-__all__ = ["Batch", "Buffers", "DType", "DTYPES", "make_batch", "all_padding", "padding_arrays"]
+__all__ = ["Batch", "Buffers", "DType", "DTYPES", "make_batch", "all_padding", "padding_arrays", "batch_id"]
 
 # What Loader(dtype=...) takes: the integer type of input_ids, labels and
 # shift_labels. int64 is what losses and Hugging Face models take; int32 is
@@ -51,6 +51,12 @@ class Batch(TypedDict):
     (``labels`` is ``input_ids`` itself), copy-on-write on ``shm`` when
     torch is there.
 
+    ``batch_id`` names the batch: the job's fingerprint (of its datasets,
+    seq_len, batch_size, ...: what shapes the token stream), the step and
+    the rank, as ``"3fa2c1d0-s41200-r3of8"``. Log it; ``dataloaderd explain
+    --batch-id`` (and ``dataloaderd.explain``) say which documents made the
+    batch. Empty from a daemon too old to give the fingerprint.
+
     ``step`` counts from 1 over the whole run, resumes included; ``lines``
     is ``batch_size``, fewer only in the last batch of a bounded run.
     ``padding`` is True for the batches a loader with ``end="pad"`` yields
@@ -66,6 +72,7 @@ class Batch(TypedDict):
 
     tokens: Union["torch.Tensor", npt.NDArray[np.int32]]
     step: int
+    batch_id: str
     lines: int
     input_ids: "torch.Tensor"
     labels: "torch.Tensor"
@@ -213,7 +220,7 @@ def padding_arrays(layout: Layout, pad_id: int, device: Optional[int] = None) ->
 
 def make_batch(tokens: Union[Tensor, npt.NDArray[np.int32]], step: int, dtype: str,
                torch_mod: Optional[Torch], padding: bool = False, metadata: Optional[Dict[str, Any]] = None,
-               max_seqlen: int = 0, buffers: Optional[Buffers] = None) -> Batch:
+               max_seqlen: int = 0, buffers: Optional[Buffers] = None, batch_id: str = "") -> Batch:
     """A Batch of a slot's tokens (or of a padding batch's), with the
     metadata arrays of its slot, if any; its int64 keys in an array of
     buffers when given."""
@@ -226,11 +233,21 @@ def make_batch(tokens: Union[Tensor, npt.NDArray[np.int32]], step: int, dtype: s
         if tokens.flags.writeable and not tokens.flags.owndata:
             tokens = tokens.view()  # the copy-on-write view: tokens itself stays read-only,
             tokens.flags.writeable = False  # as on every other path but copy=True
-    batch = {"tokens": tokens, "step": step, "lines": tokens.shape[0],
+    batch = {"tokens": tokens, "step": step, "batch_id": batch_id, "lines": tokens.shape[0],
              "input_ids": ids, "labels": labels, "shift_labels": shifted, "padding": padding}
     if metadata:
         batch.update(_metadata(metadata, dtype, torch_mod, max_seqlen))
     return cast(Batch, batch)
+
+
+def batch_id(job_fingerprint: str, step: int, dp_rank: int, dp_size: int) -> str:
+    """The id of batch ``step`` of data-parallel rank ``dp_rank`` of
+    ``dp_size`` of the job whose fingerprint the daemon gave at open (the
+    daemon's stream.BatchID; dataloaderd explain --batch-id reads it): ""
+    without a fingerprint."""
+    if not job_fingerprint:
+        return ""
+    return f"{job_fingerprint}-s{step}-r{dp_rank}of{dp_size}"
 
 
 def all_padding(batch: Batch, group: Any = None) -> bool:

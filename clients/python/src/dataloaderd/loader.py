@@ -187,7 +187,8 @@ class Loader(Reconnecting, Positioning):
             again = self._take_again(live)
             if again is not None:  # given back (_position.py): yielded as it was
                 yield make_batch(again.tokens, again.step, self._opts.dtype, torch, metadata=dict(again.arrays),
-                                 max_seqlen=again.max_seqlen, buffers=live.buffers)
+                                 max_seqlen=again.max_seqlen, buffers=live.buffers,
+                                 batch_id=live.batch_id(again.step))
                 continue
             try:
                 got = None if self._end_met else self._next_announced(live)
@@ -208,7 +209,7 @@ class Loader(Reconnecting, Positioning):
             if self._recovery.on() and self._last_step % recovery_steps(live.reply) == 0:
                 self._keep_recovery(live)
             yield make_batch(tokens, got.held.step, self._opts.dtype, torch, metadata=arrays,
-                             max_seqlen=got.max_seqlen, buffers=live.buffers)
+                             max_seqlen=got.max_seqlen, buffers=live.buffers, batch_id=live.batch_id(got.held.step))
 
     def _padding(self, live: Session) -> Iterator[Batch]:
         """end="pad": after the rank's last batch, batches of pad_id flagged
@@ -222,7 +223,7 @@ class Loader(Reconnecting, Positioning):
             self._last_step += 1
             self._yielded = Yielded(self._last_step, live, padding=True)
             yield make_batch(tokens, self._last_step, self._opts.dtype, torch, padding=True, metadata=arrays,
-                             max_seqlen=self._config.seq_len, buffers=live.buffers)
+                             max_seqlen=self._config.seq_len, buffers=live.buffers, batch_id=live.batch_id(self._last_step))
 
     def _time_out(self, published: Optional[int]) -> NoReturn:
         """Closes the loader and raises BatchTimeoutError for the batch awaited."""

@@ -487,6 +487,7 @@ class OpenSessionResponse(_message.Message):
     FIELDS_FIELD_NUMBER: _builtins.int
     MAX_SKIP_STEPS_FIELD_NUMBER: _builtins.int
     CONTINUED_FIELD_NUMBER: _builtins.int
+    JOB_FINGERPRINT_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     consumer: _builtins.int
     """This process's consumer index in [0, consumers)."""
@@ -506,6 +507,13 @@ class OpenSessionResponse(_message.Message):
     """The open took the place of a consumer whose process died without
     closing (--keep-detached): start_step is the last batch that process
     released, and the batches it held unreleased come again.
+    """
+    job_fingerprint: _builtins.str
+    """The job's fingerprint in 8 hex digits: of what shapes the token stream
+    (the state fingerprint: datasets, seq_len, logical_shards, seed, ...)
+    and batch_size. With the step and dp_rank it names a batch: the client's
+    batch_id, which dataloaderd explain --batch-id takes. Empty from
+    daemons before it.
     """
     @_builtins.property
     def ring(self) -> Global___Ring: ...
@@ -528,10 +536,11 @@ class OpenSessionResponse(_message.Message):
         fields: _abc.Iterable[Global___SlotField] | None = ...,
         max_skip_steps: _builtins.int = ...,
         continued: _builtins.bool = ...,
+        job_fingerprint: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["ring", b"ring"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_size", b"batch_size", "consumer", b"consumer", "continued", b"continued", "fields", b"fields", "line_tokens", b"line_tokens", "max_skip_steps", b"max_skip_steps", "ring", b"ring", "session_id", b"session_id", "start_step", b"start_step", "transport", b"transport"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_size", b"batch_size", "consumer", b"consumer", "continued", b"continued", "fields", b"fields", "job_fingerprint", b"job_fingerprint", "line_tokens", b"line_tokens", "max_skip_steps", b"max_skip_steps", "ring", b"ring", "session_id", b"session_id", "start_step", b"start_step", "transport", b"transport"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
