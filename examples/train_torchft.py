@@ -150,7 +150,7 @@ def main() -> None:
     p.add_argument("--pause", type=float, default=0.0, help="seconds a step sleeps (tests: kills land mid-run)")
     p.add_argument("--positions", default=None, help="folder of the groups' saved states (Positions)")
     p.add_argument("--take-over-after", type=int, default=3, help="quorums a group may miss before its shards move")
-    p.add_argument("--die-at", type=int, default=0, help="kill -9 this process as it takes this data step (tests)")
+    p.add_argument("--die-at", type=int, default=0, help="kill -9 this process as it takes its n-th batch (tests)")
     args = p.parse_args()
     with open(args.config) as f:
         cfg = json.load(f) if args.config.endswith(".json") else __import__("yaml").safe_load(f)
@@ -174,6 +174,7 @@ def main() -> None:
     loader, batches = (batches_dataloaderd if args.data == "dataloaderd" else batches_sampler)(args, cfg)
 
     positions = Positions(args, cfg, loader) if args.positions and loader is not None else None
+    taken = 0
     while manager.current_step() < args.steps:
         manager.start_quorum()
         moved = positions.quorum(manager) if positions is not None else None
@@ -183,7 +184,8 @@ def main() -> None:
         if got is None:
             break  # the group's stream ended
         data_step, tokens = got
-        if data_step == args.die_at:
+        taken += 1
+        if taken == args.die_at:  # a crash mid-step, before the gradients are reduced
             os.kill(os.getpid(), signal.SIGKILL)
         x = tokens.long() % VOCAB
         opt.zero_grad()

@@ -168,3 +168,75 @@ def test_death_after_give_back_or_seek(daemon, config, mode, transport, copy):
             if b["step"] == step:
                 break
             b = next(it)
+
+
+@pytest.mark.parametrize("transport", ["shm", "inline"])
+def test_seek_and_give_back_after_the_end(daemon, config, transport):
+    # After the last batch a seek returns at once (it waited for a batch that
+    # never comes, on inline), and a give_back is refused; with end="pad" a
+    # seek moves the padding to the step asked for.
+    kw = dict(dp_rank=0, dp_size=1, socket=daemon.socket, transport=transport, batch_timeout=5)
+    with Loader(config, job="e-" + transport, **kw) as loader:
+        n = len([b["step"] for b in loader])
+        with pytest.raises(StateError, match="no batch to give back"):
+            loader.give_back()
+        loader.seek(n + 3)
+        assert list(loader) == []
+    with Loader(config, job="p-" + transport, end="pad", **kw) as loader:
+        it = iter(loader)
+        while not next(it)["padding"]:
+            pass
+        s = loader.step
+        loader.seek(s + 5)
+        assert next(it)["step"] == s + 5
+
+
+def test_group_gives_back_a_refresh_step_then_the_daemon_restarts(tmp_path, config):
+    # A group of two gives back the batch of a step at which the loaders
+    # keep their state for a reconnect (every 32: the second such step,
+    # when a state before it is kept too), after a change of weights; the
+    # daemon then restarts: the batches after are those of a run without
+    # the restart (the group reopens from the state kept before).
+    from test_reconnect import Supervised
+    config = {**config, "epochs": 3}
+    last = 80
+    weights = {d["name"]: w for d, w in zip(config["datasets"], (0.2, 1.0))}
+
+    def run(sup, job, restart):
+        got, errors, meet = {0: [], 1: []}, [], __import__("threading").Barrier(2)
+
+        def consume(c):
+            try:
+                with Loader(config, dp_rank=0, dp_size=1, socket=sup.socket, job=job, consumers=2) as lo:
+                    gave = False
+                    for b in lo:
+                        got[c].append((b["step"], tokens_of(b)))
+                        if b["step"] == 3 and len(got[c]) == 3:
+                            lo.set_weights(weights, step=4)
+                        if b["step"] == 64 and not gave:
+                            gave = True
+                            lo.give_back()
+                            meet.wait()
+                            if restart and c == 0:
+                                sup.kill()
+                                sup.start()
+                            meet.wait()
+                        if b["step"] == last:
+                            break
+            except Exception as e:  # reported below, with the consumer
+                errors.append(f"consumer {c}: {e!r}")
+
+        with ThreadPoolExecutor(2) as pool:
+            list(pool.map(consume, (0, 1)))
+        assert not errors, errors
+        return got
+
+    sup = Supervised(tmp_path)
+    try:
+        want, got = run(sup, "ref", False), run(sup, "run", True)
+    finally:
+        sup.stop()
+    for c in (0, 1):
+        assert [s for s, _ in got[c]] == [s for s, _ in want[c]]
+        bad = [s for (s, a), (_, b) in zip(want[c], got[c]) if not np.array_equal(a, b)]
+        assert bad == [], f"consumer {c}: steps {bad[:8]} differ after the restart"

@@ -8,7 +8,7 @@ feed's release function.
 
 from __future__ import annotations
 
-from typing import Any, Callable, ClassVar, Dict, Optional, Protocol, Union
+from typing import Any, Callable, ClassVar, Dict, Optional, Protocol, Tuple, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -171,9 +171,9 @@ class InlineDelivery:
 
 class CudaDelivery:
     """``cuda``: device tensors that view the daemon's device ring (CUDA IPC).
-    A slot goes back through a ReleaseFence once the GPU work queued on it has
-    finished; with ``copy`` the batch is cloned on the current stream and its
-    slot given up at once (the fence waits for the clone)."""
+    A slot goes back through a ReleaseFence once the next batch is asked for
+    and the GPU work queued on it has finished; with ``copy`` the batch is
+    cloned on the current stream (the fence waits for the clone too)."""
 
     wire: ClassVar[pb.Transport.ValueType] = pb.TRANSPORT_CUDA
 
@@ -199,9 +199,7 @@ class CudaDelivery:
         arrays = self._layout.cut(batch, lambda off, typ, shape: ring.array(slot, off, typ, shape))
         if self._copy:
             arrays = {name: a.clone() for name, a in arrays.items()}  # queued on the current stream: the fence waits
-            self._fence_up(batch.held)
-        else:
-            self._held = batch.held
+        self._held = batch.held  # fenced when the next batch is asked for, cloned or not
         return arrays
 
     def _fence_up(self, held: Held) -> None:
@@ -233,7 +231,8 @@ class PinnedDelivery:
     """``shm-pinned``: a fresh device tensor per batch, copied out of the
     shared-memory ring (registered with the driver as pinned memory) on a
     stream of the loader's own; the shm slot goes back once the copy's event
-    has completed."""
+    has completed and the next batch is asked for (a process that dies
+    holding a batch leaves it unreleased, for its replacement)."""
 
     wire: ClassVar[pb.Transport.ValueType] = pb.TRANSPORT_SHM  # shm to the daemon; the copy to the GPU is the client's
 
@@ -244,6 +243,7 @@ class PinnedDelivery:
         self._pinned: Optional[_cuda.PinnedShm] = None
         self.fence: Optional[_cuda.ReleaseFence[Held]] = None
         self._release: Optional[Release] = None
+        self._held: Optional[Tuple[Held, Any]] = None  # the batch in hand and its copy's event
 
     def open(self, session: pb.OpenSessionResponse, release: Release) -> None:
         try:
@@ -265,19 +265,24 @@ class PinnedDelivery:
             raw, copied = self._pinned.fetch_bytes(batch.held.slot, self._layout.used(batch))
             torch = _cuda._torch()
             arrays = self._layout.cut(batch, lambda off, typ, shape: _device_view(torch, raw, off, typ, shape))
-        for done in self.fence.give_up(batch.held, copied):  # once the copy out of the slot is done
-            self._release(done)
+        self._held = (batch.held, copied)  # fenced when the next batch is asked for
         return arrays
 
     def give_back(self) -> None:
-        pass  # the batch is the caller's own copy
+        held, self._held = self._held, None
+        if held is not None and self.fence is not None and self._release is not None:
+            for done in self.fence.give_up(*held):  # once the copy out of the slot is done
+                self._release(done)
 
     def give_back_finished(self) -> None:
         _release_finished(self.fence, self._release)
 
     def close(self) -> None:
         fence, self.fence = self.fence, None
+        held, self._held = self._held, None
         if fence is not None:
+            if held is not None:
+                fence.give_up(*held)  # the batch in hand too
             fence.drain()
         if self._pinned is not None:
             self._pinned.close()  # waits for its copies; before the ring is unmapped

@@ -84,8 +84,9 @@ class Positioning:
         and ``state_dict`` count it as not taken. For a step the trainer did
         not commit (torchft's ``should_commit()`` returned False). Only the
         last batch yielded, once."""
-        y = self._yielded
-        if y is None or y.step != self._last_step:
+        y, live = self._yielded, self._live
+        ended = live is None or (live.ended and not y.padding) if y is not None else True
+        if y is None or y.step != self._last_step or ended:
             raise StateError("give_back: no batch to give back: only the last batch yielded, once, and not one a "
                              "seek, a resume or a new session passed")
         self._yielded = None
@@ -117,10 +118,20 @@ class Positioning:
         as if the trainer had read them): exact, on any transport. A step
         at or before the last one yielded is refused (a resume point goes
         back: ``resume_from``, ``load_state_dict``). Past the rank's last
-        batch it stops at its end. A group's consumers (``consumers`` > 1)
+        batch the iteration ends, or with end="pad" pads from ``step`` on.
+        A group's consumers (``consumers`` > 1)
         each seek to the same step."""
         self._open()
         target = int(step)
+        live = self._live
+        assert live is not None
+        if live.ended or self._end_met:  # past the rank's last batch
+            if target <= self._last_step:
+                raise StateError(f"seek({target}): the next batch is {self._last_step + 1}; a seek only moves forward")
+            if self._opts.end == "pad":
+                self._last_step = target - 1  # padding goes on at the step asked for
+            self._yielded = None
+            return
         again = self._again
         if again is not None and target > again.step:  # passed over: taken
             self._again = None
@@ -129,16 +140,16 @@ class Positioning:
             raise StateError(f"seek({target}): the next batch is {self._last_step + 1}; a seek only moves "
                              "forward (resume_from or load_state_dict go back)")
         self._yielded = None
-        live = self._live
-        assert live is not None
         near = READ_RINGS * max(1, live.reply.ring.slots)
         if self._opts.consumers == 1 and target - 1 - self._last_step > near:
             self._seek_reopen(target - 1)
-        self._read_through(target - 1)
+        if not self._read_through(target - 1) and self._opts.end == "pad":
+            self._last_step = target - 1  # padding from the step asked for, as on every rank
 
-    def _read_through(self, last: int) -> None:
+    def _read_through(self, last: int) -> bool:
         """Takes the batches up to step last, as a trainer would, and gives
-        each back to the daemon; at the rank's end, the end is met."""
+        each back to the daemon; False when the rank's end came first (the
+        end is met)."""
         live = self._live
         assert live is not None
         live.feed.start()
@@ -146,9 +157,10 @@ class Positioning:
             got = self._next_announced(live)
             if got is None:
                 self._end_met = True
-                return
+                return False
             live.delivery.take(got)
             self._last_step = got.held.step
+        return True
 
     def _seek_reopen(self, last: int) -> None:
         """Moves a session of one consumer to step last by opening it again

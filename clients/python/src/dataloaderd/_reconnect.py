@@ -147,10 +147,10 @@ class Recovery:
     def drop_from(self, step: int) -> None:
         """Drops the kept states at step and after: the batch of step was
         given back (not taken), and a reopen must yield it again."""
+        if self.before is not None and self.before[0] >= step:
+            self.before = None
         if self.latest is not None and self.latest[0] >= step:
-            self.latest, self.before = self.before, None
-        if self.latest is not None and self.latest[0] >= step:
-            self.latest = None
+            self.latest = self.before  # a group reopens from before: it stays when older
 
     def _state(self) -> Optional[Tuple[int, pb.ShardedState]]:
         return self.latest if self.consumers == 1 else self.before
