@@ -63,7 +63,7 @@ RING_LAYOUT := internal/ring/layout.go clients/python/src/dataloaderd/_ring_layo
 # The tokenizer conformance targets and their variables (used by test-python).
 include mk/tokenize.mk
 
-.PHONY: all setup build test test-alerts fuzz-short soak soak-short image image-check slurm-check test-go test-python test-torch vet lint lint-go lint-python staticcheck bench bench-quick bench-go bench-objects bench-spread demo generate generate-check clean
+.PHONY: all setup build test test-go-beside-torch-env test-alerts fuzz-short soak soak-short image image-check slurm-check test-go test-python test-torch vet lint lint-go lint-python staticcheck bench bench-quick bench-go bench-objects bench-spread demo generate generate-check clean
 
 all: build
 
@@ -155,7 +155,12 @@ test-alerts: $(TOOLS)/promtool
 	$(TOOLS)/promtool check config deploy/prometheus.yml
 	cd deploy && $(TOOLS)/promtool test rules prometheus-alerts_test.yml
 
-test: setup generate-check generate-tokenize-check lint test-tokenize test-go fuzz-short test-alerts test-python test-torch soak-short
+# test-go-beside-torch-env: the Go tests while the torch environment is
+# made (its download and unpacking mostly wait on the network and the disk).
+test-go-beside-torch-env:
+	$(MAKE) -j2 test-go $(TORCH_VENV)/.stamp
+
+test: setup generate-check generate-tokenize-check lint test-tokenize test-go-beside-torch-env fuzz-short test-alerts test-python test-torch soak-short
 
 # A bounded run of the fuzz target that resumes a real corpus from forged
 # states (internal/stream/fuzz_restore_test.go): no panic, no hang.
