@@ -151,6 +151,7 @@ def main() -> None:
     p.add_argument("--positions", default=None, help="folder of the groups' saved states (Positions)")
     p.add_argument("--take-over-after", type=int, default=3, help="quorums a group may miss before its shards move")
     p.add_argument("--die-at", type=int, default=0, help="kill -9 this process as it takes its n-th batch (tests)")
+    p.add_argument("--wait-for", type=int, default=0, help="groups to wait for in a quorum before training")
     args = p.parse_args()
     with open(args.config) as f:
         cfg = json.load(f) if args.config.endswith(".json") else __import__("yaml").safe_load(f)
@@ -173,6 +174,11 @@ def main() -> None:
                       timeout=timedelta(seconds=10), quorum_timeout=timedelta(seconds=30))
     loader, batches = (batches_dataloaderd if args.data == "dataloaderd" else batches_sampler)(args, cfg)
 
+    while manager.num_participants() < args.wait_for:  # empty steps until the groups are there
+        manager.start_quorum()
+        if manager.num_participants() < args.wait_for:
+            manager.should_commit()
+            time.sleep(0.05)
     positions = Positions(args, cfg, loader) if args.positions and loader is not None else None
     taken = 0
     while manager.current_step() < args.steps:

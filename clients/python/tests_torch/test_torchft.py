@@ -57,7 +57,10 @@ def test_torchft_group_down_taken_over(daemon, tmp_path):
     # without it, from the groups' saved states, and reads to the end of
     # the epoch: every corpus token trained once, over both groups.
     config = job_config(str(tmp_path), seed=4, sizes=((50, 50), (30, 40)))  # about 60 batches
-    positions = ["--positions", str(tmp_path / "positions"), "--take-over-after", "3", "--pause", "0.005"]
+    # Both groups there before either trains: else group 0 may read its
+    # whole stream before group 1 starts, and nothing is left to take over.
+    positions = ["--positions", str(tmp_path / "positions"), "--take-over-after", "3", "--pause", "0.005",
+                 "--wait-for", "2"]
     run = run_job(str(tmp_path), config, daemon.socket, "dataloaderd", 10**6, kills=0, seed=4,
                   extra=(positions, positions + ["--die-at", "9"]), exits=(0, -9))
     steps1 = [d for _, d, _ in run.logs[1]]
