@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -114,21 +115,11 @@ func explain(ctx context.Context, req explainRequest) (explained, error) {
 	}
 	slices.SortStableFunc(rep.Pieces, func(a, b stream.Piece) int {
 		if a.Step != b.Step {
-			return cmpUint(a.Step, b.Step)
+			return cmp.Compare(a.Step, b.Step)
 		}
-		return cmpUint(uint64(a.DPRank), uint64(b.DPRank))
+		return cmp.Compare(a.DPRank, b.DPRank)
 	})
 	return rep, nil
-}
-
-func cmpUint(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // explainRank builds rank r as a session resuming from req.from would,

@@ -15,7 +15,10 @@
 
 package source
 
-import "slices"
+import (
+	"cmp"
+	"slices"
+)
 
 // guessTokenSizes are the token sizes the open's guesses try: Megatron's
 // preprocessing writes uint16 tokens for a vocabulary under 65,500 and
@@ -51,7 +54,7 @@ func (m *megatronFile) prefetchOpen(probes CutProbes) {
 	for _, i := range sortedBelow(offsets, n) {
 		spans = append(spans, byteSpan{guess.pointersAt + 8*i, 8 * min(2, n-i)})
 	}
-	slices.SortFunc(spans, func(a, b byteSpan) int { return compareUint(a.off, b.off) })
+	slices.SortFunc(spans, func(a, b byteSpan) int { return cmp.Compare(a.off, b.off) })
 	fetchSpans(m.idxBlob, spans, false)
 }
 

@@ -10,6 +10,7 @@
 package source
 
 import (
+	"cmp"
 	"slices"
 	"sync"
 )
@@ -64,7 +65,7 @@ func (d *concatSource) eachMegatron(units []uint64, sc *hintScratch, each func(m
 		if a.part != b.part {
 			return a.part - b.part
 		}
-		return compareUint(a.seq, b.seq)
+		return cmp.Compare(a.seq, b.seq)
 	})
 	for k := 0; k < len(sc.parts); {
 		part := sc.parts[k].part

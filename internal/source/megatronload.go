@@ -7,6 +7,7 @@
 package source
 
 import (
+	"cmp"
 	"math"
 	"slices"
 	"sync"
@@ -139,18 +140,8 @@ func (m *megatronFile) tokenSpans(spans []byteSpan, seqs []uint64, window uint64
 			spans = append(spans, byteSpan{at + (n-1)*size, size})
 		}
 	}
-	slices.SortFunc(spans, func(a, b byteSpan) int { return compareUint(a.off, b.off) })
+	slices.SortFunc(spans, func(a, b byteSpan) int { return cmp.Compare(a.off, b.off) })
 	return spans
-}
-
-func compareUint(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // joinSpans joins spans (sorted by offset) whose blocks of block bytes

@@ -87,14 +87,7 @@ func (m *megatronFile) prefetchToken(u, off uint64) {
 // GETs as their blocks allow, rather than one probe's at a time. It never
 // blocks.
 func (d *concatSource) PrefetchOffsets(units []uint64) {
-	sc := getScratch()
-	defer putScratch(sc)
-	d.eachMegatron(units, sc, func(m *megatronFile, seqs []uint64) {
-		if m.idxRemote {
-			sc.spans = m.entrySpans(sc.spans[:0], seqs)
-			fetchSpans(m.idxBlob, sc.spans, false)
-		}
-	})
+	d.PrefetchEntries(units) // an offset is read from the unit's entry
 }
 
 // ObjectPrefetchUnits is how many units ahead of a rank's reads a dataset
