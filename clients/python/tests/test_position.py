@@ -6,6 +6,7 @@ to the rank's uninterrupted stream, read under another job."""
 
 import os
 import subprocess
+import time
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
@@ -243,3 +244,28 @@ def test_group_gives_back_a_refresh_step_then_the_daemon_restarts(tmp_path, conf
         assert [s for s, _ in got[c]] == [s for s, _ in want[c]]
         bad = [s for (s, a), (_, b) in zip(want[c], got[c]) if not np.array_equal(a, b)]
         assert bad == [], f"consumer {c}: steps {bad[:8]} differ after the restart"
+
+
+@pytest.mark.parametrize("transport", ["shm", "inline"])
+def test_session_opened_before_iterating_outlives_attach_within(tmp_path, config, transport):
+    # save() before the first batch opens the session; a trainer may then
+    # spend longer than --attach-within (a torchft heal, a model build)
+    # before it iterates. The session must not be reclaimed as one whose
+    # consumer never came: the loader's process is alive and holds it. (CI
+    # saw train_torchft.py's groups fail with "no such session" this way.)
+    from conftest import Daemon
+
+    (tmp_path / "d").mkdir()
+    d = Daemon(tmp_path / "d", ["--attach-within", "1s"])
+    try:
+        want = reference(d, config)
+        with Loader(config, dp_rank=0, dp_size=1, socket=d.socket, job="early", transport=transport) as loader:
+            loader.save(str(tmp_path / "ck"))
+            time.sleep(2.5)  # the reaper looks every attach_within / 4
+            loader.save(str(tmp_path / "ck"))
+            got = [tokens_of(b) for b in loader]
+        assert len(got) == len(want)
+        for s, (g, w) in enumerate(zip(got, want), 1):
+            assert np.array_equal(g, w), f"step {s} differs"
+    finally:
+        d.stop()

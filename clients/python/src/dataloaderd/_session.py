@@ -69,6 +69,11 @@ def open_session(stub: pb_grpc.LoaderStub, request: pb.OpenSessionRequest, opts:
     try:
         feed = open_feed(stub, reply, opts.fast, opts.batch_timeout)
         delivery.open(reply, feed.release)
+        # Attached now, not at the first batch: a session opened by save(),
+        # set_weights() or seek() and read minutes later (a heal, a model
+        # build) would be reclaimed after --attach-within as one whose
+        # consumer never came, though its process holds it.
+        feed.start()
     except Exception:  # torch's own errors too: nothing of the session may stay
         delivery.close()
         if feed is not None:
