@@ -75,8 +75,8 @@ def record(log, batch, loss, **extra):
     against): the step, its loss and the tokens trained on (none for a
     padding batch)."""
     tokens = [] if batch["padding"] else batch["tokens"].reshape(-1).tolist()
-    log.write(json.dumps({"step": batch["step"], **extra, "loss": loss.item(), "padding": batch["padding"],
-                          "tokens": tokens}) + "\n")
+    log.write(json.dumps({"step": batch["step"], "batch_id": batch.get("batch_id"), **extra, "loss": loss.item(),
+                          "padding": batch["padding"], "tokens": tokens}) + "\n")
     log.flush()
 
 
@@ -113,9 +113,11 @@ def train(args):
     trainer = Trainer(model, optim)
     latest = os.path.join(args.ckpt, "latest")
     with Loader(config, end="pad") as loader:  # dp_rank, dp_size and the socket from torchrun's environment
-        if args.resume and os.path.exists(latest):
-            with open(latest) as f:
-                step_dir = f.read().strip()
+        if args.resume and (args.start or os.path.exists(latest)):
+            step_dir = getattr(args, "start", None)
+            if not step_dir:
+                with open(latest) as f:
+                    step_dir = f.read().strip()
             dcp.load({"trainer": trainer, "dataloader": loader}, checkpoint_id=os.path.join(args.ckpt, step_dir))
         log = open(os.path.join(args.records, f"rank-{rank}-of-{world}.jsonl"), "a")
         for batch in loader:
@@ -137,7 +139,10 @@ def train(args):
 
 
 def main():
-    train(arguments(__doc__).parse_args())
+    p = arguments(__doc__)
+    p.add_argument("--from", dest="start", metavar="STEP_DIR",
+                   help="with --resume: go on from this checkpoint of --ckpt (e.g. step-20) instead of the latest")
+    train(p.parse_args())
 
 
 if __name__ == "__main__":
