@@ -27,7 +27,17 @@ type blockTable struct {
 	// found, reads in order stay in one chunk for 64 blocks, and a
 	// Megatron index's reads alternate between its sizes and pointers.
 	recent [2]recentChunk
+	// seen holds chunks looked up before, chunk k at k%seenChunks, so
+	// that reads at random in up to seenChunks chunks (128 MiB of 64 KiB
+	// blocks) skip the map too: its lookup was a quarter of a warm read's
+	// bookkeeping (docs/benchmarks.md, "Warm reads from the cache"). Made
+	// once the table has more chunks than recent holds (512 bytes), and
+	// dropped with the last chunk.
+	seen *[seenChunks]recentChunk
 }
+
+// seenChunks is the size of blockTable.seen, a power of two.
+const seenChunks = 32
 
 // recentChunk is chunk key of a blockTable; c is nil when unused.
 type recentChunk struct {
@@ -44,11 +54,28 @@ func (t *blockTable) chunk(k int) *blockChunk {
 		t.recent[0], t.recent[1] = r, t.recent[0]
 		return r.c
 	}
+	if t.seen != nil {
+		if r := t.seen[k&(seenChunks-1)]; r.c != nil && r.key == k {
+			t.recent[0], t.recent[1] = r, t.recent[0]
+			return r.c
+		}
+	}
 	c := t.chunks[k]
 	if c != nil {
-		t.recent[0], t.recent[1] = recentChunk{c, k}, t.recent[0]
+		t.remember(c, k)
 	}
 	return c
+}
+
+// remember makes chunk c (key k) the latest looked up, and keeps it in seen.
+func (t *blockTable) remember(c *blockChunk, k int) {
+	t.recent[0], t.recent[1] = recentChunk{c, k}, t.recent[0]
+	if t.seen == nil && len(t.chunks) > len(t.recent) {
+		t.seen = new([seenChunks]recentChunk)
+	}
+	if t.seen != nil {
+		t.seen[k&(seenChunks-1)] = recentChunk{c, k}
+	}
 }
 
 // at is block i, its chunk made if need be. The pointer stays valid until
@@ -61,7 +88,7 @@ func (t *blockTable) at(i int) *block {
 		}
 		c = new(blockChunk)
 		t.chunks[i/chunkBlocks] = c
-		t.recent[0], t.recent[1] = recentChunk{c, i / chunkBlocks}, t.recent[0]
+		t.remember(c, i/chunkBlocks)
 	}
 	return &c[i%chunkBlocks]
 }
@@ -101,8 +128,12 @@ func (t *blockTable) tidy(i int) {
 			t.recent[r] = recentChunk{}
 		}
 	}
+	if t.seen != nil && t.seen[k&(seenChunks-1)].c == c {
+		t.seen[k&(seenChunks-1)] = recentChunk{}
+	}
 	if len(t.chunks) == 0 {
 		t.chunks = nil // a map keeps its largest size; an empty one goes
+		t.seen = nil
 	}
 }
 

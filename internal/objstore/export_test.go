@@ -1,6 +1,10 @@
 package objstore
 
-import "time"
+import (
+	"time"
+
+	"golang.org/x/sys/unix"
+)
 
 // ChunksOf counts the chunks of o's block table that are made.
 func ChunksOf(o *Object) int {
@@ -25,3 +29,12 @@ func WaitingOn(o *Object) int {
 
 // CopyBuffersOut counts the GETs' copy buffers in use.
 func CopyBuffersOut() int64 { return copyBuffersOut.Load() }
+
+// BackingBytes is the memory or disk the object's backing file holds.
+func BackingBytes(o *Object) int64 {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(o.file.Fd()), &st); err != nil {
+		return -1
+	}
+	return st.Blocks * 512
+}

@@ -150,6 +150,7 @@ func (o *Object) fetch(ctx context.Context, i, j int) error {
 		stop := context.AfterFunc(o.store.ctx, cancel)
 		defer func() { stop(); cancel() }()
 	}
+	o.hugeExtents(i, j)
 	err := o.store.client.get(ctx, o.loc, o.ver, int64(i)*o.store.opts.BlockSize, o.runBytes(i, j), o.file)
 	if err == nil {
 		o.journalBlocks(i, j)

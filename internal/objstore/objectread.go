@@ -9,7 +9,6 @@ import (
 	"io"
 
 	"github.com/dataloaderd/dataloaderd/internal/mapped"
-	"golang.org/x/sys/unix"
 )
 
 // ReadAt copies bytes of the object into p, through the cache. It ends
@@ -123,7 +122,7 @@ func (o *Object) free() error {
 	if o.data != nil {
 		o.store.mapped -= int64(len(o.data))
 		mapped.Unregister(o.data)
-		errs = append(errs, unix.Munmap(o.data))
+		errs = append(errs, unmap(o.data))
 		o.data = nil
 	}
 	if o.file != nil {

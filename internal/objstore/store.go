@@ -244,7 +244,7 @@ func (s *Store) newObject(loc Location, v version) (*Object, error) {
 		err = o.file.Truncate(v.size)
 	}
 	if err == nil {
-		o.data, err = unix.Mmap(int(o.file.Fd()), 0, int(v.size), unix.PROT_READ, unix.MAP_SHARED)
+		o.data, err = mapAligned(int(o.file.Fd()), 0, v.size) // extents.go
 	}
 	if err != nil {
 		if o.file != nil {
