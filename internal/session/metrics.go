@@ -25,6 +25,10 @@ type metrics struct {
 	workingSet prometheus.Gauge
 	devCopy    prometheus.Histogram
 	skipped    *prometheus.CounterVec
+	// skippedBatches and skippedTokens count the batches of skipped ranges
+	// of steps (skip_steps) made and dropped, and their lines' tokens.
+	skippedBatches prometheus.Counter
+	skippedTokens  prometheus.Counter
 	// datasets deletes the dataset series of closed sessions.
 	datasets *datasetSeries
 	// jobs holds the mixture series by job: target share and lines served.
@@ -93,6 +97,15 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		Name: "dataloaderd_text_records_skipped_total", Help: "Bad records of text datasets skipped (on_bad_record: skip), by dataset.",
 	}, []string{"dataset"})
 	m.datasets = newDatasetSeries(m.tokens, m.lines, m.skipped)
+	m.skippedBatches = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "dataloaderd_skipped_batches_total",
+		Help: "Batches of skipped ranges of steps (skip_steps) made and dropped, never served (a range made again after a change counts again).",
+	})
+	m.skippedTokens = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "dataloaderd_skipped_tokens_total",
+		Help: "Tokens of the lines of skipped batches (skip_steps): passed by the cursors, counted as skipped, not served.",
+	})
+	reg.MustRegister(m.skippedBatches, m.skippedTokens)
 	m.jobShare = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "dataloaderd_mixture_target_share",
 		Help: "The share of lines a job's mixing weights (or schedule) give each dataset at the last batch produced.",
