@@ -324,10 +324,10 @@ class Reconnecting:
             self._stub.SetWeights(pb.SetWeightsRequest(
                 session_id=new.reply.session_id, after_step=after, taken_step=self._last_step,
                 weights=weights), timeout=self._opts.timeout)
-        for first, last in self._recovery.skips:  # taken since; those its state logs are no change
+        for first, final in self._recovery.skips:  # taken since; those its state logs are no change
             if first > self._last_step:
                 resp = self._stub.SkipSteps(pb.SkipStepsRequest(
-                    session_id=new.reply.session_id, first=first, last=last, taken_step=self._last_step),
+                    session_id=new.reply.session_id, first=first, last=final, taken_step=self._last_step),
                     timeout=self._opts.timeout)
                 new.skips.add([(r.first, r.last) for r in resp.pending])
         new.feed.start()

@@ -1,0 +1,136 @@
+"""Skipped ranges of steps (issue 28, item 2): loader.skip_steps(first, last)
+at run time and the config's skip_steps at a resume. The batches of a range
+are made and dropped, never yielded; the batch after step first - 1 is batch
+last + 1 and keeps its data step; the range is logged in the state, shown by
+dataloaderd inspect, and survives a save, a 2 -> 3 rescale, a DCP state dict
+and a daemon restart."""
+
+from __future__ import annotations
+
+import signal
+
+import numpy as np
+import pytest
+
+from corpus import make_corpus
+from dataloaderd import Loader
+from dataloaderd.errors import ConfigError, StateError
+from test_reconnect import Supervised
+from test_set_weights import inspect_json
+
+
+def take(loader, n):
+    """(step, tokens) of the next n batches."""
+    out = []
+    for batch in loader:
+        out.append((int(batch["step"]), np.asarray(batch["tokens"]).copy()))
+        if len(out) == n:
+            break
+    return out
+
+
+def data_tokens(batches):
+    toks = np.concatenate([t.ravel() for _, t in batches]) if batches else np.zeros(0, np.int32)
+    return toks[toks != 0]  # eos_id 0 separates documents
+
+
+@pytest.fixture
+def unique(tmp_path):
+    datasets, ranges = make_corpus(str(tmp_path), seed=3)
+    config = {"seq_len": 15, "batch_size": 2, "seed": 4, "logical_shards": 12, "eos_id": 0, "epochs": 1,
+              "datasets": datasets}
+    return config, np.arange(ranges[0][0], ranges[-1][1], dtype=np.int32)
+
+
+def test_skip_range_then_rescale(daemon, unique, tmp_path):
+    """A world of 2 skips steps 6 to 9 (asked at step 3, batches made ahead
+    dropped), saves at step 12 and resumes on 3 ranks to the end: every token
+    outside the range exactly once, every token inside it never; inspect
+    shows the range, skipped."""
+    config, corpus = unique
+    ckpt = str(tmp_path / "ckpt")
+    served, skipped = [], []
+    for r in range(2):
+        with Loader(config, socket=daemon.socket, dp_rank=r, dp_size=2, job="ref") as ref:
+            skipped.append(data_tokens([b for b in take(ref, 9) if 6 <= b[0] <= 9]))
+        with Loader(config, socket=daemon.socket, dp_rank=r, dp_size=2, job="run") as loader:
+            got = take(loader, 3)
+            loader.skip_steps(6, 9)
+            got += take(loader, 5)
+            assert [s for s, _ in got] == [1, 2, 3, 4, 5, 10, 11, 12]
+            loader.save(ckpt)
+            served.append(data_tokens(got))
+    shown = inspect_json(ckpt)
+    assert shown["skips"] == [{"first": 6, "last": 9, "steps": 4, "status": "skipped"}]
+    for r in range(3):
+        with Loader(config, socket=daemon.socket, dp_rank=r, dp_size=3, job="resumed", resume_from=ckpt) as loader:
+            served.append(data_tokens(take(loader, 1 << 20)))
+    got, gone = np.concatenate(served), np.concatenate(skipped)
+    assert gone.size > 0 and np.intersect1d(got, gone).size == 0, "a token of the skipped range was served"
+    values, counts = np.unique(got, return_counts=True)
+    assert counts.max() == 1, f"tokens served twice: {values[counts > 1][:10]}"
+    assert np.array_equal(np.sort(np.concatenate([got, gone])), corpus), "tokens lost or not of the corpus"
+
+
+def test_config_key_at_resume_and_refusals(daemon, config, tmp_path):
+    """The config key at a resume after step 10: [3, 5] is before it and
+    not logged (a warning, nothing skipped), [9, 13] straddles it (steps 11
+    to 13 skipped), [15, 16] is ahead. The batches are the data steps of a
+    run that skipped nothing; seek into a range lands after it; a DCP state
+    dict carries the ranges; bad keys and late skips are refused."""
+    with Loader(config, socket=daemon.socket, job="ref") as ref:
+        want = dict(take(ref, 20))
+    ckpt = str(tmp_path / "ckpt")
+    with Loader(config, socket=daemon.socket, job="a") as loader:
+        take(loader, 10)
+        loader.save(ckpt)
+    skipping = {**config, "skip_steps": [[3, 5], [9, 13], [15, 16]]}
+    with Loader(skipping, socket=daemon.socket, job="b", resume_from=ckpt) as loader:
+        got = take(loader, 3)
+        assert [s for s, _ in got] == [14, 17, 18]
+        assert all(np.array_equal(t, want[s]) for s, t in got)
+        sd = loader.state_dict()
+        with pytest.raises(StateError):
+            loader.skip_steps(18, 19)  # step 18 was yielded
+    with Loader(config, socket=daemon.socket, job="c") as loader:
+        loader.load_state_dict(sd)
+        assert take(loader, 1)[0][0] == 19
+    with Loader(skipping, socket=daemon.socket, job="d", resume_from=ckpt) as loader:
+        loader.seek(12)  # in [11, 13]: the batch after it
+        assert take(loader, 1)[0][0] == 14
+    for bad in ([[5, 3]], [[3, 6], [6, 8]], [[0, 2]], [3, 4], [["a", 2]]):
+        with pytest.raises(ConfigError, match="skip_steps"):
+            Loader({**config, "skip_steps": bad}, socket=daemon.socket, job="e")
+
+
+def test_skip_rides_through_a_daemon_restart(tmp_path):
+    """skip_steps(20, 25) asked at step 10, the daemon killed and restarted
+    at step 15, before the range: the reopened session skips it, and the run
+    serves what one whose daemon never died does."""
+    datasets, _ = make_corpus(str(tmp_path))
+    config = {"seq_len": 31, "batch_size": 3, "seed": 9, "logical_shards": 8, "eos_id": 0, "datasets": datasets}
+    supervised = Supervised(tmp_path)
+    try:
+        def run(job, kill_at=None):
+            out = []
+            with Loader(config, socket=supervised.socket, dp_rank=0, dp_size=1, job=job) as loader:
+                for batch in loader:
+                    step = int(batch["step"])
+                    out.append((step, np.asarray(batch["tokens"]).copy()))
+                    if step == 10:
+                        loader.skip_steps(20, 25)
+                    if step == kill_at:
+                        supervised.kill(signal.SIGKILL)
+                        supervised.start()
+                    if len(out) == 30:
+                        break
+                assert loader.reconnects == (1 if kill_at else 0)
+            return out
+
+        want = run("ref")
+        got = run("run", kill_at=15)
+    finally:
+        supervised.stop()
+    assert [s for s, _ in want] == list(range(1, 20)) + list(range(26, 37))
+    assert [s for s, _ in got] == [s for s, _ in want]
+    assert all(np.array_equal(a, b) for (_, a), (_, b) in zip(got, want))
