@@ -97,4 +97,5 @@ def _config_json(msg: Any) -> Dict[str, Any]:
                       "field": d.field, "tokenizer": d.tokenizer, "on_bad_record": d.on_bad_record}
                      for d in msg.datasets],
         "schedule": [{"step": p.step, "weights": dict(p.weights), "linear": p.linear} for p in msg.schedule],
+        "skip_steps": [[r.first, r.last] for r in msg.skip_steps],
     }
