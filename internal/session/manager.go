@@ -367,14 +367,7 @@ func (m *Manager) hooks(ss *session, lineTokens int) stream.Hooks {
 				ctl.Publish(b.Step, b.Slot, b.Lines, b.Segments, b.MaxSeqlen)
 			}
 			m.metrics.batches.Inc()
-			if b.Skipped > 0 {
-				m.metrics.skippedBatches.Add(float64(b.Skipped))
-				var n int
-				for _, l := range b.SkippedLines {
-					n += l
-				}
-				m.metrics.skippedTokens.Add(float64(n * lineTokens))
-			}
+			m.metrics.countSkipped(b, lineTokens)
 			for d, n := range b.DatasetLines {
 				if n > 0 {
 					lines[d].Add(float64(n))

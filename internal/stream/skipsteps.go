@@ -57,3 +57,28 @@ func (p *Pipeline) Skips(step uint64) []state.SkipRange {
 func (p *Pipeline) pendingSkips(step uint64) []state.SkipRange {
 	return slices.Clone(state.PendingSkips(p.rank.skips, step))
 }
+
+// following is the step of the first batch in flight after step s, 0 when
+// none is: the next step, but past a skipped range; p.mu is held.
+func (p *Pipeline) following(s uint64) uint64 {
+	var next uint64
+	for t := range p.inFlight {
+		if t > s && (next == 0 || t < next) {
+			next = t
+		}
+	}
+	return next
+}
+
+// madeAtOrBefore is the last step at or before s (not older than the base)
+// whose batch was made: s, or where s lies in a skipped range the step
+// before the range; p.mu is held.
+func (p *Pipeline) madeAtOrBefore(s uint64) uint64 {
+	made := p.base.Step
+	for t := range p.inFlight {
+		if t <= s && t > made {
+			made = t
+		}
+	}
+	return made
+}
