@@ -8,6 +8,7 @@ and a daemon restart."""
 from __future__ import annotations
 
 import signal
+import threading
 
 import numpy as np
 import pytest
@@ -134,3 +135,106 @@ def test_skip_rides_through_a_daemon_restart(tmp_path):
     assert [s for s, _ in want] == list(range(1, 20)) + list(range(26, 37))
     assert [s for s, _ in got] == [s for s, _ in want]
     assert all(np.array_equal(a, b) for (_, a), (_, b) in zip(got, want))
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_group_of_two_consumers(daemon, config, fast):
+    """Two consumers of one dp_rank each ask for the same range at step 4,
+    the producer having made batches of it: both read 1 to 4, then 9 on,
+    the batches of a run that skipped nothing at those steps."""
+    with Loader(config, socket=daemon.socket, job="ref") as ref:
+        want = dict(take(ref, 14))
+    a = Loader(config, socket=daemon.socket, job="tp", consumers=2, slots=3, fast=fast)
+    b = Loader(config, socket=daemon.socket, job="tp", consumers=2, slots=3, fast=fast)
+    try:
+        ia, ib = iter(a), iter(b)
+        got = {"a": [], "b": []}
+        for i in range(10):
+            if i == 4:
+                a.skip_steps(5, 8)
+                b.skip_steps(5, 8)
+            for name, it in (("a", ia), ("b", ib)):
+                x = next(it)
+                got[name].append((int(x["step"]), np.array(x["tokens"])))
+        for name in got:
+            assert [s for s, _ in got[name]] == [1, 2, 3, 4, 9, 10, 11, 12, 13, 14], name
+            assert all(np.array_equal(t, want[s]) for s, t in got[name]), name
+        with pytest.raises(StateError):
+            a.skip_steps(12, 20)  # overlaps nothing, but step 14 was yielded
+    finally:
+        a.close()
+        b.close()
+
+
+def test_give_back_and_far_seek_across_a_range(daemon, config, tmp_path):
+    """Batch 10, the first after a range 6 to 9, given back: it comes again,
+    and a save meanwhile resumes to it; a seek far past a range (the session
+    opened again at the step) and one into a range land where they should."""
+    with Loader(config, socket=daemon.socket, job="ref") as ref:
+        want = dict(take(ref, 12))
+    ckpt = str(tmp_path / "given")
+    with Loader(config, socket=daemon.socket, job="g") as loader:
+        take(loader, 3)
+        loader.skip_steps(6, 9)
+        assert [s for s, _ in take(loader, 3)] == [4, 5, 10]
+        loader.give_back()
+        assert loader.step == 5
+        loader.save(ckpt)
+        again = take(loader, 1)[0]
+        assert again[0] == 10 and np.array_equal(again[1], want[10])
+    with Loader(config, socket=daemon.socket, job="g2", resume_from=ckpt) as loader:
+        assert take(loader, 1)[0][0] == 10
+    with Loader(config, socket=daemon.socket, job="s", slots=2) as loader:
+        take(loader, 1)
+        loader.skip_steps(30, 39)
+        loader.skip_steps(60, 61)
+        loader.seek(35)  # far: the session opened again at 29, then the range passed
+        assert take(loader, 1)[0][0] == 40
+        loader.seek(60)
+        assert take(loader, 2)[0][0] == 62
+
+
+def test_a_group_rides_a_skip_through_a_daemon_restart(tmp_path):
+    """A group of two consumers (threads, as processes) each ask for steps
+    40 to 49 skipped at step 30, and the daemon dies at step 35: the group
+    reopens from the state kept before the latest (step 32, before the
+    skip), so each consumer asks the reopened session for the range again;
+    both read 1 to 39, then 50 on, the batches of a group whose daemon never
+    died."""
+    datasets, _ = make_corpus(str(tmp_path))
+    config = {"seq_len": 31, "batch_size": 3, "seed": 9, "logical_shards": 8, "eos_id": 0, "datasets": datasets}
+    supervised = Supervised(tmp_path)
+    try:
+        with Loader(config, socket=supervised.socket, job="ref") as ref:
+            want = dict(take(ref, 70))
+        got, errors = {0: [], 1: []}, []
+
+        def consumer(c):
+            try:
+                with Loader(config, socket=supervised.socket, job="tp", consumers=2) as loader:
+                    for batch in loader:
+                        step = int(batch["step"])
+                        got[c].append((step, np.asarray(batch["tokens"]).copy()))
+                        if step == 30:
+                            loader.skip_steps(40, 49)
+                        if c == 0 and step == 35:
+                            supervised.kill()
+                            threading.Timer(0.3, supervised.start).start()
+                        if len(got[c]) == 55:
+                            break
+                    got[c].append(loader.reconnects)
+            except Exception as e:  # reported below, with the other thread's
+                errors.append(f"consumer {c}: {e!r}")
+
+        threads = [threading.Thread(target=consumer, args=(c,)) for c in (0, 1)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+    finally:
+        supervised.stop()
+    assert not errors, errors
+    for c in (0, 1):
+        assert got[c].pop() == 1, c
+        assert [s for s, _ in got[c]] == list(range(1, 40)) + list(range(50, 66)), c
+        assert all(np.array_equal(t, want[s]) for s, t in got[c]), f"consumer {c}'s batches differ"
