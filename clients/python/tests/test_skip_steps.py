@@ -196,7 +196,7 @@ def test_give_back_and_far_seek_across_a_range(daemon, config, tmp_path):
 
 def test_a_group_rides_a_skip_through_a_daemon_restart(tmp_path):
     """A group of two consumers (threads, as processes) each ask for steps
-    40 to 49 skipped at step 30, and the daemon dies at step 35: the group
+    40 to 49 skipped at step 33, and the daemon dies at step 35: the group
     reopens from the state kept before the latest (step 32, before the
     skip), so each consumer asks the reopened session for the range again;
     both read 1 to 39, then 50 on, the batches of a group whose daemon never
@@ -215,7 +215,7 @@ def test_a_group_rides_a_skip_through_a_daemon_restart(tmp_path):
                     for batch in loader:
                         step = int(batch["step"])
                         got[c].append((step, np.asarray(batch["tokens"]).copy()))
-                        if step == 30:
+                        if step == 33:
                             loader.skip_steps(40, 49)
                         if c == 0 and step == 35:
                             supervised.kill()

@@ -140,7 +140,6 @@ class Positioning:
             raise StateError(f"seek({target}): the next batch is {self._last_step + 1}; a seek only moves "
                              "forward (resume_from or load_state_dict go back)")
         self._yielded = None
-        target = live.skips.following(target - 1)  # a step of a skipped range: the batch after the range
         near = READ_RINGS * max(1, live.reply.ring.slots)
         if self._opts.consumers == 1 and target - 1 - self._last_step > near:
             self._seek_reopen(target - 1)
