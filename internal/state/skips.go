@@ -15,6 +15,14 @@ const (
 	// MaxSkipsPending bounds the ranges not reached yet; one more is
 	// refused until the rank passed some of them.
 	MaxSkipsPending = 256
+	// MaxSkipRange bounds the steps of one range: the producer passes a
+	// range before it makes the batch after it, by counting lines (or
+	// batch by batch for text), and a range far past any spike's would
+	// hold it for long. A longer skip is a resume at a later step.
+	MaxSkipRange = 1 << 20
+	// MaxSkipStep bounds a range's last step: far beyond any run, and far
+	// enough below 2^64 that the step after it does not wrap.
+	MaxSkipStep = 1 << 48
 )
 
 // SkipRange is a range of data steps whose batches are made and dropped,
@@ -48,6 +56,11 @@ func CheckSkips(field string, skips []SkipRange, most int) error {
 			return fmt.Errorf("%s[%d] [%d, %d]: steps count from 1", field, i, s.First, s.Last)
 		case s.First > s.Last:
 			return fmt.Errorf("%s[%d] [%d, %d]: the first step is after the last", field, i, s.First, s.Last)
+		case s.Last > MaxSkipStep:
+			return fmt.Errorf("%s[%d] [%d, %d]: steps must be at most %d (state.MaxSkipStep)", field, i, s.First, s.Last, uint64(MaxSkipStep))
+		case s.Steps() > MaxSkipRange:
+			return fmt.Errorf("%s[%d] [%d, %d] is %d steps, more than the %d a range may skip (state.MaxSkipRange): resume from a later step instead",
+				field, i, s.First, s.Last, s.Steps(), MaxSkipRange)
 		case i > 0 && s.First <= skips[i-1].Last:
 			return fmt.Errorf("%s[%d] [%d, %d] starts at or before the end of the range before it [%d, %d]: ranges must be in step order and must not overlap",
 				field, i, s.First, s.Last, skips[i-1].First, skips[i-1].Last)

@@ -61,6 +61,8 @@ func TestCheckSkips(t *testing.T) {
 		{[]SkipRange{{5, 9}, {9, 12}}, "skip_steps[1] [9, 12] starts at or before the end of the range before it [5, 9]"},
 		{[]SkipRange{{5, 9}, {1, 2}}, "skip_steps[1] [1, 2]"},
 		{make([]SkipRange, 3), "holds 3 ranges, more than the 2"},
+		{[]SkipRange{{1, MaxSkipRange + 1}}, "is 1048577 steps, more than the 1048576"},
+		{[]SkipRange{{1 << 50, 1 << 50}}, "steps must be at most 281474976710656"},
 	} {
 		if err := CheckSkips("skip_steps", tc.skips, 2); err == nil || !strings.Contains(err.Error(), tc.err) {
 			t.Errorf("%v: %v, want %q", tc.skips, err, tc.err)

@@ -159,7 +159,11 @@ func (r *Rank) nextBatch() (Produced, error) {
 	out := &r.out
 	p := Produced{DatasetLines: make([]int, len(r.datasets))}
 	if out.mode == copyLines {
-		if err := r.skipAhead(context.Background(), &p); err != nil {
+		stop := r.stop
+		if stop == nil {
+			stop = context.Background()
+		}
+		if err := r.skipAhead(stop, &p); err != nil {
 			return Produced{}, err
 		}
 	}

@@ -41,6 +41,7 @@ func (p *Pipeline) Run(ctx context.Context) (err error) {
 		// be a mapped file too: either cut short under the daemon faults,
 		// which fails this pipeline alone.
 		var prod Produced
+		p.rank.stop = ctx // a skip before the batch ends with the producer
 		err = guardMapped(func() error {
 			var gerr error
 			prod, gerr = p.rank.NextBatchBytes(p.ring.Slot(slot))

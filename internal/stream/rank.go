@@ -25,8 +25,10 @@ type Rank struct {
 	step     uint64
 	datasets []*rankDataset
 	mix      *mixer
-	// skips is the skip log (skips.go): ranges of steps made and dropped.
+	// skips is the skip log (skips.go): ranges of steps made and dropped;
+	// a skip before a batch ends when stop does (nil: never).
 	skips []state.SkipRange
+	stop  context.Context
 	// touched collects the shards a batch changed, for the state delta.
 	touched map[*shardRun]struct{}
 	// meta writes the batch metadata the config asks for (nil: none) into
