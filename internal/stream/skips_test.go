@@ -242,3 +242,74 @@ func TestPipelineSkipStepsGroup(t *testing.T) {
 		t.Fatalf("generation %d, steps %v", gen, steps)
 	}
 }
+
+// TestPendingSkipThenRescale: a world of 2 saves before a range it was
+// asked to skip (at run time), and resumes on 3: the range is still
+// pending in the merged state, and the 3 ranks skip its steps, of their
+// own world: every token of those batches (those a resume without the
+// range serves at those steps) is never served, every other exactly once.
+func TestPendingSkipThenRescale(t *testing.T) {
+	some := 0
+	defer func() {
+		if some == 0 {
+			t.Error("no seed skipped a token: the test proves nothing")
+		}
+	}()
+	for seed := int64(1); seed <= 10; seed++ {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			rng := rand.New(rand.NewSource(seed))
+			ds, all := testCorpus(t, rng)
+			cfg := randomConfig(rng, ds)
+			corpus, err := OpenCorpus(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer corpus.Close()
+			save := uint64(1 + rng.Intn(4))
+			skip := state.SkipRange{First: save + 1 + uint64(rng.Intn(3)), Last: save + 4 + uint64(rng.Intn(4))}
+			served, skipped := map[int32]int{}, map[int32]int{}
+			var states []state.Rank
+			for r := uint32(0); r < 2; r++ {
+				rank, _ := NewRank(corpus, r, 2, nil)
+				if err := rank.SkipSteps(0, skip); err != nil {
+					t.Fatal(err)
+				}
+				for _, b := range run(t, rank, cfg, int(save)) {
+					count(served, b)
+				}
+				states = append(states, rank.State())
+			}
+			from := saveWorld(t, corpus.Fingerprint(), states)
+			if !reflect.DeepEqual(from.Skips, []state.SkipRange{skip}) {
+				t.Fatalf("merged log %v, want %v pending", from.Skips, skip)
+			}
+			plain := *from
+			plain.Skips = nil
+			for r := uint32(0); r < 3; r++ {
+				unskipped, err := NewRank(corpus, r, 3, &plain)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for i, b := range run(t, unskipped, cfg, int(skip.Last-save)) {
+					if skip.Contains(save + 1 + uint64(i)) {
+						count(skipped, b)
+					}
+				}
+				rank, _ := NewRank(corpus, r, 3, from)
+				for _, b := range run(t, rank, cfg, 1<<20) {
+					count(served, b)
+				}
+			}
+			some += len(skipped)
+			for tok := range all {
+				want := 1
+				if skipped[tok] > 0 {
+					want = 0
+				}
+				if served[tok] != want || skipped[tok] > 1 {
+					t.Fatalf("token %d served %d times (skipped %d times), want %d", tok, served[tok], skipped[tok], want)
+				}
+			}
+		})
+	}
+}
