@@ -41,6 +41,9 @@ func TestSkipRangeThenRescale(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer ref.Close()
+			if corpus.JobFingerprint() != ref.JobFingerprint() || !reflect.DeepEqual(corpus.Fingerprint(), ref.Fingerprint()) {
+				t.Fatal("skip_steps entered the job's or the state's fingerprint")
+			}
 			skipped := map[int32]int{}
 			served := map[int32]int{}
 			buf := batchBuf(cfg)
