@@ -107,7 +107,9 @@ def test_config_key_at_resume_and_refusals(daemon, config, tmp_path):
 def test_skip_rides_through_a_daemon_restart(tmp_path):
     """skip_steps(20, 25) asked at step 10, the daemon killed and restarted
     at step 15, before the range: the reopened session skips it, and the run
-    serves what one whose daemon never died does."""
+    serves what one whose daemon never died does. Past the range the loader
+    keeps the state a reopen starts from at once (a reopen from before the
+    range would move through it again, at most max_skip_steps batches)."""
     datasets, _ = make_corpus(str(tmp_path))
     config = {"seq_len": 31, "batch_size": 3, "seed": 9, "logical_shards": 8, "eos_id": 0, "datasets": datasets}
     supervised = Supervised(tmp_path)
@@ -120,6 +122,8 @@ def test_skip_rides_through_a_daemon_restart(tmp_path):
                     out.append((step, np.asarray(batch["tokens"]).copy()))
                     if step == 10:
                         loader.skip_steps(20, 25)
+                    if step == 26:  # past the range: the state a reopen starts from is kept at once
+                        assert loader._recovery.latest is not None and loader._recovery.latest[0] == 26
                     if step == kill_at:
                         supervised.kill(signal.SIGKILL)
                         supervised.start()

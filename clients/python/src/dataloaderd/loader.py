@@ -207,9 +207,10 @@ class Loader(Reconnecting, Positioning, Skipping):
                 return
             arrays = live.delivery.take(got)
             tokens = arrays.pop("tokens")
+            passed = got.held.step != self._last_step + 1  # a skipped range: a reopen must not go through it again
             self._last_step = got.held.step
             self._yielded = Yielded(got.held.step, live, tokens, arrays, got.max_seqlen)
-            if self._recovery.on() and self._last_step % recovery_steps(live.reply) == 0:
+            if self._recovery.on() and (passed or self._last_step % recovery_steps(live.reply) == 0):
                 self._keep_recovery(live)
             yield make_batch(tokens, got.held.step, self._opts.dtype, torch, metadata=arrays,
                              max_seqlen=got.max_seqlen, buffers=live.buffers, batch_id=live.batch_id(got.held.step))
