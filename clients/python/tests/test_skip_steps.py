@@ -78,7 +78,9 @@ def test_config_key_at_resume_and_refusals(daemon, config, tmp_path):
     not logged (a warning, nothing skipped), [9, 13] straddles it (steps 11
     to 13 skipped), [15, 16] is ahead. The batches are the data steps of a
     run that skipped nothing; seek into a range lands after it; a DCP state
-    dict carries the ranges; bad keys and late skips are refused."""
+    dict carries the ranges, a pending one too, and a config's range is
+    added to its log at a load, or refused where it overlaps a logged one;
+    bad keys and late skips are refused."""
     with Loader(config, socket=daemon.socket, job="ref") as ref:
         want = dict(take(ref, 20))
     ckpt = str(tmp_path / "ckpt")
@@ -90,12 +92,20 @@ def test_config_key_at_resume_and_refusals(daemon, config, tmp_path):
         got = take(loader, 3)
         assert [s for s, _ in got] == [14, 17, 18]
         assert all(np.array_equal(t, want[s]) for s, t in got)
+        loader.skip_steps(25, 28)  # pending in the state dict
         sd = loader.state_dict()
         with pytest.raises(StateError):
             loader.skip_steps(18, 19)  # step 18 was yielded
     with Loader(config, socket=daemon.socket, job="c") as loader:
         loader.load_state_dict(sd)
         assert take(loader, 1)[0][0] == 19
+    with Loader({**config, "skip_steps": [[20, 22]]}, socket=daemon.socket, job="c2") as loader:
+        loader.load_state_dict(sd)  # [20, 22] added to the state's log, [25, 28] still pending
+        assert [s for s, _ in take(loader, 4)] == [19, 23, 24, 29]
+    with Loader({**config, "skip_steps": [[24, 26]]}, socket=daemon.socket, job="c3") as loader:
+        loader.load_state_dict(sd)
+        with pytest.raises(ConfigError, match=r"skip_steps\[0\] \[24, 26\]: steps 24 to 26 overlaps steps 25 to 28"):
+            take(loader, 1)
     with Loader(skipping, socket=daemon.socket, job="d", resume_from=ckpt) as loader:
         loader.seek(12)  # in [11, 13]: the batch after it
         assert take(loader, 1)[0][0] == 14
