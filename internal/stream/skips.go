@@ -71,9 +71,9 @@ func (r *Rank) SkipSteps(floor uint64, s state.SkipRange) error {
 }
 
 // skipAhead moves the rank past the pending range that holds its next
-// step, if one does, to the step before the batch it makes next: by SkipTo,
-// which copies no token (SkipTo may remake the rank: *r is then the
-// remade one, its skip log the same). It records in p the batches passed and their
+// step, if one does, to the step before the batch it makes next, copying
+// no token: by counting (SkipTo) in an endless run, batch by batch in a
+// bounded one. It records in p the batches passed and their
 // lines by dataset, and marks every shard touched so that the next batch's
 // delta holds the cursors the skip moved (a skip batch by batch hands its
 // deltas to nobody).
@@ -85,7 +85,15 @@ func (r *Rank) skipAhead(ctx context.Context, p *Produced) error {
 	before := r.step
 	lines := r.datasetLines()
 	batch := r.out // the batch to make after: a skip batch by batch sets r.out
-	err := r.SkipTo(ctx, next-1)
+	var err error
+	if r.fr.epochs == 0 {
+		err = r.SkipTo(ctx, next-1)
+	} else {
+		// A bounded run's count may meet its end and make the rank again
+		// in place (SkipTo), which a pipeline reading the rank's logs
+		// meanwhile must not see: batch by batch instead.
+		_, err = r.skipBatches(ctx, next-1)
+	}
 	r.out = batch
 	if err != nil {
 		return fmt.Errorf("skipping steps %d to %d: %w", before+1, next-1, err)
