@@ -48,6 +48,10 @@ type rankReached struct {
 	// LastStep is the rank's last step when the run ends before the last
 	// step asked (epochs), else 0.
 	LastStep uint64 `json:"last_step,omitempty"`
+	// Skipped are the steps asked that the rank skipped (skip_steps: the
+	// checkpoint's log and the config's key): made and dropped, never
+	// served, so no piece names them.
+	Skipped []state.SkipRange `json:"skipped,omitempty"`
 }
 
 // explain opens the config's corpus and explains the steps asked on each
@@ -141,10 +145,22 @@ func explainRank(ctx context.Context, corpus *stream.Corpus, roots *files.Roots,
 	reached.SkipSeconds = time.Since(start).Seconds()
 	buf := make([]int32, int(corpus.Config().BatchSize)*corpus.Config().LineTokens())
 	var out []stream.Piece
+	skips := rank.Skips()
 	for s := req.first; s <= req.last; s++ {
 		if rank.Step() != s-1 {
 			reached.LastStep = rank.Step()
 			break
+		}
+		if skip, ok := state.Skipped(skips, s); ok {
+			// The range's batches were made and dropped: the rank passes
+			// them as the daemon did (the data steps after are the same).
+			to := min(skip.Last, req.last)
+			reached.Skipped = append(reached.Skipped, state.SkipRange{First: s, Last: to})
+			if err := rank.SkipTo(ctx, to); err != nil {
+				return rankReached{}, nil, err
+			}
+			s = to
+			continue
 		}
 		p, pieces, err := rank.ExplainBatch(buf)
 		if err != nil {
@@ -244,6 +260,9 @@ func printExplained(w io.Writer, rep explained) {
 		fmt.Fprintf(w, "rank %d: from step %d to step %d in %.3f s (%s)", r.DPRank, r.FromStep, rep.FirstStep-1, r.SkipSeconds, how)
 		if r.LastStep != 0 {
 			fmt.Fprintf(w, "; its run ends after step %d", r.LastStep)
+		}
+		for _, s := range r.Skipped {
+			fmt.Fprintf(w, "; %s skipped (skip_steps: made and dropped, never served)", s)
 		}
 		fmt.Fprintln(w)
 	}

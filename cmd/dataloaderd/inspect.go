@@ -29,7 +29,8 @@ loader.save(folder) writes), or a torch.distributed.checkpoint folder
 state dict under any key (the README's trainer: {"dataloader": loader}).
 Prints the fingerprint, the saved world and step, each dataset's lines
 served and epochs, and the mixture history (the weights or schedule in
-effect from each step on) with the changes queued for later steps; with
+effect from each step on) with the changes queued for later steps, the
+ranges of steps skipped or pending (skip_steps); with
 --shards, each shard's cursor (--json always has them). Reads the files
 only; no daemon and no Python are needed.
 
@@ -61,6 +62,9 @@ type inspection struct {
 	// of weights waiting for batches after Step.
 	Mixture []state.MixChange `json:"mixture"`
 	Queued  []state.MixChange `json:"queued"`
+	// Skips are the ranges of steps the state logs as skipped: passed
+	// ("skipped") or ahead of its step ("pending").
+	Skips []skipSummary `json:"skips,omitempty"`
 	// Shards is every shard's cursor.
 	Shards []shardCursor `json:"shards"`
 }
@@ -166,6 +170,27 @@ func inspectRankFiles(folder string) (inspection, error) {
 	return summarize(inspection{Folder: folder, Form: formRankFiles}, fp, merged), nil
 }
 
+// skipSummary is one range of a state's skip log.
+type skipSummary struct {
+	First  uint64 `json:"first"`
+	Last   uint64 `json:"last"`
+	Steps  uint64 `json:"steps"`
+	Status string `json:"status"`
+}
+
+// skipsOf describes a state's skip log at step.
+func skipsOf(skips []state.SkipRange, step uint64) []skipSummary {
+	var out []skipSummary
+	for _, s := range skips {
+		status := "skipped"
+		if s.Last > step {
+			status = "pending"
+		}
+		out = append(out, skipSummary{First: s.First, Last: s.Last, Steps: s.Steps(), Status: status})
+	}
+	return out
+}
+
 // summarize fills in a report of a saved world's state, its shards'
 // cursors whole.
 func summarize(in inspection, fp state.Fingerprint, merged *state.Restored) inspection {
@@ -174,6 +199,7 @@ func summarize(in inspection, fp state.Fingerprint, merged *state.Restored) insp
 	in.Mixture = merged.Mixture[:len(merged.Mixture)-len(queued)]
 	in.Queued = append([]state.MixChange{}, queued...)
 	in.Shards = shardsOf(fp, merged.Shards)
+	in.Skips = skipsOf(merged.Skips, merged.Step)
 	for d, ds := range fp.Datasets {
 		sum := datasetSummary{Name: ds.Name, MinEpoch: ^uint64(0)}
 		for id, sh := range merged.Shards {
@@ -239,6 +265,12 @@ func printInspection(w io.Writer, in inspection) {
 	if len(in.Queued) > 0 {
 		fmt.Fprintf(w, "\nqueued changes (%d, set_weights for later steps):\n", len(in.Queued))
 		printMixture(w, names, in.Queued)
+	}
+	if len(in.Skips) > 0 {
+		fmt.Fprintf(w, "\nskipped steps (%d range(s), skip_steps: made and dropped, never served):\n", len(in.Skips))
+		for _, s := range in.Skips {
+			fmt.Fprintf(w, "  steps %d to %d (%d steps): %s\n", s.First, s.Last, s.Steps, s.Status)
+		}
 	}
 }
 

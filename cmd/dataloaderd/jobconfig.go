@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/dataloaderd/dataloaderd/internal/objstore"
+	"github.com/dataloaderd/dataloaderd/internal/state"
 	"github.com/dataloaderd/dataloaderd/internal/stream"
 )
 
@@ -26,7 +27,10 @@ type jobConfig struct {
 	Epochs        uint32  `json:"epochs"`
 	ShuffleWindow uint32  `json:"shuffle_window"`
 	RunTokens     uint64  `json:"run_tokens"`
-	Datasets      []struct {
+	// SkipSteps are [first, last] pairs (explain says those steps were
+	// skipped).
+	SkipSteps [][2]uint64 `json:"skip_steps"`
+	Datasets  []struct {
 		Name        string   `json:"name"`
 		Path        string   `json:"path"`
 		Format      string   `json:"format"`
@@ -62,6 +66,9 @@ func readJobConfig(path string) (stream.Config, error) {
 		EOS: *jc.EOS, BOS: -1, Pad: *jc.EOS, Epochs: jc.Epochs, ShuffleWindow: jc.ShuffleWindow, RunTokens: jc.RunTokens}
 	if jc.LogicalShards != nil {
 		cfg.LogicalShards = *jc.LogicalShards
+	}
+	for _, r := range jc.SkipSteps {
+		cfg.SkipSteps = append(cfg.SkipSteps, state.SkipRange{First: r[0], Last: r[1]})
 	}
 	if jc.BOS != nil {
 		cfg.BOS = *jc.BOS

@@ -169,7 +169,19 @@ func configFrom(c *pb.JobConfig) (stream.Config, error) {
 		}
 		out.Schedule = append(out.Schedule, pt)
 	}
+	for _, r := range c.GetSkipSteps() {
+		out.SkipSteps = append(out.SkipSteps, state.SkipRange{First: r.GetFirst(), Last: r.GetLast()})
+	}
 	return out, nil
+}
+
+// rangesTo converts skip ranges to the wire's.
+func rangesTo(rs []state.SkipRange) []*pb.StepRange {
+	out := make([]*pb.StepRange, len(rs))
+	for i, r := range rs {
+		out[i] = &pb.StepRange{First: r.First, Last: r.Last}
+	}
+	return out
 }
 
 // schedulePointFrom converts schedule point i, whose weights name the
@@ -190,7 +202,7 @@ func openedTo(o session.Opened) *pb.OpenSessionResponse {
 			ControlPath: l.ControlPath, ControlBytes: uint64(l.ControlBytes),
 		},
 		LineTokens: uint32(o.LineTokens), BatchSize: o.BatchSize, StartStep: o.StartStep, MaxSkipSteps: o.MaxSkipSteps, Fields: fieldsTo(o.Fields),
-		Continued: o.Continued, JobFingerprint: o.JobFingerprint,
+		Continued: o.Continued, JobFingerprint: o.JobFingerprint, Skips: rangesTo(o.Skips),
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	pb "github.com/dataloaderd/dataloaderd/api/proto/dataloader/v1"
 	"github.com/dataloaderd/dataloaderd/internal/files"
 	"github.com/dataloaderd/dataloaderd/internal/session"
+	"github.com/dataloaderd/dataloaderd/internal/state"
 )
 
 // Sessions is the session lifecycle the server serves (a *session.Manager).
@@ -29,6 +30,7 @@ type Sessions interface {
 	// SaveFor saves with the caller's rights on the folder (files.Caller).
 	SaveFor(caller files.Caller, id string, step uint64, folder string) (session.Saved, error)
 	SetWeights(ctx context.Context, uid uint32, id string, after, taken uint64, weights map[string]float64) (uint64, error)
+	SkipSteps(ctx context.Context, uid uint32, id string, first, last, taken uint64) (uint64, []state.SkipRange, error)
 	// CountError counts an error returned to a client, by its status code.
 	CountError(kind string)
 	// Shutdown closes every session and opens no more.
@@ -157,6 +159,19 @@ func (s *Server) SetWeights(ctx context.Context, req *pb.SetWeightsRequest) (*pb
 		return nil, s.fail(err)
 	}
 	return &pb.SetWeightsResponse{Generation: gen}, nil
+}
+
+// SkipSteps implements Loader.
+func (s *Server) SkipSteps(ctx context.Context, req *pb.SkipStepsRequest) (*pb.SkipStepsResponse, error) {
+	uid, err := callerUID(ctx)
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	gen, pending, err := s.sessions.SkipSteps(ctx, uid, req.GetSessionId(), req.GetFirst(), req.GetLast(), req.GetTakenStep())
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	return &pb.SkipStepsResponse{Generation: gen, Pending: rangesTo(pending)}, nil
 }
 
 // SaveState implements Loader.

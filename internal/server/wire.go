@@ -38,6 +38,7 @@ var (
 	configDatasets = fieldNumber(&pb.JobConfig{}, "datasets")
 	configMetadata = fieldNumber(&pb.JobConfig{}, "metadata")
 	configSchedule = fieldNumber(&pb.JobConfig{}, "schedule")
+	configSkips    = fieldNumber(&pb.JobConfig{}, "skip_steps")
 	pointWeights   = fieldNumber(&pb.SchedulePoint{}, "weights")
 	shardedShards  = fieldNumber(&pb.ShardedState{}, "shards")
 
@@ -75,8 +76,10 @@ type openCounts struct {
 	// points are the schedule's points, weights their weights entries in
 	// all, widest the index of the point with the most (widestWeights).
 	points, weights, widest, widestWeights int
-	states, stateBytes                     int
-	cursors                                int
+	// skips are the config's skip_steps ranges.
+	skips              int
+	states, stateBytes int
+	cursors            int
 }
 
 // countOpen counts an OpenSessionRequest's wire bytes.
@@ -116,6 +119,8 @@ func (c *openCounts) countConfig(b []byte) {
 			c.datasets++
 		case num == configMetadata:
 			c.metadata++
+		case num == configSkips:
+			c.skips++
 		case num == configSchedule:
 			n := countField(value, pointWeights)
 			if n > c.widestWeights {
@@ -182,6 +187,9 @@ func (c openCounts) configRefusals() []string {
 	}
 	if n := len(stream.MetadataFields); c.metadata > n {
 		add("config.metadata holds %d names, more than the %d fields there are (%s)", c.metadata, n, strings.Join(stream.MetadataFields, ", "))
+	}
+	if c.skips > state.MaxSkipsPending {
+		add("config.skip_steps holds %d ranges, more than the %d a state keeps pending (state.MaxSkipsPending)", c.skips, state.MaxSkipsPending)
 	}
 	if c.points > MaxSchedulePoints {
 		add("config.schedule holds %d points, more than the %d a schedule may have (server.MaxSchedulePoints)", c.points, MaxSchedulePoints)

@@ -367,6 +367,7 @@ func (m *Manager) hooks(ss *session, lineTokens int) stream.Hooks {
 				ctl.Publish(b.Step, b.Slot, b.Lines, b.Segments, b.MaxSeqlen)
 			}
 			m.metrics.batches.Inc()
+			m.metrics.countSkipped(b, lineTokens)
 			for d, n := range b.DatasetLines {
 				if n > 0 {
 					lines[d].Add(float64(n))

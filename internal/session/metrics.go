@@ -25,6 +25,10 @@ type metrics struct {
 	workingSet prometheus.Gauge
 	devCopy    prometheus.Histogram
 	skipped    *prometheus.CounterVec
+	// skippedBatches and skippedTokens count the batches of skipped ranges
+	// of steps (skip_steps) made and dropped, and their lines' tokens.
+	skippedBatches prometheus.Counter
+	skippedTokens  prometheus.Counter
 	// datasets deletes the dataset series of closed sessions.
 	datasets *datasetSeries
 	// jobs holds the mixture series by job: target share and lines served.
@@ -93,6 +97,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		Name: "dataloaderd_text_records_skipped_total", Help: "Bad records of text datasets skipped (on_bad_record: skip), by dataset.",
 	}, []string{"dataset"})
 	m.datasets = newDatasetSeries(m.tokens, m.lines, m.skipped)
+	m.registerSkipped(reg)
 	m.jobShare = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "dataloaderd_mixture_target_share",
 		Help: "The share of lines a job's mixing weights (or schedule) give each dataset at the last batch produced.",
@@ -138,4 +143,32 @@ func (m *metrics) registerResources(reg prometheus.Registerer, res *stream.Resou
 			Name: "dataloaderd_token_cache_misses_total", Help: "Reads of text units that had to be tokenized (again).",
 		}, func() float64 { return float64(res.CacheStats().Misses) }),
 	)
+}
+
+// registerSkipped registers the counts of batches of skipped ranges of
+// steps (skip_steps).
+func (m *metrics) registerSkipped(reg prometheus.Registerer) {
+	m.skippedBatches = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "dataloaderd_skipped_batches_total",
+		Help: "Batches of skipped ranges of steps (skip_steps) made and dropped, never served (a range made again after a change counts again).",
+	})
+	m.skippedTokens = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "dataloaderd_skipped_tokens_total",
+		Help: "Tokens of the lines of skipped batches (skip_steps): passed by the cursors, counted as skipped, not served.",
+	})
+	reg.MustRegister(m.skippedBatches, m.skippedTokens)
+}
+
+// countSkipped counts the batches of a skipped range made and dropped
+// before batch b, and their tokens (lines of lineTokens tokens).
+func (m *metrics) countSkipped(b stream.Batch, lineTokens int) {
+	if b.Skipped == 0 {
+		return
+	}
+	m.skippedBatches.Add(float64(b.Skipped))
+	var n int
+	for _, l := range b.SkippedLines {
+		n += l
+	}
+	m.skippedTokens.Add(float64(n * lineTokens))
 }

@@ -188,7 +188,10 @@ func (m *Manager) newSession(ctx context.Context, key sessionKey, p plan) (*sess
 		release()
 		return nil, err
 	}
-	rank, err := rankFrom(ctx, corpus, req, from)
+	rank, warnings, err := rankFrom(ctx, corpus, req, from)
+	for _, w := range warnings {
+		m.log.Warn("skip_steps", zap.String("job", key.job), zap.Uint32("dp_rank", key.dpRank), zap.String("warning", w))
+	}
 	if err != nil {
 		release()
 		if stop := m.stopped(); stop != nil && ctx.Err() != nil {
@@ -249,7 +252,7 @@ func (s *session) describe(c, device int) Opened {
 	return Opened{ID: s.id, Consumer: c, Transport: s.transport, Ring: s.ring.Layout(device),
 		LineTokens: cfg.LineTokens(), BatchSize: cfg.BatchSize, StartStep: s.pipeline.StartStep(),
 		MaxSkipSteps: MaxSkipSteps(uint64(cfg.BatchSize) * uint64(cfg.LineTokens())), Fields: s.corpus.Layout().Fields,
-		JobFingerprint: s.corpus.JobFingerprint()}
+		JobFingerprint: s.corpus.JobFingerprint(), Skips: s.pipeline.Skips(s.pipeline.StartStep())}
 }
 
 // resumeSource names where a restored state came from, for an error that a

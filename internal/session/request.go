@@ -79,6 +79,9 @@ type Opened struct {
 	Fields []stream.Field
 	// JobFingerprint names the job in a batch's id (stream.BatchID).
 	JobFingerprint string
+	// Skips is the rank's skip log at StartStep: the client's next batch
+	// after a step in a pending range is the one after the range.
+	Skips []state.SkipRange
 	// reconnect: the open is a reconnect the daemon counts (reconnects.go).
 	reconnect bool
 	// Continued: the consumer took the place of one whose process died

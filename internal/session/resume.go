@@ -23,14 +23,23 @@ func resumeState(corpus *stream.Corpus, roots *files.Roots, req Request) (*state
 	return from, nil
 }
 
-// rankFrom builds an open's rank from the state it resumes from; a state
-// the corpus refuses is named by where it came from.
-func rankFrom(ctx context.Context, corpus *stream.Corpus, req Request, from *state.Restored) (*stream.Rank, error) {
+// rankFrom builds an open's rank from the state it resumes from, the
+// config's skip_steps added to its skip log (warnings: the ranges before
+// the resumed step that the log lacks); a state the corpus refuses is
+// named by where it came from.
+func rankFrom(ctx context.Context, corpus *stream.Corpus, req Request, from *state.Restored) (*stream.Rank, []string, error) {
 	rank, err := stream.NewRankContext(ctx, corpus, req.DPRank, req.DPSize, from)
 	if err != nil && from != nil {
 		err = fmt.Errorf("%s: %w", resumeSource(req), err)
 	}
-	return rank, err
+	if err != nil {
+		return nil, nil, err
+	}
+	warnings, err := rank.AddConfigSkips()
+	if err != nil {
+		return nil, nil, err
+	}
+	return rank, warnings, nil
 }
 
 // Resume is where ResumeRank's rank starts: the rank files of a checkpoint
@@ -53,5 +62,6 @@ func ResumeRank(ctx context.Context, corpus *stream.Corpus, roots *files.Roots, 
 	if err != nil {
 		return nil, err
 	}
-	return rankFrom(ctx, corpus, req, st)
+	rank, _, err := rankFrom(ctx, corpus, req, st)
+	return rank, err
 }

@@ -114,3 +114,22 @@ func (m *Manager) SetWeights(ctx context.Context, uid uint32, id string, after, 
 	ss.touch()
 	return ss.pipeline.Generation(), nil
 }
+
+// SkipSteps logs the steps first to last of session id as skipped: their
+// batches are made and dropped (stream.Pipeline.SkipSteps); taken is the
+// last step the asking consumer has read. It returns the pipeline's
+// generation after the change (batches of an older one handed out on a
+// stream past first-1 are stale) and the ranges pending after taken.
+func (m *Manager) SkipSteps(ctx context.Context, uid uint32, id string, first, last, taken uint64) (uint64, []state.SkipRange, error) {
+	ss, err := m.lookup(uid, id)
+	if err != nil {
+		return 0, nil, err
+	}
+	pending, err := ss.pipeline.SkipSteps(ctx, state.SkipRange{First: first, Last: last}, taken)
+	if err != nil {
+		return 0, nil, err
+	}
+	ss.touch()
+	ss.log.Info("steps skipped", zap.Uint64("first", first), zap.Uint64("last", last))
+	return ss.pipeline.Generation(), pending, nil
+}

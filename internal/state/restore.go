@@ -26,6 +26,11 @@ type Restored struct {
 	// changes disagree; the resumed ranks then treat the configured weights
 	// as a change (and drop the queued ones).
 	MixturesDiffer bool
+	// Skips is the saved world's skip log, merged from its files: a range
+	// any file logs (files of one world saved at different steps log the
+	// ranges skipped before their own step), and none that two files log
+	// differently (refused).
+	Skips []SkipRange
 	// Added names the datasets of the current config that the saved world
 	// did not have: their shards start from fresh cursors.
 	Added []string
@@ -84,6 +89,8 @@ type merger struct {
 	name   func(i int) string
 	out    *Restored
 	ranks  map[uint32]int // the index of each dp_rank's file
+	// skipFrom names the file each merged skip range came from.
+	skipFrom []string
 }
 
 func newMerger(cur Fingerprint, lo, hi uint32, step uint64, name func(i int) string) *merger {
@@ -126,6 +133,11 @@ func (m *merger) add(i int, b []byte, step uint64) (Rank, error) {
 		return Rank{}, fmt.Errorf("%w: %s and %s both hold dp_rank %d", ErrMismatch, m.name(prev), m.name(i), r.DPRank)
 	}
 	m.ranks[r.DPRank] = i
+	if len(r.Skips) > 0 { // name(i) only where needed: see MergeNamed
+		if out.Skips, m.skipFrom, err = mergeSkips(out.Skips, r.Skips, m.skipFrom, m.name(i)); err != nil {
+			return Rank{}, err
+		}
+	}
 	if first || r.DPRank == 0 {
 		if !first && !sameCurrent(out.Mixture, r.Mixture, out.Step) {
 			out.MixturesDiffer = true
@@ -156,6 +168,10 @@ func (m *merger) done(every bool) (*Restored, error) {
 	cur, out := m.cur, m.out
 	if every && len(m.ranks) != int(out.FromSize) {
 		return nil, fmt.Errorf("%w: %d of %d ranks' states given: every rank of the saved world is needed", ErrMismatch, len(m.ranks), out.FromSize)
+	}
+	out.Skips = TrimSkips(out.Skips, out.Step)
+	if err := checkSkipLog(out.Skips, out.Step); err != nil {
+		return nil, fmt.Errorf("%w: the merged %v", ErrMismatch, err)
 	}
 	for d := range cur.Datasets {
 		fresh := slices.Contains(out.Added, cur.Datasets[d].Name)

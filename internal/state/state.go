@@ -10,12 +10,15 @@ package state
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/dataloaderd/dataloaderd/internal/errkind"
 )
 
 // Version is the newest version of the state file format this package
-// writes and reads. Version 4 is written only for a job that reads its
+// writes and reads. Version 5 is written only for a state that logs skipped
+// ranges of steps (Rank.Skips): a daemon before them would read the state
+// and serve the batches of a pending range. Version 4 is written only for a job that reads its
 // units in runs (its fingerprint's run_tokens is not 0): a daemon before
 // runs reads versions up to 3 and so refuses such a state, rather than
 // ignore the field and apply cursors of the run order to the plain one.
@@ -23,11 +26,14 @@ import (
 // mixture log (entries past the state's step). Version 1 files (no mixing
 // bases, no mixture log) and version 2 files (no queued changes) are still
 // read.
-const Version = 4
+const Version = 5
 
-// versionFor is the version a state of fingerprint fp is written as: the
+// versionFor is the version a state r of fingerprint fp is written as: the
 // oldest that holds it.
-func versionFor(fp Fingerprint) int {
+func versionFor(fp Fingerprint, r Rank) int {
+	if len(r.Skips) > 0 {
+		return 5
+	}
 	if fp.RunTokens != 0 {
 		return 4
 	}
@@ -100,6 +106,10 @@ type Rank struct {
 	// after it the changes queued for later batches (see Queued). Empty in
 	// states read from version 1 files.
 	Mixture []MixChange
+	// Skips is the log of ranges of steps skipped (skip_steps), in step
+	// order: those whose last step is at or before Step passed, the others
+	// pending. Empty in states read from files before version 5.
+	Skips []SkipRange
 }
 
 // Clone returns a deep copy.
@@ -110,5 +120,6 @@ func (r Rank) Clone() Rank {
 		c.Shards[k] = v
 	}
 	c.Mixture = CloneMixture(r.Mixture)
+	c.Skips = slices.Clone(r.Skips)
 	return c
 }

@@ -27,6 +27,10 @@ type Produced struct {
 	// Cost is the time the batch took, by cause: each line's time under its
 	// dataset's cause, the rest as packing (a skipped batch counts none).
 	Cost Cost
+	// Skipped counts the batches of a skipped range passed just before
+	// this one (skips.go), SkippedLines their lines by dataset.
+	Skipped      uint64
+	SkippedLines []int
 }
 
 // assemblyMode is what a batch does with its lines.
@@ -152,11 +156,20 @@ func (r *Rank) NextBatchBytes(slot []byte) (Produced, error) {
 // nextBatch makes the rank's next batch into r.out: the mixer readied for
 // it, its lines taken one by one, and the state of the shards it moved.
 func (r *Rank) nextBatch() (Produced, error) {
+	out := &r.out
+	p := Produced{DatasetLines: make([]int, len(r.datasets))}
+	if out.mode == copyLines {
+		stop := r.stop
+		if stop == nil {
+			stop = context.Background()
+		}
+		if err := r.skipAhead(stop, &p); err != nil {
+			return Produced{}, err
+		}
+	}
 	if r.mix.begin(r.step) {
 		r.rebase()
 	}
-	out := &r.out
-	p := Produced{DatasetLines: make([]int, len(r.datasets))}
 	var clock batchClock
 	clock.start(out.mode == copyLines, r.corpus.mixedCauses)
 	for {

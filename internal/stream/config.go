@@ -81,6 +81,10 @@ type Config struct {
 	// step (points in increasing step order, weights in dataset order)
 	// instead of the datasets' constant weights.
 	Schedule []state.SchedulePoint
+	// SkipSteps are ranges of data steps whose batches are made and
+	// dropped, never served (skips.go), in step order and apart. They do
+	// not shape the stream: a resume may add them (state.ConfigSkips).
+	SkipSteps []state.SkipRange
 }
 
 // LineTokens is the length of a line: seq_len + 1 (inputs and shifted labels).
@@ -146,6 +150,9 @@ func (c Config) validateScalars() error {
 	}
 	if c.BOS > math.MaxInt32 {
 		return invalid("bos_id must be at most %d, got %d", math.MaxInt32, c.BOS)
+	}
+	if err := state.CheckSkips("skip_steps", c.SkipSteps, state.MaxSkipsPending); err != nil {
+		return invalid("%v", err)
 	}
 	return nil
 }

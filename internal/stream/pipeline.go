@@ -54,6 +54,11 @@ type Batch struct {
 	// Cost is the time the batch took to make, by cause (cost.go), its
 	// wait for a slot and its copy to a device included.
 	Cost Cost
+	// Skipped counts the batches of a skipped range made and dropped just
+	// before this one (skips.go), SkippedLines their lines by dataset: the
+	// batch's step is then not the one after the batch before it.
+	Skipped      uint64
+	SkippedLines []int
 }
 
 // Pipeline runs a rank ahead of its consumers into a ring of slots. Every
@@ -82,8 +87,10 @@ type Pipeline struct {
 	// it (0: none): the end of a generation is handed once.
 	endSeen []uint64
 	// base is the state after the last step every consumer released, but
-	// for its mixture log: the rank's mixer keeps the one log, from which
-	// a state after any step from base on takes its own (stateAt).
+	// for its mixture and skip logs: the rank keeps the one log of each,
+	// from which a state after any step from base on takes its own
+	// (stateAt). A step of a skipped range has no batch in flight (no
+	// entry): the step after a batch is not always the next batch's.
 	base state.Rank
 	// pause holds the producer before its next batch; busy is set while it
 	// makes one (SetWeights waits for it to finish).
@@ -133,7 +140,7 @@ func NewPipeline(rank *Rank, ring Slots, consumers int) *Pipeline {
 		endSeen:  make([]uint64, consumers),
 		base:     rank.State(),
 	}
-	p.base.Mixture = nil
+	p.base.Mixture, p.base.Skips = nil, nil
 	for i := range p.next {
 		p.next[i] = p.produced
 	}
@@ -184,7 +191,7 @@ func (p *Pipeline) Next(ctx context.Context, c int) (Batch, error) {
 	case p.closed:
 		return Batch{}, ErrClosed
 	case p.produced > p.next[c]:
-		p.next[c]++
+		p.next[c] = p.following(p.next[c])
 		b := p.inFlight[p.next[c]].Batch
 		b.Generation = p.gen
 		return b, nil
@@ -243,7 +250,7 @@ func (p *Pipeline) release(c int, f *inFlight) {
 	p.slotStep[f.Slot] = 0
 	// Fold fully released steps into the base, in step order.
 	for {
-		g := p.inFlight[p.base.Step+1]
+		g := p.inFlight[p.following(p.base.Step)]
 		if g == nil || g.left > 0 {
 			break
 		}
@@ -272,6 +279,12 @@ func (p *Pipeline) State(step uint64) (state.Rank, error) {
 	if last < p.base.Step || last > p.produced {
 		return state.Rank{}, fmt.Errorf("%w: state after step %d asked for; steps %d to %d are available", ErrStep, step, p.base.Step, p.produced)
 	}
+	if made := p.madeAtOrBefore(last); made != last && !(p.ended && last == p.produced) {
+		// A step of a skipped range: the state after the batch served
+		// before the range, whose log holds the range pending, resumes at
+		// the same next batch.
+		last, step = made, made
+	}
 	return p.stateAt(last, step), nil
 }
 
@@ -280,7 +293,7 @@ func (p *Pipeline) State(step uint64) (state.Rank, error) {
 // is held.
 func (p *Pipeline) stateAt(last, step uint64) state.Rank {
 	return state.Rank{DPRank: p.base.DPRank, DPSize: p.base.DPSize, Step: step,
-		Shards: p.shardsAt(last), Mixture: p.rank.mixtureAt(step)}
+		Shards: p.shardsAt(last), Mixture: p.rank.mixtureAt(step), Skips: p.rank.skipsAt(step)}
 }
 
 // shardsAt is the shards' state after step last (produced, not older than
@@ -288,7 +301,9 @@ func (p *Pipeline) stateAt(last, step uint64) state.Rank {
 func (p *Pipeline) shardsAt(last uint64) map[state.ShardID]state.Shard {
 	shards := maps.Clone(p.base.Shards)
 	for s := p.base.Step + 1; s <= last; s++ {
-		maps.Copy(shards, p.inFlight[s].delta)
+		if f := p.inFlight[s]; f != nil { // none for a skipped step
+			maps.Copy(shards, f.delta)
+		}
 	}
 	return shards
 }
@@ -313,7 +328,13 @@ func (p *Pipeline) Cost(first, last uint64) Cost {
 func (p *Pipeline) Ready(c int) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return int(p.produced - p.next[c])
+	n := 0
+	for s := range p.inFlight {
+		if s > p.next[c] {
+			n++
+		}
+	}
+	return n
 }
 
 // Wait blocks until the producer has stopped for good: it returns the last

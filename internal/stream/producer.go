@@ -41,6 +41,7 @@ func (p *Pipeline) Run(ctx context.Context) (err error) {
 		// be a mapped file too: either cut short under the daemon faults,
 		// which fails this pipeline alone.
 		var prod Produced
+		p.rank.stop = ctx // a skip before the batch ends with the producer
 		err = guardMapped(func() error {
 			var gerr error
 			prod, gerr = p.rank.NextBatchBytes(p.ring.Slot(slot))
@@ -76,7 +77,7 @@ func (p *Pipeline) awaitSlot(ctx context.Context) (step uint64, slot int, err er
 	n := uint64(len(p.slotStep))
 	p.mu.Lock()
 	p.setIdle() // the last batch is announced
-	from := p.produced
+	from := p.rank.NextStep() - 1
 	waited := false
 	if p.slotStep[int(from%n)] != 0 && !p.closed && p.hooks.SlotWait != nil {
 		p.mu.Unlock()
@@ -86,11 +87,13 @@ func (p *Pipeline) awaitSlot(ctx context.Context) (step uint64, slot int, err er
 		waited = true
 		p.mu.Lock()
 	}
-	err = p.wait(ctx, func() bool { return p.closed || !p.pause && p.slotStep[int(p.produced%n)] == 0 })
+	// The slot of a step is fixed ((step-1) mod slots: the control block's
+	// readers find a step there), past a skipped range too.
+	err = p.wait(ctx, func() bool { return p.closed || !p.pause && p.slotStep[int((p.rank.NextStep()-1)%n)] == 0 })
 	if err == nil && p.closed {
 		err = ErrClosed
 	}
-	step = p.produced + 1
+	step = p.rank.NextStep()
 	slot = int((step - 1) % n)
 	p.busy = err == nil
 	p.mu.Unlock()
@@ -117,8 +120,13 @@ func (p *Pipeline) record(step uint64, slot int, prod Produced, err error) (Batc
 		p.ended = true
 		return Batch{Step: p.produced, End: true}, nil
 	}
+	if got := p.rank.Step(); got != step {
+		p.err = fmt.Errorf("producing step %d: the rank made step %d", step, got)
+		return Batch{}, p.err
+	}
 	b := Batch{Step: step, Slot: slot, Lines: prod.Lines, DatasetLines: prod.DatasetLines,
-		Segments: prod.Segments, MaxSeqlen: prod.MaxSeqlen, Weights: prod.Weights, Cost: prod.Cost}
+		Segments: prod.Segments, MaxSeqlen: prod.MaxSeqlen, Weights: prod.Weights, Cost: prod.Cost,
+		Skipped: prod.Skipped, SkippedLines: prod.SkippedLines}
 	p.produced = step
 	p.slotStep[slot] = step
 	p.inFlight[step] = &inFlight{Batch: b, delta: prod.Delta, released: make([]bool, p.consumers), left: p.consumers}

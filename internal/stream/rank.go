@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/dataloaderd/dataloaderd/internal/state"
 )
@@ -24,6 +25,10 @@ type Rank struct {
 	step     uint64
 	datasets []*rankDataset
 	mix      *mixer
+	// skips is the skip log (skips.go): ranges of steps made and dropped;
+	// a skip before a batch ends when stop does (nil: never).
+	skips []state.SkipRange
+	stop  context.Context
 	// touched collects the shards a batch changed, for the state delta.
 	touched map[*shardRun]struct{}
 	// meta writes the batch metadata the config asks for (nil: none) into
@@ -59,6 +64,7 @@ func NewRankContext(ctx context.Context, c *Corpus, dpRank, dpSize uint32, from 
 			return nil, fmt.Errorf("%w: restored step %d is beyond %d", state.ErrMismatch, from.Step, uint64(maxCount))
 		}
 		r.step = from.Step
+		r.skips = slices.Clone(from.Skips)
 	}
 	mix, reweigh, err := newMixer(ctx, cfg, c.DatasetNames(), r.step, dpSize, from)
 	if err != nil {
@@ -156,7 +162,8 @@ func (r *Rank) rebase() {
 // after an older step still holds, too): the rank of that step, to make its
 // later batches again under another change of weights.
 func (r *Rank) remake(ctx context.Context, step uint64, shards map[state.ShardID]state.Shard) (*Rank, error) {
-	from := &state.Restored{Step: step, Shards: shards, FromSize: r.dpSize, Mixture: state.CloneMixture(r.mix.log)}
+	from := &state.Restored{Step: step, Shards: shards, FromSize: r.dpSize, Mixture: state.CloneMixture(r.mix.log),
+		Skips: slices.Clone(r.skips)}
 	return NewRankContext(ctx, r.corpus, r.dpRank, r.dpSize, from)
 }
 
@@ -168,7 +175,7 @@ func (r *Rank) mixtureAt(step uint64) []state.MixChange { return r.mix.logAt(ste
 // for later batches included.
 func (r *Rank) State() state.Rank {
 	st := state.Rank{DPRank: r.dpRank, DPSize: r.dpSize, Step: r.step, Shards: map[state.ShardID]state.Shard{},
-		Mixture: r.mix.logAt(r.step)}
+		Mixture: r.mix.logAt(r.step), Skips: r.skipsAt(r.step)}
 	for _, d := range r.datasets {
 		for _, s := range d.all {
 			st.Shards[state.ShardID{Dataset: s.ds.index, Shard: s.index}] = s.st

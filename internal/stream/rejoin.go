@@ -47,8 +47,8 @@ func (p *Pipeline) ReleasedThrough(c int) uint64 {
 
 func (p *Pipeline) releasedThroughLocked(c int) uint64 {
 	last := p.base.Step
-	for f := p.inFlight[last+1]; f != nil && last < p.next[c] && f.released[c]; f = p.inFlight[last+1] {
-		last++
+	for s := p.following(last); s != 0 && s <= p.next[c] && p.inFlight[s].released[c]; s = p.following(last) {
+		last = s
 	}
 	return last
 }

@@ -42,6 +42,15 @@ func (p *Pipeline) SetWeights(ctx context.Context, after, taken uint64, weights 
 	if err := p.rank.checkQueue(p.base.Step, after); err != nil {
 		return err
 	}
+	return p.remakeAfter(ctx, after, func(r *Rank) error { return r.setWeights(p.base.Step, after, weights) })
+}
+
+// remakeAfter changes the rank from the batch after step `after` on by
+// change: it holds the producer, and where batches past `after` were made
+// already, drops them and makes the rank of step `after` again from its
+// state, as a resume does, for change to change; the batches made again
+// have a new generation. p.mu is held.
+func (p *Pipeline) remakeAfter(ctx context.Context, after uint64, change func(*Rank) error) error {
 	p.pause = true
 	defer func() {
 		p.pause = false
@@ -58,15 +67,13 @@ func (p *Pipeline) SetWeights(ctx context.Context, after, taken uint64, weights 
 		return p.err
 	}
 	if after >= p.produced {
-		return p.rank.setWeights(p.base.Step, after, weights)
+		return change(p.rank)
 	}
-	// Make the rank of step `after` again from its state, as a resume does,
-	// and change its weights there.
-	rank, err := p.rank.remake(ctx, after, p.shardsAt(after))
+	rank, err := p.rankAt(ctx, after)
 	if err != nil {
 		return fmt.Errorf("making step %d's rank again: %w", after, err)
 	}
-	if err := rank.setWeights(p.base.Step, after, weights); err != nil {
+	if err := change(rank); err != nil {
 		return err
 	}
 	for s := after + 1; s <= p.produced; s++ {
@@ -86,6 +93,23 @@ func (p *Pipeline) SetWeights(ctx context.Context, after, taken uint64, weights 
 		}
 	}
 	return nil
+}
+
+// rankAt makes the rank of step `after` again from its state, as a resume
+// does: from the state after the last batch made at or before it, moved on
+// to it where it lies in a skipped range. p.mu is held.
+func (p *Pipeline) rankAt(ctx context.Context, after uint64) (*Rank, error) {
+	made := p.madeAtOrBefore(after)
+	rank, err := p.rank.remake(ctx, made, p.shardsAt(made))
+	if err != nil {
+		return nil, err
+	}
+	if after > made {
+		if err := rank.SkipTo(ctx, after); err != nil {
+			return nil, err
+		}
+	}
+	return rank, nil
 }
 
 // Generation counts the times batches were dropped to be made again; a

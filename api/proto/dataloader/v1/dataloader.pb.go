@@ -224,7 +224,11 @@ type JobConfig struct {
 	// Read each shard's units in runs of about this many tokens of
 	// consecutive units (the runs permuted, each read in order); 0: off.
 	// docs/objects.md, "Sizing the cache".
-	RunTokens     uint64 `protobuf:"varint,15,opt,name=run_tokens,json=runTokens,proto3" json:"run_tokens,omitempty"`
+	RunTokens uint64 `protobuf:"varint,15,opt,name=run_tokens,json=runTokens,proto3" json:"run_tokens,omitempty"`
+	// Ranges of steps whose batches are made and dropped, never served
+	// (README, "Skipping steps"): in step order, apart. Not part of the
+	// state's fingerprint: a resume may add them.
+	SkipSteps     []*StepRange `protobuf:"bytes,16,rep,name=skip_steps,json=skipSteps,proto3" json:"skip_steps,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -364,6 +368,66 @@ func (x *JobConfig) GetRunTokens() uint64 {
 	return 0
 }
 
+func (x *JobConfig) GetSkipSteps() []*StepRange {
+	if x != nil {
+		return x.SkipSteps
+	}
+	return nil
+}
+
+// The steps first to last, both included.
+type StepRange struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	First         uint64                 `protobuf:"varint,1,opt,name=first,proto3" json:"first,omitempty"`
+	Last          uint64                 `protobuf:"varint,2,opt,name=last,proto3" json:"last,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StepRange) Reset() {
+	*x = StepRange{}
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StepRange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StepRange) ProtoMessage() {}
+
+func (x *StepRange) ProtoReflect() protoreflect.Message {
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StepRange.ProtoReflect.Descriptor instead.
+func (*StepRange) Descriptor() ([]byte, []int) {
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *StepRange) GetFirst() uint64 {
+	if x != nil {
+		return x.First
+	}
+	return 0
+}
+
+func (x *StepRange) GetLast() uint64 {
+	if x != nil {
+		return x.Last
+	}
+	return 0
+}
+
 // From batch `step` on (or, with linear, reaching them at `step` along a
 // straight line from the point before), the datasets are mixed by weights.
 type SchedulePoint struct {
@@ -378,7 +442,7 @@ type SchedulePoint struct {
 
 func (x *SchedulePoint) Reset() {
 	*x = SchedulePoint{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[2]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -390,7 +454,7 @@ func (x *SchedulePoint) String() string {
 func (*SchedulePoint) ProtoMessage() {}
 
 func (x *SchedulePoint) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[2]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -403,7 +467,7 @@ func (x *SchedulePoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SchedulePoint.ProtoReflect.Descriptor instead.
 func (*SchedulePoint) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{2}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *SchedulePoint) GetStep() uint64 {
@@ -473,7 +537,7 @@ type OpenSessionRequest struct {
 
 func (x *OpenSessionRequest) Reset() {
 	*x = OpenSessionRequest{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[3]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -485,7 +549,7 @@ func (x *OpenSessionRequest) String() string {
 func (*OpenSessionRequest) ProtoMessage() {}
 
 func (x *OpenSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[3]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -498,7 +562,7 @@ func (x *OpenSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSessionRequest.ProtoReflect.Descriptor instead.
 func (*OpenSessionRequest) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{3}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *OpenSessionRequest) GetJob() string {
@@ -623,7 +687,7 @@ type ShardedState struct {
 
 func (x *ShardedState) Reset() {
 	*x = ShardedState{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[4]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -635,7 +699,7 @@ func (x *ShardedState) String() string {
 func (*ShardedState) ProtoMessage() {}
 
 func (x *ShardedState) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[4]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -648,7 +712,7 @@ func (x *ShardedState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardedState.ProtoReflect.Descriptor instead.
 func (*ShardedState) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{4}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ShardedState) GetRun() []byte {
@@ -683,7 +747,7 @@ type ShardState struct {
 
 func (x *ShardState) Reset() {
 	*x = ShardState{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[5]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -695,7 +759,7 @@ func (x *ShardState) String() string {
 func (*ShardState) ProtoMessage() {}
 
 func (x *ShardState) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[5]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -708,7 +772,7 @@ func (x *ShardState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardState.ProtoReflect.Descriptor instead.
 func (*ShardState) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{5}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ShardState) GetDataset() uint32 {
@@ -795,7 +859,7 @@ type Ring struct {
 
 func (x *Ring) Reset() {
 	*x = Ring{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[6]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -807,7 +871,7 @@ func (x *Ring) String() string {
 func (*Ring) ProtoMessage() {}
 
 func (x *Ring) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[6]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -820,7 +884,7 @@ func (x *Ring) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ring.ProtoReflect.Descriptor instead.
 func (*Ring) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{6}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Ring) GetPath() string {
@@ -916,13 +980,17 @@ type OpenSessionResponse struct {
 	// batch_id, which dataloaderd explain --batch-id takes. Empty from
 	// daemons before it.
 	JobFingerprint string `protobuf:"bytes,11,opt,name=job_fingerprint,json=jobFingerprint,proto3" json:"job_fingerprint,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The rank's skip log at start_step: the ranges skipped and pending. The
+	// batch after a step before a pending range's first is the one after its
+	// last. Empty from daemons before it.
+	Skips         []*StepRange `protobuf:"bytes,12,rep,name=skips,proto3" json:"skips,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *OpenSessionResponse) Reset() {
 	*x = OpenSessionResponse{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[7]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -934,7 +1002,7 @@ func (x *OpenSessionResponse) String() string {
 func (*OpenSessionResponse) ProtoMessage() {}
 
 func (x *OpenSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[7]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -947,7 +1015,7 @@ func (x *OpenSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSessionResponse.ProtoReflect.Descriptor instead.
 func (*OpenSessionResponse) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{7}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *OpenSessionResponse) GetSessionId() string {
@@ -1027,6 +1095,13 @@ func (x *OpenSessionResponse) GetJobFingerprint() string {
 	return ""
 }
 
+func (x *OpenSessionResponse) GetSkips() []*StepRange {
+	if x != nil {
+		return x.Skips
+	}
+	return nil
+}
+
 // One array of a batch in its slot.
 type SlotField struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1046,7 +1121,7 @@ type SlotField struct {
 
 func (x *SlotField) Reset() {
 	*x = SlotField{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[8]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1058,7 +1133,7 @@ func (x *SlotField) String() string {
 func (*SlotField) ProtoMessage() {}
 
 func (x *SlotField) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[8]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1071,7 +1146,7 @@ func (x *SlotField) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotField.ProtoReflect.Descriptor instead.
 func (*SlotField) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{8}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SlotField) GetName() string {
@@ -1118,7 +1193,7 @@ type Attach struct {
 
 func (x *Attach) Reset() {
 	*x = Attach{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[9]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1130,7 +1205,7 @@ func (x *Attach) String() string {
 func (*Attach) ProtoMessage() {}
 
 func (x *Attach) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[9]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1143,7 +1218,7 @@ func (x *Attach) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Attach.ProtoReflect.Descriptor instead.
 func (*Attach) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{9}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Attach) GetSessionId() string {
@@ -1179,7 +1254,7 @@ type Release struct {
 
 func (x *Release) Reset() {
 	*x = Release{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[10]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1191,7 +1266,7 @@ func (x *Release) String() string {
 func (*Release) ProtoMessage() {}
 
 func (x *Release) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[10]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1204,7 +1279,7 @@ func (x *Release) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Release.ProtoReflect.Descriptor instead.
 func (*Release) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{10}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Release) GetSlot() uint32 {
@@ -1241,7 +1316,7 @@ type BatchesRequest struct {
 
 func (x *BatchesRequest) Reset() {
 	*x = BatchesRequest{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[11]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1253,7 +1328,7 @@ func (x *BatchesRequest) String() string {
 func (*BatchesRequest) ProtoMessage() {}
 
 func (x *BatchesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[11]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1266,7 +1341,7 @@ func (x *BatchesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchesRequest.ProtoReflect.Descriptor instead.
 func (*BatchesRequest) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{11}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *BatchesRequest) GetKind() isBatchesRequest_Kind {
@@ -1339,7 +1414,7 @@ type Batch struct {
 
 func (x *Batch) Reset() {
 	*x = Batch{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[12]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1351,7 +1426,7 @@ func (x *Batch) String() string {
 func (*Batch) ProtoMessage() {}
 
 func (x *Batch) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[12]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1364,7 +1439,7 @@ func (x *Batch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Batch.ProtoReflect.Descriptor instead.
 func (*Batch) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{12}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Batch) GetStep() uint64 {
@@ -1438,7 +1513,7 @@ type SetWeightsRequest struct {
 
 func (x *SetWeightsRequest) Reset() {
 	*x = SetWeightsRequest{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[13]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1450,7 +1525,7 @@ func (x *SetWeightsRequest) String() string {
 func (*SetWeightsRequest) ProtoMessage() {}
 
 func (x *SetWeightsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[13]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1463,7 +1538,7 @@ func (x *SetWeightsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetWeightsRequest.ProtoReflect.Descriptor instead.
 func (*SetWeightsRequest) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{13}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SetWeightsRequest) GetSessionId() string {
@@ -1504,7 +1579,7 @@ type SetWeightsResponse struct {
 
 func (x *SetWeightsResponse) Reset() {
 	*x = SetWeightsResponse{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[14]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1516,7 +1591,7 @@ func (x *SetWeightsResponse) String() string {
 func (*SetWeightsResponse) ProtoMessage() {}
 
 func (x *SetWeightsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[14]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1529,7 +1604,7 @@ func (x *SetWeightsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetWeightsResponse.ProtoReflect.Descriptor instead.
 func (*SetWeightsResponse) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{14}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *SetWeightsResponse) GetGeneration() uint64 {
@@ -1537,6 +1612,129 @@ func (x *SetWeightsResponse) GetGeneration() uint64 {
 		return x.Generation
 	}
 	return 0
+}
+
+type SkipStepsRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	First     uint64                 `protobuf:"varint,2,opt,name=first,proto3" json:"first,omitempty"`
+	Last      uint64                 `protobuf:"varint,3,opt,name=last,proto3" json:"last,omitempty"`
+	// The last step this consumer has read; first must be after it.
+	TakenStep     uint64 `protobuf:"varint,4,opt,name=taken_step,json=takenStep,proto3" json:"taken_step,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SkipStepsRequest) Reset() {
+	*x = SkipStepsRequest{}
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SkipStepsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SkipStepsRequest) ProtoMessage() {}
+
+func (x *SkipStepsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SkipStepsRequest.ProtoReflect.Descriptor instead.
+func (*SkipStepsRequest) Descriptor() ([]byte, []int) {
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *SkipStepsRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *SkipStepsRequest) GetFirst() uint64 {
+	if x != nil {
+		return x.First
+	}
+	return 0
+}
+
+func (x *SkipStepsRequest) GetLast() uint64 {
+	if x != nil {
+		return x.Last
+	}
+	return 0
+}
+
+func (x *SkipStepsRequest) GetTakenStep() uint64 {
+	if x != nil {
+		return x.TakenStep
+	}
+	return 0
+}
+
+type SkipStepsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The pipeline's generation after the change (see Batch.generation).
+	Generation uint64 `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
+	// The ranges pending after taken_step.
+	Pending       []*StepRange `protobuf:"bytes,2,rep,name=pending,proto3" json:"pending,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SkipStepsResponse) Reset() {
+	*x = SkipStepsResponse{}
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SkipStepsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SkipStepsResponse) ProtoMessage() {}
+
+func (x *SkipStepsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SkipStepsResponse.ProtoReflect.Descriptor instead.
+func (*SkipStepsResponse) Descriptor() ([]byte, []int) {
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *SkipStepsResponse) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *SkipStepsResponse) GetPending() []*StepRange {
+	if x != nil {
+		return x.Pending
+	}
+	return nil
 }
 
 type SaveStateRequest struct {
@@ -1551,7 +1749,7 @@ type SaveStateRequest struct {
 
 func (x *SaveStateRequest) Reset() {
 	*x = SaveStateRequest{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[15]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1563,7 +1761,7 @@ func (x *SaveStateRequest) String() string {
 func (*SaveStateRequest) ProtoMessage() {}
 
 func (x *SaveStateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[15]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1576,7 +1774,7 @@ func (x *SaveStateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SaveStateRequest.ProtoReflect.Descriptor instead.
 func (*SaveStateRequest) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{15}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SaveStateRequest) GetSessionId() string {
@@ -1610,7 +1808,7 @@ type SaveStateResponse struct {
 
 func (x *SaveStateResponse) Reset() {
 	*x = SaveStateResponse{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[16]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1622,7 +1820,7 @@ func (x *SaveStateResponse) String() string {
 func (*SaveStateResponse) ProtoMessage() {}
 
 func (x *SaveStateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[16]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1635,7 +1833,7 @@ func (x *SaveStateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SaveStateResponse.ProtoReflect.Descriptor instead.
 func (*SaveStateResponse) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{16}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SaveStateResponse) GetPath() string {
@@ -1662,7 +1860,7 @@ type GetStateRequest struct {
 
 func (x *GetStateRequest) Reset() {
 	*x = GetStateRequest{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[17]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1674,7 +1872,7 @@ func (x *GetStateRequest) String() string {
 func (*GetStateRequest) ProtoMessage() {}
 
 func (x *GetStateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[17]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1687,7 +1885,7 @@ func (x *GetStateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStateRequest.ProtoReflect.Descriptor instead.
 func (*GetStateRequest) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{17}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetStateRequest) GetSessionId() string {
@@ -1718,7 +1916,7 @@ type GetStateResponse struct {
 
 func (x *GetStateResponse) Reset() {
 	*x = GetStateResponse{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[18]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1730,7 +1928,7 @@ func (x *GetStateResponse) String() string {
 func (*GetStateResponse) ProtoMessage() {}
 
 func (x *GetStateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[18]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1743,7 +1941,7 @@ func (x *GetStateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStateResponse.ProtoReflect.Descriptor instead.
 func (*GetStateResponse) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{18}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GetStateResponse) GetState() []byte {
@@ -1785,7 +1983,7 @@ type StateTemplateRequest struct {
 
 func (x *StateTemplateRequest) Reset() {
 	*x = StateTemplateRequest{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[19]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1797,7 +1995,7 @@ func (x *StateTemplateRequest) String() string {
 func (*StateTemplateRequest) ProtoMessage() {}
 
 func (x *StateTemplateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[19]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1810,7 +2008,7 @@ func (x *StateTemplateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateTemplateRequest.ProtoReflect.Descriptor instead.
 func (*StateTemplateRequest) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{19}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *StateTemplateRequest) GetConfig() *JobConfig {
@@ -1844,7 +2042,7 @@ type StateTemplateResponse struct {
 
 func (x *StateTemplateResponse) Reset() {
 	*x = StateTemplateResponse{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[20]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1856,7 +2054,7 @@ func (x *StateTemplateResponse) String() string {
 func (*StateTemplateResponse) ProtoMessage() {}
 
 func (x *StateTemplateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[20]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1869,7 +2067,7 @@ func (x *StateTemplateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateTemplateResponse.ProtoReflect.Descriptor instead.
 func (*StateTemplateResponse) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{20}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *StateTemplateResponse) GetSharded() *ShardedState {
@@ -1889,7 +2087,7 @@ type CloseSessionRequest struct {
 
 func (x *CloseSessionRequest) Reset() {
 	*x = CloseSessionRequest{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[21]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1901,7 +2099,7 @@ func (x *CloseSessionRequest) String() string {
 func (*CloseSessionRequest) ProtoMessage() {}
 
 func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[21]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1914,7 +2112,7 @@ func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionRequest.ProtoReflect.Descriptor instead.
 func (*CloseSessionRequest) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{21}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CloseSessionRequest) GetSessionId() string {
@@ -1939,7 +2137,7 @@ type CloseSessionResponse struct {
 
 func (x *CloseSessionResponse) Reset() {
 	*x = CloseSessionResponse{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[22]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1951,7 +2149,7 @@ func (x *CloseSessionResponse) String() string {
 func (*CloseSessionResponse) ProtoMessage() {}
 
 func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[22]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1964,7 +2162,7 @@ func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionResponse.ProtoReflect.Descriptor instead.
 func (*CloseSessionResponse) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{22}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{25}
 }
 
 var File_dataloader_v1_dataloader_proto protoreflect.FileDescriptor
@@ -1980,7 +2178,7 @@ const file_dataloader_v1_dataloader_proto_rawDesc = "" +
 	"\x05dtype\x18\x05 \x01(\tR\x05dtype\x12\x14\n" +
 	"\x05field\x18\x06 \x01(\tR\x05field\x12\x1c\n" +
 	"\ttokenizer\x18\a \x01(\tR\ttokenizer\x12\"\n" +
-	"\ron_bad_record\x18\b \x01(\tR\vonBadRecord\"\x83\x04\n" +
+	"\ron_bad_record\x18\b \x01(\tR\vonBadRecord\"\xbc\x04\n" +
 	"\tJobConfig\x12\x17\n" +
 	"\aseq_len\x18\x01 \x01(\rR\x06seqLen\x12\x1d\n" +
 	"\n" +
@@ -1999,7 +2197,12 @@ const file_dataloader_v1_dataloader_proto_rawDesc = "" +
 	"\x18mask_document_boundaries\x18\r \x01(\bR\x16maskDocumentBoundaries\x128\n" +
 	"\bschedule\x18\x0e \x03(\v2\x1c.dataloader.v1.SchedulePointR\bschedule\x12\x1d\n" +
 	"\n" +
-	"run_tokens\x18\x0f \x01(\x04R\trunTokens\"\xbc\x01\n" +
+	"run_tokens\x18\x0f \x01(\x04R\trunTokens\x127\n" +
+	"\n" +
+	"skip_steps\x18\x10 \x03(\v2\x18.dataloader.v1.StepRangeR\tskipSteps\"5\n" +
+	"\tStepRange\x12\x14\n" +
+	"\x05first\x18\x01 \x01(\x04R\x05first\x12\x12\n" +
+	"\x04last\x18\x02 \x01(\x04R\x04last\"\xbc\x01\n" +
 	"\rSchedulePoint\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\x04R\x04step\x12C\n" +
 	"\aweights\x18\x02 \x03(\v2).dataloader.v1.SchedulePoint.WeightsEntryR\aweights\x12\x16\n" +
@@ -2052,7 +2255,7 @@ const file_dataloader_v1_dataloader_proto_rawDesc = "" +
 	"ipc_handle\x18\x06 \x01(\fR\tipcHandle\x12\x16\n" +
 	"\x06device\x18\a \x01(\rR\x06device\x12!\n" +
 	"\fcontrol_path\x18\b \x01(\tR\vcontrolPath\x12#\n" +
-	"\rcontrol_bytes\x18\t \x01(\x04R\fcontrolBytes\"\xaf\x03\n" +
+	"\rcontrol_bytes\x18\t \x01(\x04R\fcontrolBytes\"\xdf\x03\n" +
 	"\x13OpenSessionResponse\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1a\n" +
@@ -2069,7 +2272,8 @@ const file_dataloader_v1_dataloader_proto_rawDesc = "" +
 	"\x0emax_skip_steps\x18\t \x01(\x04R\fmaxSkipSteps\x12\x1c\n" +
 	"\tcontinued\x18\n" +
 	" \x01(\bR\tcontinued\x12'\n" +
-	"\x0fjob_fingerprint\x18\v \x01(\tR\x0ejobFingerprint\"c\n" +
+	"\x0fjob_fingerprint\x18\v \x01(\tR\x0ejobFingerprint\x12.\n" +
+	"\x05skips\x18\f \x03(\v2\x18.dataloader.v1.StepRangeR\x05skips\"c\n" +
 	"\tSlotField\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x04R\x06offset\x12\x14\n" +
@@ -2115,7 +2319,19 @@ const file_dataloader_v1_dataloader_proto_rawDesc = "" +
 	"\x12SetWeightsResponse\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\x04R\n" +
-	"generation\"]\n" +
+	"generation\"z\n" +
+	"\x10SkipStepsRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x14\n" +
+	"\x05first\x18\x02 \x01(\x04R\x05first\x12\x12\n" +
+	"\x04last\x18\x03 \x01(\x04R\x04last\x12\x1d\n" +
+	"\n" +
+	"taken_step\x18\x04 \x01(\x04R\ttakenStep\"g\n" +
+	"\x11SkipStepsResponse\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x01 \x01(\x04R\n" +
+	"generation\x122\n" +
+	"\apending\x18\x02 \x03(\v2\x18.dataloader.v1.StepRangeR\apending\"]\n" +
 	"\x10SaveStateRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x12\n" +
@@ -2148,7 +2364,7 @@ const file_dataloader_v1_dataloader_proto_rawDesc = "" +
 	"\x15TRANSPORT_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rTRANSPORT_SHM\x10\x01\x12\x14\n" +
 	"\x10TRANSPORT_INLINE\x10\x02\x12\x12\n" +
-	"\x0eTRANSPORT_CUDA\x10\x032\xc7\x04\n" +
+	"\x0eTRANSPORT_CUDA\x10\x032\x97\x05\n" +
 	"\x06Loader\x12T\n" +
 	"\vOpenSession\x12!.dataloader.v1.OpenSessionRequest\x1a\".dataloader.v1.OpenSessionResponse\x12B\n" +
 	"\aBatches\x12\x1d.dataloader.v1.BatchesRequest\x1a\x14.dataloader.v1.Batch(\x010\x01\x12N\n" +
@@ -2157,7 +2373,8 @@ const file_dataloader_v1_dataloader_proto_rawDesc = "" +
 	"\fCloseSession\x12\".dataloader.v1.CloseSessionRequest\x1a#.dataloader.v1.CloseSessionResponse\x12Q\n" +
 	"\n" +
 	"SetWeights\x12 .dataloader.v1.SetWeightsRequest\x1a!.dataloader.v1.SetWeightsResponse\x12Z\n" +
-	"\rStateTemplate\x12#.dataloader.v1.StateTemplateRequest\x1a$.dataloader.v1.StateTemplateResponseBIZGgithub.com/dataloaderd/dataloaderd/api/proto/dataloader/v1;dataloaderv1b\x06proto3"
+	"\rStateTemplate\x12#.dataloader.v1.StateTemplateRequest\x1a$.dataloader.v1.StateTemplateResponse\x12N\n" +
+	"\tSkipSteps\x12\x1f.dataloader.v1.SkipStepsRequest\x1a .dataloader.v1.SkipStepsResponseBIZGgithub.com/dataloaderd/dataloaderd/api/proto/dataloader/v1;dataloaderv1b\x06proto3"
 
 var (
 	file_dataloader_v1_dataloader_proto_rawDescOnce sync.Once
@@ -2172,71 +2389,79 @@ func file_dataloader_v1_dataloader_proto_rawDescGZIP() []byte {
 }
 
 var file_dataloader_v1_dataloader_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_dataloader_v1_dataloader_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_dataloader_v1_dataloader_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_dataloader_v1_dataloader_proto_goTypes = []any{
 	(Transport)(0),                // 0: dataloader.v1.Transport
 	(*Dataset)(nil),               // 1: dataloader.v1.Dataset
 	(*JobConfig)(nil),             // 2: dataloader.v1.JobConfig
-	(*SchedulePoint)(nil),         // 3: dataloader.v1.SchedulePoint
-	(*OpenSessionRequest)(nil),    // 4: dataloader.v1.OpenSessionRequest
-	(*ShardedState)(nil),          // 5: dataloader.v1.ShardedState
-	(*ShardState)(nil),            // 6: dataloader.v1.ShardState
-	(*Ring)(nil),                  // 7: dataloader.v1.Ring
-	(*OpenSessionResponse)(nil),   // 8: dataloader.v1.OpenSessionResponse
-	(*SlotField)(nil),             // 9: dataloader.v1.SlotField
-	(*Attach)(nil),                // 10: dataloader.v1.Attach
-	(*Release)(nil),               // 11: dataloader.v1.Release
-	(*BatchesRequest)(nil),        // 12: dataloader.v1.BatchesRequest
-	(*Batch)(nil),                 // 13: dataloader.v1.Batch
-	(*SetWeightsRequest)(nil),     // 14: dataloader.v1.SetWeightsRequest
-	(*SetWeightsResponse)(nil),    // 15: dataloader.v1.SetWeightsResponse
-	(*SaveStateRequest)(nil),      // 16: dataloader.v1.SaveStateRequest
-	(*SaveStateResponse)(nil),     // 17: dataloader.v1.SaveStateResponse
-	(*GetStateRequest)(nil),       // 18: dataloader.v1.GetStateRequest
-	(*GetStateResponse)(nil),      // 19: dataloader.v1.GetStateResponse
-	(*StateTemplateRequest)(nil),  // 20: dataloader.v1.StateTemplateRequest
-	(*StateTemplateResponse)(nil), // 21: dataloader.v1.StateTemplateResponse
-	(*CloseSessionRequest)(nil),   // 22: dataloader.v1.CloseSessionRequest
-	(*CloseSessionResponse)(nil),  // 23: dataloader.v1.CloseSessionResponse
-	nil,                           // 24: dataloader.v1.SchedulePoint.WeightsEntry
-	nil,                           // 25: dataloader.v1.SetWeightsRequest.WeightsEntry
+	(*StepRange)(nil),             // 3: dataloader.v1.StepRange
+	(*SchedulePoint)(nil),         // 4: dataloader.v1.SchedulePoint
+	(*OpenSessionRequest)(nil),    // 5: dataloader.v1.OpenSessionRequest
+	(*ShardedState)(nil),          // 6: dataloader.v1.ShardedState
+	(*ShardState)(nil),            // 7: dataloader.v1.ShardState
+	(*Ring)(nil),                  // 8: dataloader.v1.Ring
+	(*OpenSessionResponse)(nil),   // 9: dataloader.v1.OpenSessionResponse
+	(*SlotField)(nil),             // 10: dataloader.v1.SlotField
+	(*Attach)(nil),                // 11: dataloader.v1.Attach
+	(*Release)(nil),               // 12: dataloader.v1.Release
+	(*BatchesRequest)(nil),        // 13: dataloader.v1.BatchesRequest
+	(*Batch)(nil),                 // 14: dataloader.v1.Batch
+	(*SetWeightsRequest)(nil),     // 15: dataloader.v1.SetWeightsRequest
+	(*SetWeightsResponse)(nil),    // 16: dataloader.v1.SetWeightsResponse
+	(*SkipStepsRequest)(nil),      // 17: dataloader.v1.SkipStepsRequest
+	(*SkipStepsResponse)(nil),     // 18: dataloader.v1.SkipStepsResponse
+	(*SaveStateRequest)(nil),      // 19: dataloader.v1.SaveStateRequest
+	(*SaveStateResponse)(nil),     // 20: dataloader.v1.SaveStateResponse
+	(*GetStateRequest)(nil),       // 21: dataloader.v1.GetStateRequest
+	(*GetStateResponse)(nil),      // 22: dataloader.v1.GetStateResponse
+	(*StateTemplateRequest)(nil),  // 23: dataloader.v1.StateTemplateRequest
+	(*StateTemplateResponse)(nil), // 24: dataloader.v1.StateTemplateResponse
+	(*CloseSessionRequest)(nil),   // 25: dataloader.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil),  // 26: dataloader.v1.CloseSessionResponse
+	nil,                           // 27: dataloader.v1.SchedulePoint.WeightsEntry
+	nil,                           // 28: dataloader.v1.SetWeightsRequest.WeightsEntry
 }
 var file_dataloader_v1_dataloader_proto_depIdxs = []int32{
 	1,  // 0: dataloader.v1.JobConfig.datasets:type_name -> dataloader.v1.Dataset
-	3,  // 1: dataloader.v1.JobConfig.schedule:type_name -> dataloader.v1.SchedulePoint
-	24, // 2: dataloader.v1.SchedulePoint.weights:type_name -> dataloader.v1.SchedulePoint.WeightsEntry
-	2,  // 3: dataloader.v1.OpenSessionRequest.config:type_name -> dataloader.v1.JobConfig
-	0,  // 4: dataloader.v1.OpenSessionRequest.transport:type_name -> dataloader.v1.Transport
-	5,  // 5: dataloader.v1.OpenSessionRequest.resume_sharded:type_name -> dataloader.v1.ShardedState
-	6,  // 6: dataloader.v1.ShardedState.shards:type_name -> dataloader.v1.ShardState
-	7,  // 7: dataloader.v1.OpenSessionResponse.ring:type_name -> dataloader.v1.Ring
-	0,  // 8: dataloader.v1.OpenSessionResponse.transport:type_name -> dataloader.v1.Transport
-	9,  // 9: dataloader.v1.OpenSessionResponse.fields:type_name -> dataloader.v1.SlotField
-	10, // 10: dataloader.v1.BatchesRequest.attach:type_name -> dataloader.v1.Attach
-	11, // 11: dataloader.v1.BatchesRequest.release:type_name -> dataloader.v1.Release
-	25, // 12: dataloader.v1.SetWeightsRequest.weights:type_name -> dataloader.v1.SetWeightsRequest.WeightsEntry
-	5,  // 13: dataloader.v1.GetStateResponse.sharded:type_name -> dataloader.v1.ShardedState
-	2,  // 14: dataloader.v1.StateTemplateRequest.config:type_name -> dataloader.v1.JobConfig
-	5,  // 15: dataloader.v1.StateTemplateResponse.sharded:type_name -> dataloader.v1.ShardedState
-	4,  // 16: dataloader.v1.Loader.OpenSession:input_type -> dataloader.v1.OpenSessionRequest
-	12, // 17: dataloader.v1.Loader.Batches:input_type -> dataloader.v1.BatchesRequest
-	16, // 18: dataloader.v1.Loader.SaveState:input_type -> dataloader.v1.SaveStateRequest
-	18, // 19: dataloader.v1.Loader.GetState:input_type -> dataloader.v1.GetStateRequest
-	22, // 20: dataloader.v1.Loader.CloseSession:input_type -> dataloader.v1.CloseSessionRequest
-	14, // 21: dataloader.v1.Loader.SetWeights:input_type -> dataloader.v1.SetWeightsRequest
-	20, // 22: dataloader.v1.Loader.StateTemplate:input_type -> dataloader.v1.StateTemplateRequest
-	8,  // 23: dataloader.v1.Loader.OpenSession:output_type -> dataloader.v1.OpenSessionResponse
-	13, // 24: dataloader.v1.Loader.Batches:output_type -> dataloader.v1.Batch
-	17, // 25: dataloader.v1.Loader.SaveState:output_type -> dataloader.v1.SaveStateResponse
-	19, // 26: dataloader.v1.Loader.GetState:output_type -> dataloader.v1.GetStateResponse
-	23, // 27: dataloader.v1.Loader.CloseSession:output_type -> dataloader.v1.CloseSessionResponse
-	15, // 28: dataloader.v1.Loader.SetWeights:output_type -> dataloader.v1.SetWeightsResponse
-	21, // 29: dataloader.v1.Loader.StateTemplate:output_type -> dataloader.v1.StateTemplateResponse
-	23, // [23:30] is the sub-list for method output_type
-	16, // [16:23] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	4,  // 1: dataloader.v1.JobConfig.schedule:type_name -> dataloader.v1.SchedulePoint
+	3,  // 2: dataloader.v1.JobConfig.skip_steps:type_name -> dataloader.v1.StepRange
+	27, // 3: dataloader.v1.SchedulePoint.weights:type_name -> dataloader.v1.SchedulePoint.WeightsEntry
+	2,  // 4: dataloader.v1.OpenSessionRequest.config:type_name -> dataloader.v1.JobConfig
+	0,  // 5: dataloader.v1.OpenSessionRequest.transport:type_name -> dataloader.v1.Transport
+	6,  // 6: dataloader.v1.OpenSessionRequest.resume_sharded:type_name -> dataloader.v1.ShardedState
+	7,  // 7: dataloader.v1.ShardedState.shards:type_name -> dataloader.v1.ShardState
+	8,  // 8: dataloader.v1.OpenSessionResponse.ring:type_name -> dataloader.v1.Ring
+	0,  // 9: dataloader.v1.OpenSessionResponse.transport:type_name -> dataloader.v1.Transport
+	10, // 10: dataloader.v1.OpenSessionResponse.fields:type_name -> dataloader.v1.SlotField
+	3,  // 11: dataloader.v1.OpenSessionResponse.skips:type_name -> dataloader.v1.StepRange
+	11, // 12: dataloader.v1.BatchesRequest.attach:type_name -> dataloader.v1.Attach
+	12, // 13: dataloader.v1.BatchesRequest.release:type_name -> dataloader.v1.Release
+	28, // 14: dataloader.v1.SetWeightsRequest.weights:type_name -> dataloader.v1.SetWeightsRequest.WeightsEntry
+	3,  // 15: dataloader.v1.SkipStepsResponse.pending:type_name -> dataloader.v1.StepRange
+	6,  // 16: dataloader.v1.GetStateResponse.sharded:type_name -> dataloader.v1.ShardedState
+	2,  // 17: dataloader.v1.StateTemplateRequest.config:type_name -> dataloader.v1.JobConfig
+	6,  // 18: dataloader.v1.StateTemplateResponse.sharded:type_name -> dataloader.v1.ShardedState
+	5,  // 19: dataloader.v1.Loader.OpenSession:input_type -> dataloader.v1.OpenSessionRequest
+	13, // 20: dataloader.v1.Loader.Batches:input_type -> dataloader.v1.BatchesRequest
+	19, // 21: dataloader.v1.Loader.SaveState:input_type -> dataloader.v1.SaveStateRequest
+	21, // 22: dataloader.v1.Loader.GetState:input_type -> dataloader.v1.GetStateRequest
+	25, // 23: dataloader.v1.Loader.CloseSession:input_type -> dataloader.v1.CloseSessionRequest
+	15, // 24: dataloader.v1.Loader.SetWeights:input_type -> dataloader.v1.SetWeightsRequest
+	23, // 25: dataloader.v1.Loader.StateTemplate:input_type -> dataloader.v1.StateTemplateRequest
+	17, // 26: dataloader.v1.Loader.SkipSteps:input_type -> dataloader.v1.SkipStepsRequest
+	9,  // 27: dataloader.v1.Loader.OpenSession:output_type -> dataloader.v1.OpenSessionResponse
+	14, // 28: dataloader.v1.Loader.Batches:output_type -> dataloader.v1.Batch
+	20, // 29: dataloader.v1.Loader.SaveState:output_type -> dataloader.v1.SaveStateResponse
+	22, // 30: dataloader.v1.Loader.GetState:output_type -> dataloader.v1.GetStateResponse
+	26, // 31: dataloader.v1.Loader.CloseSession:output_type -> dataloader.v1.CloseSessionResponse
+	16, // 32: dataloader.v1.Loader.SetWeights:output_type -> dataloader.v1.SetWeightsResponse
+	24, // 33: dataloader.v1.Loader.StateTemplate:output_type -> dataloader.v1.StateTemplateResponse
+	18, // 34: dataloader.v1.Loader.SkipSteps:output_type -> dataloader.v1.SkipStepsResponse
+	27, // [27:35] is the sub-list for method output_type
+	19, // [19:27] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_dataloader_v1_dataloader_proto_init() }
@@ -2244,7 +2469,7 @@ func file_dataloader_v1_dataloader_proto_init() {
 	if File_dataloader_v1_dataloader_proto != nil {
 		return
 	}
-	file_dataloader_v1_dataloader_proto_msgTypes[11].OneofWrappers = []any{
+	file_dataloader_v1_dataloader_proto_msgTypes[12].OneofWrappers = []any{
 		(*BatchesRequest_Attach)(nil),
 		(*BatchesRequest_Release)(nil),
 	}
@@ -2254,7 +2479,7 @@ func file_dataloader_v1_dataloader_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_dataloader_v1_dataloader_proto_rawDesc), len(file_dataloader_v1_dataloader_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   25,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -30,6 +30,7 @@ const (
 	Loader_CloseSession_FullMethodName  = "/dataloader.v1.Loader/CloseSession"
 	Loader_SetWeights_FullMethodName    = "/dataloader.v1.Loader/SetWeights"
 	Loader_StateTemplate_FullMethodName = "/dataloader.v1.Loader/StateTemplate"
+	Loader_SkipSteps_FullMethodName     = "/dataloader.v1.Loader/SkipSteps"
 )
 
 // LoaderClient is the client API for Loader service.
@@ -59,6 +60,10 @@ type LoaderClient interface {
 	// before a load). The config and rank are checked as OpenSession checks
 	// them; no session is opened and no file is read.
 	StateTemplate(ctx context.Context, in *StateTemplateRequest, opts ...grpc.CallOption) (*StateTemplateResponse, error)
+	// SkipSteps logs the steps first to last as skipped: their batches are
+	// made and dropped, never served, and the batch after step first - 1 is
+	// batch last + 1; batches already made past first - 1 are made again.
+	SkipSteps(ctx context.Context, in *SkipStepsRequest, opts ...grpc.CallOption) (*SkipStepsResponse, error)
 }
 
 type loaderClient struct {
@@ -142,6 +147,16 @@ func (c *loaderClient) StateTemplate(ctx context.Context, in *StateTemplateReque
 	return out, nil
 }
 
+func (c *loaderClient) SkipSteps(ctx context.Context, in *SkipStepsRequest, opts ...grpc.CallOption) (*SkipStepsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SkipStepsResponse)
+	err := c.cc.Invoke(ctx, Loader_SkipSteps_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // LoaderServer is the server API for Loader service.
 // All implementations must embed UnimplementedLoaderServer
 // for forward compatibility.
@@ -169,6 +184,10 @@ type LoaderServer interface {
 	// before a load). The config and rank are checked as OpenSession checks
 	// them; no session is opened and no file is read.
 	StateTemplate(context.Context, *StateTemplateRequest) (*StateTemplateResponse, error)
+	// SkipSteps logs the steps first to last as skipped: their batches are
+	// made and dropped, never served, and the batch after step first - 1 is
+	// batch last + 1; batches already made past first - 1 are made again.
+	SkipSteps(context.Context, *SkipStepsRequest) (*SkipStepsResponse, error)
 	mustEmbedUnimplementedLoaderServer()
 }
 
@@ -199,6 +218,9 @@ func (UnimplementedLoaderServer) SetWeights(context.Context, *SetWeightsRequest)
 }
 func (UnimplementedLoaderServer) StateTemplate(context.Context, *StateTemplateRequest) (*StateTemplateResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method StateTemplate not implemented")
+}
+func (UnimplementedLoaderServer) SkipSteps(context.Context, *SkipStepsRequest) (*SkipStepsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SkipSteps not implemented")
 }
 func (UnimplementedLoaderServer) mustEmbedUnimplementedLoaderServer() {}
 func (UnimplementedLoaderServer) testEmbeddedByValue()                {}
@@ -336,6 +358,24 @@ func _Loader_StateTemplate_Handler(srv interface{}, ctx context.Context, dec fun
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Loader_SkipSteps_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SkipStepsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LoaderServer).SkipSteps(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Loader_SkipSteps_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LoaderServer).SkipSteps(ctx, req.(*SkipStepsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Loader_ServiceDesc is the grpc.ServiceDesc for Loader service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -366,6 +406,10 @@ var Loader_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "StateTemplate",
 			Handler:    _Loader_StateTemplate_Handler,
+		},
+		{
+			MethodName: "SkipSteps",
+			Handler:    _Loader_SkipSteps_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -90,7 +90,7 @@ class Positioning:
             raise StateError("give_back: no batch to give back: only the last batch yielded, once, and not one a "
                              "seek, a resume or a new session passed")
         self._yielded = None
-        self._last_step = y.step - 1
+        self._last_step = y.step - 1 if y.padding or y.session is None else y.session.skips.preceding(y.step)
         self._recovery.drop_from(y.step)  # a reconnect must not reopen past it
         if not y.padding:  # padding is made again from the step
             self._again = y
@@ -143,17 +143,17 @@ class Positioning:
         near = READ_RINGS * max(1, live.reply.ring.slots)
         if self._opts.consumers == 1 and target - 1 - self._last_step > near:
             self._seek_reopen(target - 1)
-        if not self._read_through(target - 1) and self._opts.end == "pad":
+        if not self._read_through(target) and self._opts.end == "pad":
             self._last_step = target - 1  # padding from the step asked for, as on every rank
 
-    def _read_through(self, last: int) -> bool:
-        """Takes the batches up to step last, as a trainer would, and gives
-        each back to the daemon; False when the rank's end came first (the
-        end is met)."""
+    def _read_through(self, target: int) -> bool:
+        """Takes the batches before step target, as a trainer would, and
+        gives each back to the daemon; False when the rank's end came first
+        (the end is met)."""
         live = self._live
         assert live is not None
         live.feed.start()
-        while self._last_step < last:
+        while live.skips.following(self._last_step) < target:
             got = self._next_announced(live)
             if got is None:
                 self._end_met = True

@@ -1,7 +1,7 @@
 """How a Loader rides through a daemon restart (``reconnect_timeout``).
 
 The loader keeps its rank's state every ``RECOVERY_STEPS`` batches and the
-``set_weights`` calls made since (Recovery). When the daemon goes away (a
+``set_weights`` and ``skip_steps`` calls made since (Recovery). When the daemon goes away (a
 batch, a save, a state or a change of weights fails with
 DaemonUnavailableError: no daemon answers, or a restarted one says the
 session is of its earlier run) it waits for the daemon to come back, opens
@@ -120,6 +120,9 @@ class Recovery:
         self.latest: Optional[Tuple[int, pb.ShardedState]] = None
         self.before: Optional[Tuple[int, pb.ShardedState]] = None
         self.changes = Changes()
+        # skip_steps ranges taken, to ask a reopened session again (those
+        # its state logs already are no change).
+        self.skips: List[Tuple[int, int]] = []
         self.reconnects = 0
         # A reconnect that gave up: the step after which the loader's next
         # batch lies, and when the daemon went. The next open goes on from
@@ -135,6 +138,7 @@ class Recovery:
         no longer reads (load_state_dict)."""
         self.latest = self.before = None
         self.changes = Changes()
+        self.skips = []
         self.lost = None
 
     def keep(self, step: int, sharded: pb.ShardedState) -> None:
@@ -216,6 +220,13 @@ class Reconnecting:
         self._recovery.changes.add(after, weights)
         if self._recovery.on() and self._live is not None:
             self._keep_recovery(self._live)  # a reopened session must know the change
+
+    def _remember_skip(self, first: int, last: int) -> None:
+        """Keeps a skipped range the daemon took, for a session reopened later."""
+        self._recovery.skips = [r for r in self._recovery.skips if r[1] > self._last_step][-(MAX_CHANGES - 1):] \
+            + [(first, last)]
+        if self._recovery.on() and self._live is not None:
+            self._keep_recovery(self._live)  # a reopened session must know the range
 
     def _after_reconnect(self, call: Callable[[], R]) -> R:
         """call(), and when the daemon went away (down, or restarted: it no
@@ -313,6 +324,12 @@ class Reconnecting:
             self._stub.SetWeights(pb.SetWeightsRequest(
                 session_id=new.reply.session_id, after_step=after, taken_step=self._last_step,
                 weights=weights), timeout=self._opts.timeout)
+        for first, final in self._recovery.skips:  # taken since; those its state logs are no change
+            if first > self._last_step:
+                resp = self._stub.SkipSteps(pb.SkipStepsRequest(
+                    session_id=new.reply.session_id, first=first, last=final, taken_step=self._last_step),
+                    timeout=self._opts.timeout)
+                new.skips.add([(r.first, r.last) for r in resp.pending])
         new.feed.start()
         while self._last_step < last:  # a daemon that did not skip to it: take them again
             got = self._next_announced(new)
@@ -325,4 +342,4 @@ class Reconnecting:
     def _next_announced(self, live: Session) -> Optional[Announced]:
         """The announcement of the batch after the last one yielded."""
         live.delivery.give_back()
-        return live.feed.next(self._last_step + 1, live.delivery.give_back_finished, self._time_out)
+        return live.feed.next(live.skips.following(self._last_step), live.delivery.give_back_finished, self._time_out)

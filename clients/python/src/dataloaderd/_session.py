@@ -14,6 +14,7 @@ from ._feed import ControlFeed, Feed, Held, open_feed
 from ._options import Options
 from ._proto import dataloader_pb2 as pb
 from ._proto import dataloader_pb2_grpc as pb_grpc
+from ._skips import Ranges
 from .batch import Buffers, batch_id
 
 __all__ = ["Session", "open_session", "close_session"]
@@ -25,9 +26,10 @@ class Session:
     otherwise (a new loader, load_state_dict) has its own. ``ended``: its
     rank's last batch was yielded. ``buffers``: the host arrays of its
     batches' int64 keys. ``rank``: its (dp_rank, dp_size), which name its
-    batches (batch_id)."""
+    batches (batch_id). ``skips``: the ranges of steps it skips (its
+    reply's, and those skip_steps added), whence the step of its next batch."""
 
-    __slots__ = ("reply", "feed", "delivery", "run", "ended", "buffers", "rank")
+    __slots__ = ("reply", "feed", "delivery", "run", "ended", "buffers", "rank", "skips")
 
     def __init__(self, reply: pb.OpenSessionResponse, feed: Feed, delivery: Delivery, run: object,
                  rank: Tuple[int, int] = (0, 1)):
@@ -35,6 +37,7 @@ class Session:
         self.ended = False
         self.buffers = Buffers()  # the int64 keys' arrays of its batches
         self.rank = rank
+        self.skips = Ranges.of(reply.skips)
 
     def batch_id(self, step: int) -> str:
         """The id of this session's batch of step (batch.batch_id): "" from

@@ -10,6 +10,7 @@ import re
 from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
 from ._proto import dataloader_pb2 as pb
+from ._skips import check_skip_steps
 from .errors import ConfigError
 
 __all__ = ["load_config", "to_proto", "check_weights", "KEYS", "DATASET_KEYS", "SCHEDULE_KEYS"]
@@ -32,6 +33,7 @@ KEYS: Keys = {
     "positions": (str, ""),
     "mask_document_boundaries": (bool, False),
     "schedule": (list, []),
+    "skip_steps": (list, []),
 }
 SCHEDULE_KEYS: Keys = {
     "step": (int, ...),
@@ -130,6 +132,8 @@ def to_proto(data: Mapping[str, object], base_dir: str) -> "pb.JobConfig":
                 raise ConfigError(f"config: schedule[{i}]: weights must map dataset names to numbers, got {name!r}: {w!r}")
         msg.schedule.append(pb.SchedulePoint(step=pt["step"], weights={k: float(v) for k, v in pt["weights"].items()},
                                              linear=pt["linear"]))
+    for first, last in check_skip_steps(c["skip_steps"]):
+        msg.skip_steps.append(pb.StepRange(first=first, last=last))
     for i, m in enumerate(c["metadata"]):
         if not isinstance(m, str):
             raise ConfigError(f"config: metadata[{i}] must be a field name (a string), got {m!r}")

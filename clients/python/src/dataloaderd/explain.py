@@ -50,7 +50,9 @@ def explain(config: Union[str, "os.PathLike[str]", Mapping[str, object]], step: 
     (under ``prefix``, default the only one): the ranks start from it as a
     resume from it would (default: the run's start).
     ``tokenizer_dirs`` are the daemon's ``--tokenizer-dir`` folders, for
-    text datasets."""
+    text datasets. A step of a skipped range (the config's ``skip_steps``,
+    the checkpoint's log) has no pieces: its batches were made and dropped
+    (the binary's ``--json`` lists them under each rank's ``skipped``)."""
     given = [x for x in (step, steps, batch_id) if x is not None]
     if len(given) != 1:
         raise ConfigError("explain: give one of step, steps and batch_id")
@@ -97,4 +99,5 @@ def _config_json(msg: Any) -> Dict[str, Any]:
                       "field": d.field, "tokenizer": d.tokenizer, "on_bad_record": d.on_bad_record}
                      for d in msg.datasets],
         "schedule": [{"step": p.step, "weights": dict(p.weights), "linear": p.linear} for p in msg.schedule],
+        "skip_steps": [[r.first, r.last] for r in msg.skip_steps],
     }

@@ -20,6 +20,7 @@ from ._position import Positioning, Yielded
 from ._proto import dataloader_pb2 as pb
 from ._reconnect import OpenArgs, Reconnecting, Recovery, connect, recovery_steps
 from ._session import Session, close_session, open_session
+from ._skips import Skipping
 from ._torchapi import Torch
 from ._wrappers import refuse_stream_splitters
 from .batch import Batch, make_batch, padding_arrays
@@ -56,7 +57,7 @@ def _close_open_loaders() -> None:
             pass
 
 
-class Loader(Reconnecting, Positioning):
+class Loader(Reconnecting, Positioning, Skipping):
     """Batches of packed token lines for one data-parallel rank.
 
     ``config`` is a dict or the path of a YAML/JSON file (keys in the README).
@@ -82,7 +83,9 @@ class Loader(Reconnecting, Positioning):
     released (``continued`` is then True). ``fresh=True`` (or a resume point)
     starts the rank over instead. ``give_back()`` yields the last batch again
     (a step the trainer did not commit), ``seek(step)`` moves forward to a
-    step. docs/rank-restart.md.
+    step. docs/rank-restart.md. ``skip_steps(first, last)`` skips a range of
+    steps (their batches made and dropped, never yielded), as the config's
+    ``skip_steps`` does at a resume.
     """
 
     def __init__(self, config: Union[str, os.PathLike[str], Mapping[str, object]],
@@ -204,9 +207,10 @@ class Loader(Reconnecting, Positioning):
                 return
             arrays = live.delivery.take(got)
             tokens = arrays.pop("tokens")
+            passed = got.held.step != self._last_step + 1  # a skipped range: a reopen must not go through it again
             self._last_step = got.held.step
             self._yielded = Yielded(got.held.step, live, tokens, arrays, got.max_seqlen)
-            if self._recovery.on() and self._last_step % recovery_steps(live.reply) == 0:
+            if self._recovery.on() and (passed or self._last_step % recovery_steps(live.reply) == 0):
                 self._keep_recovery(live)
             yield make_batch(tokens, got.held.step, self._opts.dtype, torch, metadata=arrays,
                              max_seqlen=got.max_seqlen, buffers=live.buffers, batch_id=live.batch_id(got.held.step))

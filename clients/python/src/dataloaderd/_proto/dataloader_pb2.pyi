@@ -125,6 +125,7 @@ class JobConfig(_message.Message):
     MASK_DOCUMENT_BOUNDARIES_FIELD_NUMBER: _builtins.int
     SCHEDULE_FIELD_NUMBER: _builtins.int
     RUN_TOKENS_FIELD_NUMBER: _builtins.int
+    SKIP_STEPS_FIELD_NUMBER: _builtins.int
     seq_len: _builtins.int
     batch_size: _builtins.int
     seed: _builtins.int
@@ -166,6 +167,13 @@ class JobConfig(_message.Message):
         points in increasing step order; empty: the datasets' weights, constant.
         """
 
+    @_builtins.property
+    def skip_steps(self) -> _containers.RepeatedCompositeFieldContainer[Global___StepRange]:
+        """Ranges of steps whose batches are made and dropped, never served
+        (README, "Skipping steps"): in step order, apart. Not part of the
+        state's fingerprint: a resume may add them.
+        """
+
     def __init__(
         self,
         *,
@@ -184,14 +192,39 @@ class JobConfig(_message.Message):
         mask_document_boundaries: _builtins.bool = ...,
         schedule: _abc.Iterable[Global___SchedulePoint] | None = ...,
         run_tokens: _builtins.int = ...,
+        skip_steps: _abc.Iterable[Global___StepRange] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_size", b"batch_size", "bos_id", b"bos_id", "datasets", b"datasets", "eos_id", b"eos_id", "epochs", b"epochs", "logical_shards", b"logical_shards", "mask_document_boundaries", b"mask_document_boundaries", "metadata", b"metadata", "pad_id", b"pad_id", "positions", b"positions", "run_tokens", b"run_tokens", "schedule", b"schedule", "seed", b"seed", "seq_len", b"seq_len", "shuffle_window", b"shuffle_window"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_size", b"batch_size", "bos_id", b"bos_id", "datasets", b"datasets", "eos_id", b"eos_id", "epochs", b"epochs", "logical_shards", b"logical_shards", "mask_document_boundaries", b"mask_document_boundaries", "metadata", b"metadata", "pad_id", b"pad_id", "positions", b"positions", "run_tokens", b"run_tokens", "schedule", b"schedule", "seed", b"seed", "seq_len", b"seq_len", "shuffle_window", b"shuffle_window", "skip_steps", b"skip_steps"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___JobConfig: _TypeAlias = JobConfig  # noqa: Y015
+
+@_typing.final
+class StepRange(_message.Message):
+    """The steps first to last, both included."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FIRST_FIELD_NUMBER: _builtins.int
+    LAST_FIELD_NUMBER: _builtins.int
+    first: _builtins.int
+    last: _builtins.int
+    def __init__(
+        self,
+        *,
+        first: _builtins.int = ...,
+        last: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["first", b"first", "last", b"last"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StepRange: _TypeAlias = StepRange  # noqa: Y015
 
 @_typing.final
 class SchedulePoint(_message.Message):
@@ -488,6 +521,7 @@ class OpenSessionResponse(_message.Message):
     MAX_SKIP_STEPS_FIELD_NUMBER: _builtins.int
     CONTINUED_FIELD_NUMBER: _builtins.int
     JOB_FINGERPRINT_FIELD_NUMBER: _builtins.int
+    SKIPS_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     consumer: _builtins.int
     """This process's consumer index in [0, consumers)."""
@@ -523,6 +557,13 @@ class OpenSessionResponse(_message.Message):
         config's metadata, in the order of the README's slot layout.
         """
 
+    @_builtins.property
+    def skips(self) -> _containers.RepeatedCompositeFieldContainer[Global___StepRange]:
+        """The rank's skip log at start_step: the ranges skipped and pending. The
+        batch after a step before a pending range's first is the one after its
+        last. Empty from daemons before it.
+        """
+
     def __init__(
         self,
         *,
@@ -537,10 +578,11 @@ class OpenSessionResponse(_message.Message):
         max_skip_steps: _builtins.int = ...,
         continued: _builtins.bool = ...,
         job_fingerprint: _builtins.str = ...,
+        skips: _abc.Iterable[Global___StepRange] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["ring", b"ring"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_size", b"batch_size", "consumer", b"consumer", "continued", b"continued", "fields", b"fields", "job_fingerprint", b"job_fingerprint", "line_tokens", b"line_tokens", "max_skip_steps", b"max_skip_steps", "ring", b"ring", "session_id", b"session_id", "start_step", b"start_step", "transport", b"transport"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_size", b"batch_size", "consumer", b"consumer", "continued", b"continued", "fields", b"fields", "job_fingerprint", b"job_fingerprint", "line_tokens", b"line_tokens", "max_skip_steps", b"max_skip_steps", "ring", b"ring", "session_id", b"session_id", "skips", b"skips", "start_step", b"start_step", "transport", b"transport"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -798,6 +840,61 @@ class SetWeightsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___SetWeightsResponse: _TypeAlias = SetWeightsResponse  # noqa: Y015
+
+@_typing.final
+class SkipStepsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    FIRST_FIELD_NUMBER: _builtins.int
+    LAST_FIELD_NUMBER: _builtins.int
+    TAKEN_STEP_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    first: _builtins.int
+    last: _builtins.int
+    taken_step: _builtins.int
+    """The last step this consumer has read; first must be after it."""
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        first: _builtins.int = ...,
+        last: _builtins.int = ...,
+        taken_step: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["first", b"first", "last", b"last", "session_id", b"session_id", "taken_step", b"taken_step"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SkipStepsRequest: _TypeAlias = SkipStepsRequest  # noqa: Y015
+
+@_typing.final
+class SkipStepsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GENERATION_FIELD_NUMBER: _builtins.int
+    PENDING_FIELD_NUMBER: _builtins.int
+    generation: _builtins.int
+    """The pipeline's generation after the change (see Batch.generation)."""
+    @_builtins.property
+    def pending(self) -> _containers.RepeatedCompositeFieldContainer[Global___StepRange]:
+        """The ranges pending after taken_step."""
+
+    def __init__(
+        self,
+        *,
+        generation: _builtins.int = ...,
+        pending: _abc.Iterable[Global___StepRange] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["generation", b"generation", "pending", b"pending"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SkipStepsResponse: _TypeAlias = SkipStepsResponse  # noqa: Y015
 
 @_typing.final
 class SaveStateRequest(_message.Message):

@@ -69,6 +69,11 @@ class LoaderStub:
                 request_serializer=dataloaderd_dot___proto_dot_dataloader__pb2.StateTemplateRequest.SerializeToString,
                 response_deserializer=dataloaderd_dot___proto_dot_dataloader__pb2.StateTemplateResponse.FromString,
                 _registered_method=True)
+        self.SkipSteps = channel.unary_unary(
+                '/dataloader.v1.Loader/SkipSteps',
+                request_serializer=dataloaderd_dot___proto_dot_dataloader__pb2.SkipStepsRequest.SerializeToString,
+                response_deserializer=dataloaderd_dot___proto_dot_dataloader__pb2.SkipStepsResponse.FromString,
+                _registered_method=True)
 
 
 class LoaderServicer:
@@ -132,6 +137,15 @@ class LoaderServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SkipSteps(self, request, context):
+        """SkipSteps logs the steps first to last as skipped: their batches are
+        made and dropped, never served, and the batch after step first - 1 is
+        batch last + 1; batches already made past first - 1 are made again.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_LoaderServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -169,6 +183,11 @@ def add_LoaderServicer_to_server(servicer, server):
                     servicer.StateTemplate,
                     request_deserializer=dataloaderd_dot___proto_dot_dataloader__pb2.StateTemplateRequest.FromString,
                     response_serializer=dataloaderd_dot___proto_dot_dataloader__pb2.StateTemplateResponse.SerializeToString,
+            ),
+            'SkipSteps': grpc.unary_unary_rpc_method_handler(
+                    servicer.SkipSteps,
+                    request_deserializer=dataloaderd_dot___proto_dot_dataloader__pb2.SkipStepsRequest.FromString,
+                    response_serializer=dataloaderd_dot___proto_dot_dataloader__pb2.SkipStepsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -360,6 +379,33 @@ class Loader:
             '/dataloader.v1.Loader/StateTemplate',
             dataloaderd_dot___proto_dot_dataloader__pb2.StateTemplateRequest.SerializeToString,
             dataloaderd_dot___proto_dot_dataloader__pb2.StateTemplateResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SkipSteps(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/dataloader.v1.Loader/SkipSteps',
+            dataloaderd_dot___proto_dot_dataloader__pb2.SkipStepsRequest.SerializeToString,
+            dataloaderd_dot___proto_dot_dataloader__pb2.SkipStepsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -63,6 +63,11 @@ class LoaderStub:
     before a load). The config and rank are checked as OpenSession checks
     them; no session is opened and no file is read.
     """
+    SkipSteps: _grpc.UnaryUnaryMultiCallable[_dataloader_pb2.SkipStepsRequest, _dataloader_pb2.SkipStepsResponse]
+    """SkipSteps logs the steps first to last as skipped: their batches are
+    made and dropped, never served, and the batch after step first - 1 is
+    batch last + 1; batches already made past first - 1 are made again.
+    """
 
 @_typing.type_check_only
 class LoaderAsyncStub(LoaderStub):
@@ -95,6 +100,11 @@ class LoaderAsyncStub(LoaderStub):
     rank owns in every dataset (what torch.distributed.checkpoint asks for
     before a load). The config and rank are checked as OpenSession checks
     them; no session is opened and no file is read.
+    """
+    SkipSteps: _aio.UnaryUnaryMultiCallable[_dataloader_pb2.SkipStepsRequest, _dataloader_pb2.SkipStepsResponse]  # type: ignore[assignment]
+    """SkipSteps logs the steps first to last as skipped: their batches are
+    made and dropped, never served, and the batch after step first - 1 is
+    batch last + 1; batches already made past first - 1 are made again.
     """
 
 class LoaderServicer(metaclass=_abc_1.ABCMeta):
@@ -167,6 +177,17 @@ class LoaderServicer(metaclass=_abc_1.ABCMeta):
         rank owns in every dataset (what torch.distributed.checkpoint asks for
         before a load). The config and rank are checked as OpenSession checks
         them; no session is opened and no file is read.
+        """
+
+    @_abc_1.abstractmethod
+    def SkipSteps(
+        self,
+        request: _dataloader_pb2.SkipStepsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_dataloader_pb2.SkipStepsResponse, _abc.Awaitable[_dataloader_pb2.SkipStepsResponse]]:
+        """SkipSteps logs the steps first to last as skipped: their batches are
+        made and dropped, never served, and the batch after step first - 1 is
+        batch last + 1; batches already made past first - 1 are made again.
         """
 
 def add_LoaderServicer_to_server(servicer: LoaderServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
