@@ -129,6 +129,10 @@ func explain(ctx context.Context, req explainRequest) (explained, error) {
 // explainRank builds rank r as a session resuming from req.from would,
 // moves it to the step before req.first and explains req.first to req.last.
 func explainRank(ctx context.Context, corpus *stream.Corpus, roots *files.Roots, from session.Resume, req explainRequest, r uint32) (rankReached, []stream.Piece, error) {
+	if from.Sharded != nil { // a DCP checkpoint holds every rank's shards: this rank's, as its load takes them
+		mine := from.Sharded.ForRank(r, req.ranks, corpus.Config().LogicalShards)
+		from.Sharded = &mine
+	}
 	rank, err := session.ResumeRank(ctx, corpus, roots, from, r, req.ranks)
 	if err != nil {
 		return rankReached{}, nil, err

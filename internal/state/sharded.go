@@ -61,6 +61,21 @@ func Initial(datasets int, r, w, shards uint32) Sharded {
 	return out
 }
 
+// ForRank is the part of a whole world's sharded state (every shard's
+// cursor, as a torch.distributed.checkpoint folder holds it) that rank r of
+// w loads: the run part and the cursors of the shards it owns (Owned) of
+// shards logical shards, as a DCP load of its template picks them.
+func (s Sharded) ForRank(r, w, shards uint32) Sharded {
+	lo, hi := Owned(r, w, shards)
+	out := Sharded{Run: s.Run, Shards: make(map[ShardID]Shard, len(s.Shards))}
+	for id, sh := range s.Shards {
+		if id.Shard >= lo && id.Shard < hi {
+			out.Shards[id] = sh
+		}
+	}
+	return out
+}
+
 // Restore checks a sharded state against the current fingerprint and the
 // rank it is loaded into (rank r of w), and returns what that rank resumes
 // from. It must hold the cursors of exactly the shards the rank owns, in

@@ -32,11 +32,9 @@ func TestShardedReshards(t *testing.T) {
 	for _, w := range []uint32{1, 2, 3, 4} {
 		seen := map[ShardID]bool{}
 		for r := uint32(0); r < w; r++ {
-			lo, hi := Owned(r, w, fp.LogicalShards)
-			mine := Sharded{Run: runs[0], Shards: map[ShardID]Shard{}}
-			for k := lo; k < hi; k++ {
-				mine.Shards[ShardID{0, k}] = pool[ShardID{0, k}]
-			}
+			// What a DCP load of rank r's template takes from the whole
+			// world's checkpoint (and explain --from, from the folder).
+			mine := Sharded{Run: runs[0], Shards: pool}.ForRank(r, w, fp.LogicalShards)
 			got, err := mine.Restore(fp, r, w)
 			if err != nil {
 				t.Fatalf("world %d rank %d: %v", w, r, err)
