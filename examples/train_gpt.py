@@ -108,6 +108,9 @@ def train(args):
     torch.use_deterministic_algorithms(True)
     with open(args.config) as f:
         config = json.load(f)
+    if getattr(args, "skip_steps", None):  # after a loss spike: docs/loss-spike.md
+        first, last = (int(x) for x in args.skip_steps.split("-"))
+        config["skip_steps"] = config.get("skip_steps", []) + [[first, last]]
     model = DDP(TinyGPT(args.vocab, config["seq_len"]))
     optim = torch.optim.AdamW(model.parameters(), lr=1e-3)
     trainer = Trainer(model, optim)
@@ -142,6 +145,9 @@ def main():
     p = arguments(__doc__)
     p.add_argument("--from", dest="start", metavar="STEP_DIR",
                    help="with --resume: go on from this checkpoint of --ckpt (e.g. step-20) instead of the latest")
+    p.add_argument("--skip-steps", metavar="FIRST-LAST",
+                   help="with --resume: never train on the data of steps FIRST to LAST (the config key skip_steps); "
+                        "docs/loss-spike.md")
     train(p.parse_args())
 
 
