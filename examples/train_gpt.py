@@ -116,11 +116,10 @@ def train(args):
     trainer = Trainer(model, optim)
     latest = os.path.join(args.ckpt, "latest")
     with Loader(config, end="pad") as loader:  # dp_rank, dp_size and the socket from torchrun's environment
-        if args.resume and (args.start or os.path.exists(latest)):
-            step_dir = getattr(args, "start", None)
-            if not step_dir:
-                with open(latest) as f:
-                    step_dir = f.read().strip()
+        if args.resume and os.path.exists(latest):
+            with open(latest) as f:
+                step_dir = f.read().strip()
+            step_dir = args.start or step_dir  # --from: an earlier checkpoint (docs/loss-spike.md)
             dcp.load({"trainer": trainer, "dataloader": loader}, checkpoint_id=os.path.join(args.ckpt, step_dir))
         log = open(os.path.join(args.records, f"rank-{rank}-of-{world}.jsonl"), "a")
         for batch in loader:
