@@ -31,6 +31,8 @@ type file struct {
 	Datasets    []shardRun  `json:"shards"`
 	// Mixture is the mixture log, queued changes included (version 3).
 	Mixture []MixChange `json:"mixture,omitempty"`
+	// Blocklists is the blocklist log (version 5).
+	Blocklists []Blocklist `json:"blocklists,omitempty"`
 }
 
 type shardRun struct {
@@ -46,7 +48,8 @@ type shardRun struct {
 
 // Encode returns the file form of a rank's state.
 func Encode(fp Fingerprint, r Rank) ([]byte, error) {
-	f := file{Version: versionFor(fp), DPRank: r.DPRank, DPSize: r.DPSize, Step: r.Step, Fingerprint: fp, Mixture: r.Mixture}
+	f := file{Version: versionFor(fp, r), DPRank: r.DPRank, DPSize: r.DPSize, Step: r.Step, Fingerprint: fp, Mixture: r.Mixture,
+		Blocklists: r.Blocklists}
 	for _, id := range sortedIDs(r.Shards) {
 		n := len(f.Datasets)
 		if n == 0 || f.Datasets[n-1].Dataset != id.Dataset ||
@@ -88,7 +91,10 @@ func decode(b []byte) (Fingerprint, Rank, error) {
 	if f.DPSize == 0 || f.DPRank >= f.DPSize {
 		return Fingerprint{}, Rank{}, fmt.Errorf("dp_rank %d of dp_size %d", f.DPRank, f.DPSize)
 	}
-	r := Rank{DPRank: f.DPRank, DPSize: f.DPSize, Step: f.Step, Shards: map[ShardID]Shard{}, Mixture: f.Mixture}
+	r := Rank{DPRank: f.DPRank, DPSize: f.DPSize, Step: f.Step, Shards: map[ShardID]Shard{}, Mixture: f.Mixture, Blocklists: f.Blocklists}
+	if err := checkBlocklists(f.Blocklists, f.Step); err != nil {
+		return Fingerprint{}, Rank{}, err
+	}
 	if err := mixtureProblem(f.Mixture, f.Fingerprint.Names()); err != nil {
 		return Fingerprint{}, Rank{}, err
 	}

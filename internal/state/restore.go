@@ -26,6 +26,8 @@ type Restored struct {
 	// changes disagree; the resumed ranks then treat the configured weights
 	// as a change (and drop the queued ones).
 	MixturesDiffer bool
+	// Blocklists is the saved world's blocklist log (the lowest rank's).
+	Blocklists []Blocklist
 	// Added names the datasets of the current config that the saved world
 	// did not have: their shards start from fresh cursors.
 	Added []string
@@ -130,7 +132,7 @@ func (m *merger) add(i int, b []byte, step uint64) (Rank, error) {
 		if !first && !sameCurrent(out.Mixture, r.Mixture, out.Step) {
 			out.MixturesDiffer = true
 		}
-		out.Mixture = r.Mixture
+		out.Mixture, out.Blocklists = r.Mixture, r.Blocklists
 	} else if !sameCurrent(out.Mixture, r.Mixture, out.Step) {
 		out.MixturesDiffer = true
 	}

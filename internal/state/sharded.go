@@ -30,11 +30,14 @@ type run struct {
 	Mixture     []MixChange `json:"mixture,omitempty"`
 	// DPSize is the world's dp_size (0 in states saved before it was kept).
 	DPSize uint32 `json:"dp_size,omitempty"`
+	// Blocklists is the blocklist log (version 5).
+	Blocklists []Blocklist `json:"blocklists,omitempty"`
 }
 
 // Split splits a rank's state.
 func Split(fp Fingerprint, r Rank) (Sharded, error) {
-	b, err := json.Marshal(run{Version: versionFor(fp), Step: r.Step, Fingerprint: fp, Mixture: r.Mixture, DPSize: r.DPSize})
+	b, err := json.Marshal(run{Version: versionFor(fp, r), Step: r.Step, Fingerprint: fp, Mixture: r.Mixture, DPSize: r.DPSize,
+		Blocklists: r.Blocklists})
 	if err != nil {
 		return Sharded{}, err
 	}
@@ -93,7 +96,10 @@ func (s Sharded) Restore(cur Fingerprint, r, w uint32) (*Restored, error) {
 		if err := CheckMixture("the state's ", rn.Mixture, cur.Names()); err != nil {
 			return nil, err
 		}
-		out.Step, out.Mixture = rn.Step, rn.Mixture
+		if err := checkBlocklists(rn.Blocklists, rn.Step); err != nil {
+			return nil, fmt.Errorf("%w: the state's %v", ErrMismatch, err)
+		}
+		out.Step, out.Mixture, out.Blocklists = rn.Step, rn.Mixture, rn.Blocklists
 		if rn.DPSize != 0 {
 			out.FromSize = rn.DPSize
 		}

@@ -10,6 +10,7 @@ package state
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/dataloaderd/dataloaderd/internal/errkind"
 )
@@ -22,12 +23,17 @@ import (
 // Version 3 adds the changes of weights queued for later batches to the
 // mixture log (entries past the state's step). Version 1 files (no mixing
 // bases, no mixture log) and version 2 files (no queued changes) are still
-// read.
-const Version = 4
+// read. Version 5 is written only for a state that logs a blocklist
+// (Rank.Blocklists), which a daemon reading up to 4 would otherwise drop
+// and then serve the documents it names.
+const Version = 5
 
-// versionFor is the version a state of fingerprint fp is written as: the
+// versionFor is the version rank r's state of fingerprint fp is written as: the
 // oldest that holds it.
-func versionFor(fp Fingerprint) int {
+func versionFor(fp Fingerprint, r Rank) int {
+	if len(r.Blocklists) > 0 {
+		return 5
+	}
 	if fp.RunTokens != 0 {
 		return 4
 	}
@@ -100,6 +106,9 @@ type Rank struct {
 	// after it the changes queued for later batches (see Queued). Empty in
 	// states read from version 1 files.
 	Mixture []MixChange
+	// Blocklists is the log of blocklists put in effect (blocklist.go),
+	// the same in every rank of a world.
+	Blocklists []Blocklist
 }
 
 // Clone returns a deep copy.
@@ -110,5 +119,6 @@ func (r Rank) Clone() Rank {
 		c.Shards[k] = v
 	}
 	c.Mixture = CloneMixture(r.Mixture)
+	c.Blocklists = slices.Clone(r.Blocklists)
 	return c
 }

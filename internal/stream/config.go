@@ -81,6 +81,9 @@ type Config struct {
 	// step (points in increasing step order, weights in dataset order)
 	// instead of the datasets' constant weights.
 	Schedule []state.SchedulePoint
+	// Blocklist names documents never to be served (blocklist.go); it is
+	// not in the fingerprint: a resume may add one.
+	Blocklist Blocklist
 }
 
 // LineTokens is the length of a line: seq_len + 1 (inputs and shifted labels).
