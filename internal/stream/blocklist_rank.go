@@ -90,8 +90,8 @@ func (r *Rank) checkServed() error {
 
 // servedOf returns which of units (the shard's blocked ones) the shard
 // has served: all of them after its first epoch; in its current epoch
-// those before its window, and those the window's lines taken hold part
-// of.
+// those before its window (and the one its window starts inside), and
+// those the window's lines taken hold part of.
 func (r *Rank) servedOf(sr *shardRun, units []uint64) ([]BlockedServed, error) {
 	s, st := sr.shard, sr.st
 	w := st.Window
@@ -115,7 +115,9 @@ func (r *Rank) servedOf(sr *shardRun, units []uint64) ([]BlockedServed, error) {
 			delete(want, u)
 		}
 	}
-	for p := uint64(0); p < w.Pos && len(want) > 0; p++ {
+	// The unit under a window cursor with an offset was begun by the
+	// window before.
+	for p := uint64(0); (p < w.Pos || p == w.Pos && w.Offset > 0) && len(want) > 0; p++ {
 		seen(s.unit(w.Epoch, p))
 	}
 	if st.Taken == 0 || len(want) == 0 {
