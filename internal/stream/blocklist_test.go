@@ -259,3 +259,38 @@ func TestBlocklistFromStart(t *testing.T) {
 		})
 	}
 }
+
+// TestBlocklistReportsEarlierEpochs: a blocklist that arrives after the
+// first epoch reports every blocked document it can place as served.
+func TestBlocklistReportsEarlierEpochs(t *testing.T) {
+	rng := rand.New(rand.NewSource(7))
+	bc := newBlockCorpus(t, rng)
+	cfg := randomConfig(rng, bc.ds)
+	cfg.Epochs, cfg.LogicalShards = 2, 3
+	plain := openInts(t, cfg, 2, 1<<20)
+	bcfg := cfg
+	bcfg.Blocklist = bc.list
+	withList := openInts(t, bcfg, 2, 1<<20)
+	rank, _ := NewRank(plain, 0, 1, nil)
+	served, buf := map[int32]int{}, batchBuf(cfg)
+	for len(served) < len(bc.all) {
+		if p, err := rank.NextBatch(buf); err != nil || p.Lines == 0 {
+			t.Fatalf("the first epoch did not end: %v", err)
+		}
+		count(served, buf)
+	}
+	from := saveWorld(t, plain.Fingerprint(), []state.Rank{rank.State()})
+	resumed, err := NewRank(withList, 0, 1, from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[docRef]bool{}
+	for _, s := range resumed.BlockReport().Served {
+		got[docRef{s.Dataset, int(s.Document)}] = true
+	}
+	for ref := range bc.blocked {
+		if ref.dataset != "x" && !got[ref] {
+			t.Errorf("blocked %+v, served in the first epoch, not reported", ref)
+		}
+	}
+}
