@@ -61,6 +61,8 @@ type inspection struct {
 	// of weights waiting for batches after Step.
 	Mixture []state.MixChange `json:"mixture"`
 	Queued  []state.MixChange `json:"queued"`
+	// Blocklists is the blocklist log, the last in effect.
+	Blocklists []state.Blocklist `json:"blocklists,omitempty"`
 	// Shards is every shard's cursor.
 	Shards []shardCursor `json:"shards"`
 }
@@ -173,6 +175,7 @@ func summarize(in inspection, fp state.Fingerprint, merged *state.Restored) insp
 	in.Step, in.DPSize, in.Fingerprint = merged.Step, merged.FromSize, fp
 	in.Mixture = merged.Mixture[:len(merged.Mixture)-len(queued)]
 	in.Queued = append([]state.MixChange{}, queued...)
+	in.Blocklists = merged.Blocklists
 	in.Shards = shardsOf(fp, merged.Shards)
 	for d, ds := range fp.Datasets {
 		sum := datasetSummary{Name: ds.Name, MinEpoch: ^uint64(0)}
@@ -239,6 +242,22 @@ func printInspection(w io.Writer, in inspection) {
 	if len(in.Queued) > 0 {
 		fmt.Fprintf(w, "\nqueued changes (%d, set_weights for later steps):\n", len(in.Queued))
 		printMixture(w, names, in.Queued)
+	}
+	printBlocklists(w, in.Blocklists)
+}
+
+// printBlocklists writes the blocklist log, one record a line.
+func printBlocklists(w io.Writer, log []state.Blocklist) {
+	if len(log) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\nblocklists (%d, the last in effect):\n", len(log))
+	for _, b := range log {
+		if b.Fingerprint == "" {
+			fmt.Fprintf(w, "  from step %d: none (the resume gave no blocklist)\n", b.Step+1)
+			continue
+		}
+		fmt.Fprintf(w, "  from step %d: blocklist %s, %d document(s)\n", b.Step+1, b.Fingerprint, b.Entries)
 	}
 }
 

@@ -169,6 +169,13 @@ func configFrom(c *pb.JobConfig) (stream.Config, error) {
 		}
 		out.Schedule = append(out.Schedule, pt)
 	}
+	if b := c.GetBlocklist(); b != nil {
+		out.Blocklist.Files = b.GetFiles()
+		for _, d := range b.GetDocuments() {
+			out.Blocklist.Documents = append(out.Blocklist.Documents, stream.BlockedDocument{
+				Dataset: d.GetDataset(), File: d.GetFile(), Document: d.Document, SHA256: d.GetSha256()})
+		}
+	}
 	return out, nil
 }
 

@@ -224,7 +224,11 @@ type JobConfig struct {
 	// Read each shard's units in runs of about this many tokens of
 	// consecutive units (the runs permuted, each read in order); 0: off.
 	// docs/objects.md, "Sizing the cache".
-	RunTokens     uint64 `protobuf:"varint,15,opt,name=run_tokens,json=runTokens,proto3" json:"run_tokens,omitempty"`
+	RunTokens uint64 `protobuf:"varint,15,opt,name=run_tokens,json=runTokens,proto3" json:"run_tokens,omitempty"`
+	// Documents never to be served (docs/blocklists.md): written as padding
+	// where the stream meets them. Not part of the job's fingerprint: a
+	// resume may add one.
+	Blocklist     *Blocklist `protobuf:"bytes,17,opt,name=blocklist,proto3" json:"blocklist,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -364,6 +368,138 @@ func (x *JobConfig) GetRunTokens() uint64 {
 	return 0
 }
 
+func (x *JobConfig) GetBlocklist() *Blocklist {
+	if x != nil {
+		return x.Blocklist
+	}
+	return nil
+}
+
+// Documents never to be served: entries, and files of them (one JSON
+// object a line, as BlockedDocument's JSON form).
+type Blocklist struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Documents     []*BlockedDocument     `protobuf:"bytes,1,rep,name=documents,proto3" json:"documents,omitempty"`
+	Files         []string               `protobuf:"bytes,2,rep,name=files,proto3" json:"files,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Blocklist) Reset() {
+	*x = Blocklist{}
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Blocklist) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Blocklist) ProtoMessage() {}
+
+func (x *Blocklist) ProtoReflect() protoreflect.Message {
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Blocklist.ProtoReflect.Descriptor instead.
+func (*Blocklist) Descriptor() ([]byte, []int) {
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Blocklist) GetDocuments() []*BlockedDocument {
+	if x != nil {
+		return x.Documents
+	}
+	return nil
+}
+
+func (x *Blocklist) GetFiles() []string {
+	if x != nil {
+		return x.Files
+	}
+	return nil
+}
+
+// One document: in a Megatron or Arrow dataset by its index (in the
+// dataset, or with file in that file), in a text dataset by the SHA-256
+// of its text (64 lowercase hex digits).
+type BlockedDocument struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Dataset       string                 `protobuf:"bytes,1,opt,name=dataset,proto3" json:"dataset,omitempty"`
+	File          string                 `protobuf:"bytes,2,opt,name=file,proto3" json:"file,omitempty"`
+	Document      *uint64                `protobuf:"varint,3,opt,name=document,proto3,oneof" json:"document,omitempty"`
+	Sha256        string                 `protobuf:"bytes,4,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BlockedDocument) Reset() {
+	*x = BlockedDocument{}
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BlockedDocument) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BlockedDocument) ProtoMessage() {}
+
+func (x *BlockedDocument) ProtoReflect() protoreflect.Message {
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BlockedDocument.ProtoReflect.Descriptor instead.
+func (*BlockedDocument) Descriptor() ([]byte, []int) {
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *BlockedDocument) GetDataset() string {
+	if x != nil {
+		return x.Dataset
+	}
+	return ""
+}
+
+func (x *BlockedDocument) GetFile() string {
+	if x != nil {
+		return x.File
+	}
+	return ""
+}
+
+func (x *BlockedDocument) GetDocument() uint64 {
+	if x != nil && x.Document != nil {
+		return *x.Document
+	}
+	return 0
+}
+
+func (x *BlockedDocument) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
 // From batch `step` on (or, with linear, reaching them at `step` along a
 // straight line from the point before), the datasets are mixed by weights.
 type SchedulePoint struct {
@@ -378,7 +514,7 @@ type SchedulePoint struct {
 
 func (x *SchedulePoint) Reset() {
 	*x = SchedulePoint{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[2]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -390,7 +526,7 @@ func (x *SchedulePoint) String() string {
 func (*SchedulePoint) ProtoMessage() {}
 
 func (x *SchedulePoint) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[2]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -403,7 +539,7 @@ func (x *SchedulePoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SchedulePoint.ProtoReflect.Descriptor instead.
 func (*SchedulePoint) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{2}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *SchedulePoint) GetStep() uint64 {
@@ -473,7 +609,7 @@ type OpenSessionRequest struct {
 
 func (x *OpenSessionRequest) Reset() {
 	*x = OpenSessionRequest{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[3]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -485,7 +621,7 @@ func (x *OpenSessionRequest) String() string {
 func (*OpenSessionRequest) ProtoMessage() {}
 
 func (x *OpenSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[3]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -498,7 +634,7 @@ func (x *OpenSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSessionRequest.ProtoReflect.Descriptor instead.
 func (*OpenSessionRequest) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{3}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *OpenSessionRequest) GetJob() string {
@@ -623,7 +759,7 @@ type ShardedState struct {
 
 func (x *ShardedState) Reset() {
 	*x = ShardedState{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[4]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -635,7 +771,7 @@ func (x *ShardedState) String() string {
 func (*ShardedState) ProtoMessage() {}
 
 func (x *ShardedState) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[4]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -648,7 +784,7 @@ func (x *ShardedState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardedState.ProtoReflect.Descriptor instead.
 func (*ShardedState) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{4}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ShardedState) GetRun() []byte {
@@ -683,7 +819,7 @@ type ShardState struct {
 
 func (x *ShardState) Reset() {
 	*x = ShardState{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[5]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -695,7 +831,7 @@ func (x *ShardState) String() string {
 func (*ShardState) ProtoMessage() {}
 
 func (x *ShardState) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[5]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -708,7 +844,7 @@ func (x *ShardState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardState.ProtoReflect.Descriptor instead.
 func (*ShardState) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{5}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ShardState) GetDataset() uint32 {
@@ -795,7 +931,7 @@ type Ring struct {
 
 func (x *Ring) Reset() {
 	*x = Ring{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[6]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -807,7 +943,7 @@ func (x *Ring) String() string {
 func (*Ring) ProtoMessage() {}
 
 func (x *Ring) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[6]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -820,7 +956,7 @@ func (x *Ring) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ring.ProtoReflect.Descriptor instead.
 func (*Ring) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{6}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Ring) GetPath() string {
@@ -922,7 +1058,7 @@ type OpenSessionResponse struct {
 
 func (x *OpenSessionResponse) Reset() {
 	*x = OpenSessionResponse{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[7]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -934,7 +1070,7 @@ func (x *OpenSessionResponse) String() string {
 func (*OpenSessionResponse) ProtoMessage() {}
 
 func (x *OpenSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[7]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -947,7 +1083,7 @@ func (x *OpenSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSessionResponse.ProtoReflect.Descriptor instead.
 func (*OpenSessionResponse) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{7}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *OpenSessionResponse) GetSessionId() string {
@@ -1046,7 +1182,7 @@ type SlotField struct {
 
 func (x *SlotField) Reset() {
 	*x = SlotField{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[8]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1058,7 +1194,7 @@ func (x *SlotField) String() string {
 func (*SlotField) ProtoMessage() {}
 
 func (x *SlotField) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[8]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1071,7 +1207,7 @@ func (x *SlotField) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotField.ProtoReflect.Descriptor instead.
 func (*SlotField) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{8}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SlotField) GetName() string {
@@ -1118,7 +1254,7 @@ type Attach struct {
 
 func (x *Attach) Reset() {
 	*x = Attach{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[9]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1130,7 +1266,7 @@ func (x *Attach) String() string {
 func (*Attach) ProtoMessage() {}
 
 func (x *Attach) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[9]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1143,7 +1279,7 @@ func (x *Attach) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Attach.ProtoReflect.Descriptor instead.
 func (*Attach) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{9}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Attach) GetSessionId() string {
@@ -1179,7 +1315,7 @@ type Release struct {
 
 func (x *Release) Reset() {
 	*x = Release{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[10]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1191,7 +1327,7 @@ func (x *Release) String() string {
 func (*Release) ProtoMessage() {}
 
 func (x *Release) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[10]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1204,7 +1340,7 @@ func (x *Release) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Release.ProtoReflect.Descriptor instead.
 func (*Release) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{10}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Release) GetSlot() uint32 {
@@ -1241,7 +1377,7 @@ type BatchesRequest struct {
 
 func (x *BatchesRequest) Reset() {
 	*x = BatchesRequest{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[11]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1253,7 +1389,7 @@ func (x *BatchesRequest) String() string {
 func (*BatchesRequest) ProtoMessage() {}
 
 func (x *BatchesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[11]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1266,7 +1402,7 @@ func (x *BatchesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchesRequest.ProtoReflect.Descriptor instead.
 func (*BatchesRequest) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{11}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *BatchesRequest) GetKind() isBatchesRequest_Kind {
@@ -1339,7 +1475,7 @@ type Batch struct {
 
 func (x *Batch) Reset() {
 	*x = Batch{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[12]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1351,7 +1487,7 @@ func (x *Batch) String() string {
 func (*Batch) ProtoMessage() {}
 
 func (x *Batch) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[12]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1364,7 +1500,7 @@ func (x *Batch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Batch.ProtoReflect.Descriptor instead.
 func (*Batch) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{12}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Batch) GetStep() uint64 {
@@ -1438,7 +1574,7 @@ type SetWeightsRequest struct {
 
 func (x *SetWeightsRequest) Reset() {
 	*x = SetWeightsRequest{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[13]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1450,7 +1586,7 @@ func (x *SetWeightsRequest) String() string {
 func (*SetWeightsRequest) ProtoMessage() {}
 
 func (x *SetWeightsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[13]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1463,7 +1599,7 @@ func (x *SetWeightsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetWeightsRequest.ProtoReflect.Descriptor instead.
 func (*SetWeightsRequest) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{13}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *SetWeightsRequest) GetSessionId() string {
@@ -1504,7 +1640,7 @@ type SetWeightsResponse struct {
 
 func (x *SetWeightsResponse) Reset() {
 	*x = SetWeightsResponse{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[14]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1516,7 +1652,7 @@ func (x *SetWeightsResponse) String() string {
 func (*SetWeightsResponse) ProtoMessage() {}
 
 func (x *SetWeightsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[14]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1529,7 +1665,7 @@ func (x *SetWeightsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetWeightsResponse.ProtoReflect.Descriptor instead.
 func (*SetWeightsResponse) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{14}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SetWeightsResponse) GetGeneration() uint64 {
@@ -1551,7 +1687,7 @@ type SaveStateRequest struct {
 
 func (x *SaveStateRequest) Reset() {
 	*x = SaveStateRequest{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[15]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1563,7 +1699,7 @@ func (x *SaveStateRequest) String() string {
 func (*SaveStateRequest) ProtoMessage() {}
 
 func (x *SaveStateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[15]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1576,7 +1712,7 @@ func (x *SaveStateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SaveStateRequest.ProtoReflect.Descriptor instead.
 func (*SaveStateRequest) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{15}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SaveStateRequest) GetSessionId() string {
@@ -1610,7 +1746,7 @@ type SaveStateResponse struct {
 
 func (x *SaveStateResponse) Reset() {
 	*x = SaveStateResponse{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[16]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1622,7 +1758,7 @@ func (x *SaveStateResponse) String() string {
 func (*SaveStateResponse) ProtoMessage() {}
 
 func (x *SaveStateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[16]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1635,7 +1771,7 @@ func (x *SaveStateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SaveStateResponse.ProtoReflect.Descriptor instead.
 func (*SaveStateResponse) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{16}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SaveStateResponse) GetPath() string {
@@ -1662,7 +1798,7 @@ type GetStateRequest struct {
 
 func (x *GetStateRequest) Reset() {
 	*x = GetStateRequest{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[17]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1674,7 +1810,7 @@ func (x *GetStateRequest) String() string {
 func (*GetStateRequest) ProtoMessage() {}
 
 func (x *GetStateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[17]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1687,7 +1823,7 @@ func (x *GetStateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStateRequest.ProtoReflect.Descriptor instead.
 func (*GetStateRequest) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{17}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GetStateRequest) GetSessionId() string {
@@ -1718,7 +1854,7 @@ type GetStateResponse struct {
 
 func (x *GetStateResponse) Reset() {
 	*x = GetStateResponse{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[18]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1730,7 +1866,7 @@ func (x *GetStateResponse) String() string {
 func (*GetStateResponse) ProtoMessage() {}
 
 func (x *GetStateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[18]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1743,7 +1879,7 @@ func (x *GetStateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStateResponse.ProtoReflect.Descriptor instead.
 func (*GetStateResponse) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{18}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetStateResponse) GetState() []byte {
@@ -1785,7 +1921,7 @@ type StateTemplateRequest struct {
 
 func (x *StateTemplateRequest) Reset() {
 	*x = StateTemplateRequest{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[19]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1797,7 +1933,7 @@ func (x *StateTemplateRequest) String() string {
 func (*StateTemplateRequest) ProtoMessage() {}
 
 func (x *StateTemplateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[19]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1810,7 +1946,7 @@ func (x *StateTemplateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateTemplateRequest.ProtoReflect.Descriptor instead.
 func (*StateTemplateRequest) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{19}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *StateTemplateRequest) GetConfig() *JobConfig {
@@ -1844,7 +1980,7 @@ type StateTemplateResponse struct {
 
 func (x *StateTemplateResponse) Reset() {
 	*x = StateTemplateResponse{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[20]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1856,7 +1992,7 @@ func (x *StateTemplateResponse) String() string {
 func (*StateTemplateResponse) ProtoMessage() {}
 
 func (x *StateTemplateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[20]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1869,7 +2005,7 @@ func (x *StateTemplateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateTemplateResponse.ProtoReflect.Descriptor instead.
 func (*StateTemplateResponse) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{20}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *StateTemplateResponse) GetSharded() *ShardedState {
@@ -1889,7 +2025,7 @@ type CloseSessionRequest struct {
 
 func (x *CloseSessionRequest) Reset() {
 	*x = CloseSessionRequest{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[21]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1901,7 +2037,7 @@ func (x *CloseSessionRequest) String() string {
 func (*CloseSessionRequest) ProtoMessage() {}
 
 func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[21]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1914,7 +2050,7 @@ func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionRequest.ProtoReflect.Descriptor instead.
 func (*CloseSessionRequest) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{21}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CloseSessionRequest) GetSessionId() string {
@@ -1939,7 +2075,7 @@ type CloseSessionResponse struct {
 
 func (x *CloseSessionResponse) Reset() {
 	*x = CloseSessionResponse{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[22]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1951,7 +2087,7 @@ func (x *CloseSessionResponse) String() string {
 func (*CloseSessionResponse) ProtoMessage() {}
 
 func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[22]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1964,7 +2100,7 @@ func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionResponse.ProtoReflect.Descriptor instead.
 func (*CloseSessionResponse) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{22}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{24}
 }
 
 var File_dataloader_v1_dataloader_proto protoreflect.FileDescriptor
@@ -1980,7 +2116,7 @@ const file_dataloader_v1_dataloader_proto_rawDesc = "" +
 	"\x05dtype\x18\x05 \x01(\tR\x05dtype\x12\x14\n" +
 	"\x05field\x18\x06 \x01(\tR\x05field\x12\x1c\n" +
 	"\ttokenizer\x18\a \x01(\tR\ttokenizer\x12\"\n" +
-	"\ron_bad_record\x18\b \x01(\tR\vonBadRecord\"\x83\x04\n" +
+	"\ron_bad_record\x18\b \x01(\tR\vonBadRecord\"\xbb\x04\n" +
 	"\tJobConfig\x12\x17\n" +
 	"\aseq_len\x18\x01 \x01(\rR\x06seqLen\x12\x1d\n" +
 	"\n" +
@@ -1999,7 +2135,17 @@ const file_dataloader_v1_dataloader_proto_rawDesc = "" +
 	"\x18mask_document_boundaries\x18\r \x01(\bR\x16maskDocumentBoundaries\x128\n" +
 	"\bschedule\x18\x0e \x03(\v2\x1c.dataloader.v1.SchedulePointR\bschedule\x12\x1d\n" +
 	"\n" +
-	"run_tokens\x18\x0f \x01(\x04R\trunTokens\"\xbc\x01\n" +
+	"run_tokens\x18\x0f \x01(\x04R\trunTokens\x126\n" +
+	"\tblocklist\x18\x11 \x01(\v2\x18.dataloader.v1.BlocklistR\tblocklist\"_\n" +
+	"\tBlocklist\x12<\n" +
+	"\tdocuments\x18\x01 \x03(\v2\x1e.dataloader.v1.BlockedDocumentR\tdocuments\x12\x14\n" +
+	"\x05files\x18\x02 \x03(\tR\x05files\"\x85\x01\n" +
+	"\x0fBlockedDocument\x12\x18\n" +
+	"\adataset\x18\x01 \x01(\tR\adataset\x12\x12\n" +
+	"\x04file\x18\x02 \x01(\tR\x04file\x12\x1f\n" +
+	"\bdocument\x18\x03 \x01(\x04H\x00R\bdocument\x88\x01\x01\x12\x16\n" +
+	"\x06sha256\x18\x04 \x01(\tR\x06sha256B\v\n" +
+	"\t_document\"\xbc\x01\n" +
 	"\rSchedulePoint\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\x04R\x04step\x12C\n" +
 	"\aweights\x18\x02 \x03(\v2).dataloader.v1.SchedulePoint.WeightsEntryR\aweights\x12\x16\n" +
@@ -2172,71 +2318,75 @@ func file_dataloader_v1_dataloader_proto_rawDescGZIP() []byte {
 }
 
 var file_dataloader_v1_dataloader_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_dataloader_v1_dataloader_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_dataloader_v1_dataloader_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_dataloader_v1_dataloader_proto_goTypes = []any{
 	(Transport)(0),                // 0: dataloader.v1.Transport
 	(*Dataset)(nil),               // 1: dataloader.v1.Dataset
 	(*JobConfig)(nil),             // 2: dataloader.v1.JobConfig
-	(*SchedulePoint)(nil),         // 3: dataloader.v1.SchedulePoint
-	(*OpenSessionRequest)(nil),    // 4: dataloader.v1.OpenSessionRequest
-	(*ShardedState)(nil),          // 5: dataloader.v1.ShardedState
-	(*ShardState)(nil),            // 6: dataloader.v1.ShardState
-	(*Ring)(nil),                  // 7: dataloader.v1.Ring
-	(*OpenSessionResponse)(nil),   // 8: dataloader.v1.OpenSessionResponse
-	(*SlotField)(nil),             // 9: dataloader.v1.SlotField
-	(*Attach)(nil),                // 10: dataloader.v1.Attach
-	(*Release)(nil),               // 11: dataloader.v1.Release
-	(*BatchesRequest)(nil),        // 12: dataloader.v1.BatchesRequest
-	(*Batch)(nil),                 // 13: dataloader.v1.Batch
-	(*SetWeightsRequest)(nil),     // 14: dataloader.v1.SetWeightsRequest
-	(*SetWeightsResponse)(nil),    // 15: dataloader.v1.SetWeightsResponse
-	(*SaveStateRequest)(nil),      // 16: dataloader.v1.SaveStateRequest
-	(*SaveStateResponse)(nil),     // 17: dataloader.v1.SaveStateResponse
-	(*GetStateRequest)(nil),       // 18: dataloader.v1.GetStateRequest
-	(*GetStateResponse)(nil),      // 19: dataloader.v1.GetStateResponse
-	(*StateTemplateRequest)(nil),  // 20: dataloader.v1.StateTemplateRequest
-	(*StateTemplateResponse)(nil), // 21: dataloader.v1.StateTemplateResponse
-	(*CloseSessionRequest)(nil),   // 22: dataloader.v1.CloseSessionRequest
-	(*CloseSessionResponse)(nil),  // 23: dataloader.v1.CloseSessionResponse
-	nil,                           // 24: dataloader.v1.SchedulePoint.WeightsEntry
-	nil,                           // 25: dataloader.v1.SetWeightsRequest.WeightsEntry
+	(*Blocklist)(nil),             // 3: dataloader.v1.Blocklist
+	(*BlockedDocument)(nil),       // 4: dataloader.v1.BlockedDocument
+	(*SchedulePoint)(nil),         // 5: dataloader.v1.SchedulePoint
+	(*OpenSessionRequest)(nil),    // 6: dataloader.v1.OpenSessionRequest
+	(*ShardedState)(nil),          // 7: dataloader.v1.ShardedState
+	(*ShardState)(nil),            // 8: dataloader.v1.ShardState
+	(*Ring)(nil),                  // 9: dataloader.v1.Ring
+	(*OpenSessionResponse)(nil),   // 10: dataloader.v1.OpenSessionResponse
+	(*SlotField)(nil),             // 11: dataloader.v1.SlotField
+	(*Attach)(nil),                // 12: dataloader.v1.Attach
+	(*Release)(nil),               // 13: dataloader.v1.Release
+	(*BatchesRequest)(nil),        // 14: dataloader.v1.BatchesRequest
+	(*Batch)(nil),                 // 15: dataloader.v1.Batch
+	(*SetWeightsRequest)(nil),     // 16: dataloader.v1.SetWeightsRequest
+	(*SetWeightsResponse)(nil),    // 17: dataloader.v1.SetWeightsResponse
+	(*SaveStateRequest)(nil),      // 18: dataloader.v1.SaveStateRequest
+	(*SaveStateResponse)(nil),     // 19: dataloader.v1.SaveStateResponse
+	(*GetStateRequest)(nil),       // 20: dataloader.v1.GetStateRequest
+	(*GetStateResponse)(nil),      // 21: dataloader.v1.GetStateResponse
+	(*StateTemplateRequest)(nil),  // 22: dataloader.v1.StateTemplateRequest
+	(*StateTemplateResponse)(nil), // 23: dataloader.v1.StateTemplateResponse
+	(*CloseSessionRequest)(nil),   // 24: dataloader.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil),  // 25: dataloader.v1.CloseSessionResponse
+	nil,                           // 26: dataloader.v1.SchedulePoint.WeightsEntry
+	nil,                           // 27: dataloader.v1.SetWeightsRequest.WeightsEntry
 }
 var file_dataloader_v1_dataloader_proto_depIdxs = []int32{
 	1,  // 0: dataloader.v1.JobConfig.datasets:type_name -> dataloader.v1.Dataset
-	3,  // 1: dataloader.v1.JobConfig.schedule:type_name -> dataloader.v1.SchedulePoint
-	24, // 2: dataloader.v1.SchedulePoint.weights:type_name -> dataloader.v1.SchedulePoint.WeightsEntry
-	2,  // 3: dataloader.v1.OpenSessionRequest.config:type_name -> dataloader.v1.JobConfig
-	0,  // 4: dataloader.v1.OpenSessionRequest.transport:type_name -> dataloader.v1.Transport
-	5,  // 5: dataloader.v1.OpenSessionRequest.resume_sharded:type_name -> dataloader.v1.ShardedState
-	6,  // 6: dataloader.v1.ShardedState.shards:type_name -> dataloader.v1.ShardState
-	7,  // 7: dataloader.v1.OpenSessionResponse.ring:type_name -> dataloader.v1.Ring
-	0,  // 8: dataloader.v1.OpenSessionResponse.transport:type_name -> dataloader.v1.Transport
-	9,  // 9: dataloader.v1.OpenSessionResponse.fields:type_name -> dataloader.v1.SlotField
-	10, // 10: dataloader.v1.BatchesRequest.attach:type_name -> dataloader.v1.Attach
-	11, // 11: dataloader.v1.BatchesRequest.release:type_name -> dataloader.v1.Release
-	25, // 12: dataloader.v1.SetWeightsRequest.weights:type_name -> dataloader.v1.SetWeightsRequest.WeightsEntry
-	5,  // 13: dataloader.v1.GetStateResponse.sharded:type_name -> dataloader.v1.ShardedState
-	2,  // 14: dataloader.v1.StateTemplateRequest.config:type_name -> dataloader.v1.JobConfig
-	5,  // 15: dataloader.v1.StateTemplateResponse.sharded:type_name -> dataloader.v1.ShardedState
-	4,  // 16: dataloader.v1.Loader.OpenSession:input_type -> dataloader.v1.OpenSessionRequest
-	12, // 17: dataloader.v1.Loader.Batches:input_type -> dataloader.v1.BatchesRequest
-	16, // 18: dataloader.v1.Loader.SaveState:input_type -> dataloader.v1.SaveStateRequest
-	18, // 19: dataloader.v1.Loader.GetState:input_type -> dataloader.v1.GetStateRequest
-	22, // 20: dataloader.v1.Loader.CloseSession:input_type -> dataloader.v1.CloseSessionRequest
-	14, // 21: dataloader.v1.Loader.SetWeights:input_type -> dataloader.v1.SetWeightsRequest
-	20, // 22: dataloader.v1.Loader.StateTemplate:input_type -> dataloader.v1.StateTemplateRequest
-	8,  // 23: dataloader.v1.Loader.OpenSession:output_type -> dataloader.v1.OpenSessionResponse
-	13, // 24: dataloader.v1.Loader.Batches:output_type -> dataloader.v1.Batch
-	17, // 25: dataloader.v1.Loader.SaveState:output_type -> dataloader.v1.SaveStateResponse
-	19, // 26: dataloader.v1.Loader.GetState:output_type -> dataloader.v1.GetStateResponse
-	23, // 27: dataloader.v1.Loader.CloseSession:output_type -> dataloader.v1.CloseSessionResponse
-	15, // 28: dataloader.v1.Loader.SetWeights:output_type -> dataloader.v1.SetWeightsResponse
-	21, // 29: dataloader.v1.Loader.StateTemplate:output_type -> dataloader.v1.StateTemplateResponse
-	23, // [23:30] is the sub-list for method output_type
-	16, // [16:23] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	5,  // 1: dataloader.v1.JobConfig.schedule:type_name -> dataloader.v1.SchedulePoint
+	3,  // 2: dataloader.v1.JobConfig.blocklist:type_name -> dataloader.v1.Blocklist
+	4,  // 3: dataloader.v1.Blocklist.documents:type_name -> dataloader.v1.BlockedDocument
+	26, // 4: dataloader.v1.SchedulePoint.weights:type_name -> dataloader.v1.SchedulePoint.WeightsEntry
+	2,  // 5: dataloader.v1.OpenSessionRequest.config:type_name -> dataloader.v1.JobConfig
+	0,  // 6: dataloader.v1.OpenSessionRequest.transport:type_name -> dataloader.v1.Transport
+	7,  // 7: dataloader.v1.OpenSessionRequest.resume_sharded:type_name -> dataloader.v1.ShardedState
+	8,  // 8: dataloader.v1.ShardedState.shards:type_name -> dataloader.v1.ShardState
+	9,  // 9: dataloader.v1.OpenSessionResponse.ring:type_name -> dataloader.v1.Ring
+	0,  // 10: dataloader.v1.OpenSessionResponse.transport:type_name -> dataloader.v1.Transport
+	11, // 11: dataloader.v1.OpenSessionResponse.fields:type_name -> dataloader.v1.SlotField
+	12, // 12: dataloader.v1.BatchesRequest.attach:type_name -> dataloader.v1.Attach
+	13, // 13: dataloader.v1.BatchesRequest.release:type_name -> dataloader.v1.Release
+	27, // 14: dataloader.v1.SetWeightsRequest.weights:type_name -> dataloader.v1.SetWeightsRequest.WeightsEntry
+	7,  // 15: dataloader.v1.GetStateResponse.sharded:type_name -> dataloader.v1.ShardedState
+	2,  // 16: dataloader.v1.StateTemplateRequest.config:type_name -> dataloader.v1.JobConfig
+	7,  // 17: dataloader.v1.StateTemplateResponse.sharded:type_name -> dataloader.v1.ShardedState
+	6,  // 18: dataloader.v1.Loader.OpenSession:input_type -> dataloader.v1.OpenSessionRequest
+	14, // 19: dataloader.v1.Loader.Batches:input_type -> dataloader.v1.BatchesRequest
+	18, // 20: dataloader.v1.Loader.SaveState:input_type -> dataloader.v1.SaveStateRequest
+	20, // 21: dataloader.v1.Loader.GetState:input_type -> dataloader.v1.GetStateRequest
+	24, // 22: dataloader.v1.Loader.CloseSession:input_type -> dataloader.v1.CloseSessionRequest
+	16, // 23: dataloader.v1.Loader.SetWeights:input_type -> dataloader.v1.SetWeightsRequest
+	22, // 24: dataloader.v1.Loader.StateTemplate:input_type -> dataloader.v1.StateTemplateRequest
+	10, // 25: dataloader.v1.Loader.OpenSession:output_type -> dataloader.v1.OpenSessionResponse
+	15, // 26: dataloader.v1.Loader.Batches:output_type -> dataloader.v1.Batch
+	19, // 27: dataloader.v1.Loader.SaveState:output_type -> dataloader.v1.SaveStateResponse
+	21, // 28: dataloader.v1.Loader.GetState:output_type -> dataloader.v1.GetStateResponse
+	25, // 29: dataloader.v1.Loader.CloseSession:output_type -> dataloader.v1.CloseSessionResponse
+	17, // 30: dataloader.v1.Loader.SetWeights:output_type -> dataloader.v1.SetWeightsResponse
+	23, // 31: dataloader.v1.Loader.StateTemplate:output_type -> dataloader.v1.StateTemplateResponse
+	25, // [25:32] is the sub-list for method output_type
+	18, // [18:25] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_dataloader_v1_dataloader_proto_init() }
@@ -2244,7 +2394,8 @@ func file_dataloader_v1_dataloader_proto_init() {
 	if File_dataloader_v1_dataloader_proto != nil {
 		return
 	}
-	file_dataloader_v1_dataloader_proto_msgTypes[11].OneofWrappers = []any{
+	file_dataloader_v1_dataloader_proto_msgTypes[3].OneofWrappers = []any{}
+	file_dataloader_v1_dataloader_proto_msgTypes[13].OneofWrappers = []any{
 		(*BatchesRequest_Attach)(nil),
 		(*BatchesRequest_Release)(nil),
 	}
@@ -2254,7 +2405,7 @@ func file_dataloader_v1_dataloader_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_dataloader_v1_dataloader_proto_rawDesc), len(file_dataloader_v1_dataloader_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   25,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -12,7 +12,8 @@ from typing import Any, Dict, Mapping, Optional, Tuple, Union
 from ._proto import dataloader_pb2 as pb
 from .errors import ConfigError
 
-__all__ = ["load_config", "to_proto", "check_weights", "KEYS", "DATASET_KEYS", "SCHEDULE_KEYS"]
+__all__ = ["load_config", "to_proto", "check_weights", "KEYS", "DATASET_KEYS", "SCHEDULE_KEYS", "BLOCKLIST_KEYS",
+           "BLOCKED_KEYS"]
 
 # key: (type or types, default); a default of ... means required.
 Keys = Dict[str, Tuple[Union[type, Tuple[type, ...]], object]]
@@ -32,6 +33,17 @@ KEYS: Keys = {
     "positions": (str, ""),
     "mask_document_boundaries": (bool, False),
     "schedule": (list, []),
+    "blocklist": (dict, {}),
+}
+BLOCKLIST_KEYS: Keys = {
+    "documents": (list, []),
+    "files": (list, []),
+}
+BLOCKED_KEYS: Keys = {
+    "dataset": (str, ...),
+    "file": (str, ""),
+    "document": ((int, type(None)), None),
+    "sha256": (str, ""),
 }
 SCHEDULE_KEYS: Keys = {
     "step": (int, ...),
@@ -130,6 +142,7 @@ def to_proto(data: Mapping[str, object], base_dir: str) -> "pb.JobConfig":
                 raise ConfigError(f"config: schedule[{i}]: weights must map dataset names to numbers, got {name!r}: {w!r}")
         msg.schedule.append(pb.SchedulePoint(step=pt["step"], weights={k: float(v) for k, v in pt["weights"].items()},
                                              linear=pt["linear"]))
+    _blocklist(msg, c["blocklist"], base_dir)
     for i, m in enumerate(c["metadata"]):
         if not isinstance(m, str):
             raise ConfigError(f"config: metadata[{i}] must be a field name (a string), got {m!r}")
@@ -150,6 +163,27 @@ def to_proto(data: Mapping[str, object], base_dir: str) -> "pb.JobConfig":
                                        weight=float(ds["weight"]), dtype=ds["dtype"], field=ds["field"],
                                        tokenizer=tokenizer, on_bad_record=ds["on_bad_record"]))
     return msg
+
+
+def _blocklist(msg: "pb.JobConfig", data: Mapping[str, object], base_dir: str) -> None:
+    """Checks the blocklist's keys and types (the daemon checks its entries
+    against the datasets) into msg; relative file paths are taken against
+    base_dir."""
+    if not data:
+        return
+    b = _check("blocklist", data, BLOCKLIST_KEYS)
+    for i, d in enumerate(b["documents"]):
+        if not isinstance(d, Mapping):
+            raise ConfigError(f"config: blocklist.documents[{i}] must be a mapping, got {d!r}")
+        e = _check(f"blocklist.documents[{i}]", d, BLOCKED_KEYS)
+        if e["document"] is not None and e["document"] < 0:
+            raise ConfigError(f"config: blocklist.documents[{i}]: 'document' must not be negative, got {e['document']}")
+        msg.blocklist.documents.append(pb.BlockedDocument(dataset=e["dataset"], file=e["file"], document=e["document"],
+                                                          sha256=e["sha256"]))
+    for i, f in enumerate(b["files"]):
+        if not isinstance(f, str):
+            raise ConfigError(f"config: blocklist.files[{i}] must be a path (a string), got {f!r}")
+        msg.blocklist.files.append(os.path.join(base_dir, os.path.expanduser(f)))
 
 
 def env_int(name: str, default: int) -> int:
