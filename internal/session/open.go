@@ -197,7 +197,7 @@ func (m *Manager) newSession(ctx context.Context, key sessionKey, p plan) (*sess
 		return nil, err
 	}
 	rankLog := m.log.With(zap.String("job", key.job), zap.Uint32("dp_rank", key.dpRank))
-	m.reportBlocklist(rankLog, rank) // blocklist.go
+	m.reportBlocklist(rankLog, rank)                      // blocklist.go
 	leave, err := m.admitWorkingSet(corpus, req, rankLog) // workingset.go
 	if err != nil {
 		release()
