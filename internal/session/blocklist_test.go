@@ -72,6 +72,9 @@ func TestBlocklistReported(t *testing.T) {
 	if n := logs.FilterMessage("blocked document was served before the blocklist arrived").Len(); n != len(blocked) {
 		t.Errorf("resumed with the same blocklist: %d warnings in all, want %d", n, len(blocked))
 	}
+	if n := logs.FilterMessage("blocklist in effect").Len(); n != 1 {
+		t.Errorf("resumed with the same blocklist: %d lines say it is in effect, want the first open's only", n)
+	}
 }
 
 // blockedServed is dataloaderd_blocked_served_documents_total.
