@@ -23,6 +23,9 @@ type BlockedServed struct {
 // it had served already, and by dataset the sha256 entries, which name
 // text, not a place, and so cannot be checked against what was served.
 type BlockReport struct {
+	// Changed is set when the rank's open put a blocklist in effect, or
+	// dropped one: its log has a record of the rank's first step.
+	Changed   bool
 	Served    []BlockedServed
 	Unchecked map[string]int
 }
@@ -31,7 +34,7 @@ type BlockReport struct {
 // record of the corpus's blocklist when it differs from the one in
 // effect (a blocklist added, changed or, "" for none, dropped at this
 // resume), taking effect after step.
-func blocklistLog(c *Corpus, from *state.Restored, step uint64) (log []state.Blocklist, added bool) {
+func blocklistLog(c *Corpus, from *state.Restored, step uint64) (log []state.Blocklist, changed bool) {
 	if from != nil {
 		log = slices.Clone(from.Blocklists)
 	}
@@ -41,7 +44,7 @@ func blocklistLog(c *Corpus, from *state.Restored, step uint64) (log []state.Blo
 		return log, false
 	}
 	cur.Step = step
-	return append(log, cur), has
+	return append(log, cur), true
 }
 
 // Blocklists is the rank's blocklist log, as its state holds it.
@@ -56,7 +59,7 @@ func (r *Rank) BlockReport() BlockReport { return r.blockReport }
 // at a resume from step.
 func (r *Rank) checkServed() error {
 	block := r.corpus.block
-	rep := BlockReport{Unchecked: map[string]int{}}
+	rep := BlockReport{Changed: true, Unchecked: map[string]int{}}
 	for i, rd := range r.datasets {
 		bu := block.byDataset[i]
 		if bu == nil {

@@ -91,9 +91,9 @@ func NewRankContext(ctx context.Context, c *Corpus, dpRank, dpSize uint32, from 
 		r.datasets = append(r.datasets, rd)
 		mix.start(i, lines, len(rd.active) > 0)
 	}
-	log, added := blocklistLog(c, from, r.step)
-	r.blocklists = log
-	if added && from != nil {
+	log, changed := blocklistLog(c, from, r.step)
+	r.blocklists, r.blockReport.Changed = log, changed
+	if _, has := c.Blocklist(); changed && has && from != nil {
 		if err := r.checkServed(); err != nil {
 			return nil, err
 		}
