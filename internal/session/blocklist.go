@@ -17,9 +17,10 @@ const maxBlockedLogged = 100
 // entries that cannot be checked against what was served, and of a
 // blocklist a resume dropped.
 func (m *Manager) reportBlocklist(log *zap.Logger, rank *stream.Rank) {
-	cur, ok := state.InEffect(rank.Blocklists())
-	if !ok || cur.Step != rank.Step() {
-		return // none, or one in effect before this resume: reported then
+	cur, _ := state.InEffect(rank.Blocklists())
+	rep := rank.BlockReport()
+	if !rep.Changed {
+		return // none, or one in effect before this open: reported then
 	}
 	if cur.Fingerprint == "" {
 		log.Warn("blocklist dropped: the config gives none, the state logged one; its documents are served again from the next batch",
@@ -28,7 +29,6 @@ func (m *Manager) reportBlocklist(log *zap.Logger, rank *stream.Rank) {
 	}
 	log.Info("blocklist in effect", zap.String("fingerprint", cur.Fingerprint), zap.Int("entries", cur.Entries),
 		zap.Uint64("after_step", cur.Step))
-	rep := rank.BlockReport()
 	for i, s := range rep.Served {
 		if i == maxBlockedLogged {
 			log.Warn("more blocked documents were served before the blocklist arrived", zap.Int("more", len(rep.Served)-i),
