@@ -40,7 +40,8 @@ var ErrTooLarge = errkind.New(errkind.FailedPrecondition, "state too large")
 // (20-digit counts, 24-character weights), so a real state of the same
 // counts is never longer.
 type shape struct {
-	// bare is a state owning one shard per dataset, with no mixture log.
+	// bare is a state owning one shard per dataset, with no mixture log
+	// (and the longest blocklist log).
 	bare int64
 	// perShard is one more owned shard in every dataset.
 	perShard int64
@@ -104,6 +105,11 @@ func worstRank(datasets int, owned uint32, entries, points, queued int) Rank {
 	}
 	for q := 0; q < queued; q++ {
 		r.Mixture = append(r.Mixture, MixChange{Step: count, Weights: weights(), Runtime: true})
+	}
+	// Every state may log up to maxBlocklists blocklists: counted in its
+	// bare size.
+	for range maxBlocklists {
+		r.Blocklists = append(r.Blocklists, Blocklist{Fingerprint: "0123456789abcdef", Entries: math.MaxInt, Step: count})
 	}
 	return r
 }

@@ -34,12 +34,9 @@ const maxTextBlocks = 4096
 
 func newTextBlocks() *textBlocks { return &textBlocks{units: map[uint64][][2]uint64{}} }
 
-// spans returns the blocked spans of frame f's tokens, in order; nil when
-// none of its tokens is blocked.
+// spans returns the blocked spans of text frame f's tokens, in order; nil
+// when none of its tokens is blocked.
 func (b *blockedUnits) spans(ds *shardedSource, f frame) ([][2]uint64, error) {
-	if _, ok := b.units[f.unit]; ok {
-		return [][2]uint64{{0, f.len()}}, nil
-	}
 	if b.texts == nil {
 		return nil, nil
 	}
@@ -103,6 +100,10 @@ func (b *blockedUnits) textSpans(ds *shardedSource, u uint64) ([][2]uint64, erro
 // document are written as padding, each its own piece.
 func (s *shard) copyRun(fr *framing, f frame, off uint64, dst []int32, at uint64, pc *[]piece, keepEmpty bool) error {
 	if b := s.ds.blocked; b != nil && len(dst) > 0 {
+		if _, ok := b.units[f.unit]; ok { // a Megatron or Arrow document
+			whole := [1][2]uint64{{0, f.len()}}
+			return s.copyBlocked(fr, f, off, dst, at, pc, whole[:])
+		}
 		spans, err := b.spans(s.ds, f)
 		if err != nil {
 			return err
