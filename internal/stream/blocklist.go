@@ -2,6 +2,7 @@ package stream
 
 import (
 	"bytes"
+	"errors"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -44,8 +45,12 @@ type BlockedDocument struct {
 // Empty reports whether the blocklist names nothing.
 func (b Blocklist) Empty() bool { return len(b.Documents) == 0 && len(b.Files) == 0 }
 
-// maxBlocklistFile bounds a blocklist file (about 10^7 entries).
-const maxBlocklistFile = 1 << 30
+// maxBlocklistFile bounds a blocklist file, and maxBlocked the entries
+// of a blocklist (a set of them is tens of bytes each in memory).
+const (
+	maxBlocklistFile = 256 << 20
+	maxBlocked       = 1 << 22
+)
 
 // blockedUnits is what a dataset's blocklist holds: its blocked units (a
 // Megatron or Arrow document each) and the hashes of its blocked texts.
@@ -68,6 +73,9 @@ type resolvedBlocklist struct {
 // readBlocklist gathers the config's entries and its files', in order; a
 // bad line names its file and line.
 func readBlocklist(b Blocklist, roots *files.Roots) ([]BlockedDocument, []string, error) {
+	if len(b.Documents) > maxBlocked {
+		return nil, nil, invalid("blocklist.documents: %d entries, more than %d", len(b.Documents), maxBlocked)
+	}
 	docs := slices.Clone(b.Documents)
 	where := make([]string, len(docs))
 	for i := range docs {
@@ -75,6 +83,9 @@ func readBlocklist(b Blocklist, roots *files.Roots) ([]BlockedDocument, []string
 	}
 	for _, path := range b.Files {
 		raw, err := roots.ReadRegular("blocklist file", path, maxBlocklistFile)
+		if outside := (*files.OutsideError)(nil); errors.As(err, &outside) {
+			return nil, nil, outside
+		}
 		if err != nil {
 			return nil, nil, invalid("blocklist file %q: %v", path, err)
 		}
@@ -88,6 +99,9 @@ func readBlocklist(b Blocklist, roots *files.Roots) ([]BlockedDocument, []string
 			dec.DisallowUnknownFields()
 			if err := dec.Decode(&d); err != nil {
 				return nil, nil, invalid("blocklist file %q line %d: %v (want {\"dataset\": NAME, \"document\": N} or {\"dataset\": NAME, \"sha256\": HEX})", path, n+1, err)
+			}
+			if len(docs) == maxBlocked {
+				return nil, nil, invalid("blocklist file %q line %d: more than %d entries in all", path, n+1, maxBlocked)
 			}
 			docs = append(docs, d)
 			where = append(where, fmt.Sprintf("blocklist file %q line %d", path, n+1))

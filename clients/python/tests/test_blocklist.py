@@ -12,6 +12,7 @@ import subprocess
 import numpy as np
 import pytest
 
+import dataloaderd
 from dataloaderd import ConfigError, Loader
 
 from corpus import make_corpus, unique_docs
@@ -130,3 +131,14 @@ def test_bad_blocklists_are_refused_by_name(daemon, tmp_path, config):
     refused({"files": [str(tmp_path / "bad.jsonl")]}, 'blocklist file .*bad.jsonl" line 1')
     refused({"documnets": []}, "blocklist: unknown key 'documnets'")
     refused({"documents": [{"dataset": "d0", "document": -1}]}, "'document' must not be negative")
+
+
+def test_explain_marks_blocked_documents(tmp_path):
+    datasets, docs = world_corpus(tmp_path)
+    blocked = {("d0", i) for i in range(0, 120, 3)}
+    config = {"seq_len": 31, "batch_size": 3, "seed": 5, "logical_shards": 6, "eos_id": 0, "pad_id": PAD,
+              "datasets": datasets, "blocklist": {"documents": [{"dataset": n, "document": i} for n, i in sorted(blocked)]}}
+    rows = dataloaderd.explain(config, steps=(1, 20), dp_size=2)
+    assert any(r.get("blocked") for r in rows) and not all(r.get("blocked") for r in rows)
+    for r in rows:
+        assert bool(r.get("blocked")) == ((r["dataset"], r["unit"]) in blocked), r

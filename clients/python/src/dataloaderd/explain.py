@@ -97,4 +97,14 @@ def _config_json(msg: Any) -> Dict[str, Any]:
                       "field": d.field, "tokenizer": d.tokenizer, "on_bad_record": d.on_bad_record}
                      for d in msg.datasets],
         "schedule": [{"step": p.step, "weights": dict(p.weights), "linear": p.linear} for p in msg.schedule],
+        "blocklist": {"documents": [_blocked_json(d) for d in msg.blocklist.documents],
+                      "files": list(msg.blocklist.files)},
     }
+
+
+def _blocked_json(d: Any) -> Dict[str, Any]:
+    """A blocklist entry as the binary reads it: document only when set."""
+    out: Dict[str, Any] = {"dataset": d.dataset, "file": d.file, "sha256": d.sha256}
+    if d.HasField("document"):
+        out["document"] = d.document
+    return out
