@@ -35,6 +35,11 @@ func (m *Manager) reportBlocklist(log *zap.Logger, rank *stream.Rank) {
 				zap.Uint64("at_or_before_step", s.Step))
 			break
 		}
+		if s.Record != "" {
+			log.Warn("blocked text document's block was begun before the blocklist arrived: it may have been served", zap.String("dataset", s.Dataset),
+				zap.String("record", s.Record), zap.Uint64("unit", s.Document), zap.Uint64("epoch", s.Epoch), zap.Uint64("at_or_before_step", s.Step))
+			continue
+		}
 		log.Warn("blocked document was served before the blocklist arrived", zap.String("dataset", s.Dataset),
 			zap.Uint64("document", s.Document), zap.Uint64("epoch", s.Epoch), zap.Uint64("at_or_before_step", s.Step))
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/dataloaderd/dataloaderd/internal/files"
 	"github.com/dataloaderd/dataloaderd/internal/state"
+	"github.com/dataloaderd/dataloaderd/internal/text"
 )
 
 // Blocklist names documents that must never be served (docs/blocklists.md):
@@ -34,12 +35,17 @@ type Blocklist struct {
 // its index (the dataset's unit, as dataloaderd explain's `unit`, or with
 // File its index in that file, explain's `document`), in a text dataset
 // by the SHA-256 of its text (the record's field as UTF-8, before
-// tokenizing), in lowercase hex.
+// tokenizing), in lowercase hex, or by its line or row in File.
 type BlockedDocument struct {
 	Dataset  string  `json:"dataset"`
 	File     string  `json:"file,omitempty"`
 	Document *uint64 `json:"document,omitempty"`
 	SHA256   string  `json:"sha256,omitempty"`
+	// Line (from 1, a plain JSONL file's) or Row (from 0, a Parquet
+	// file's) name a text document by its place in File, as explain's
+	// jsonl_line and parquet_row.
+	Line *uint64 `json:"line,omitempty"`
+	Row  *uint64 `json:"row,omitempty"`
 }
 
 // Empty reports whether the blocklist names nothing.
@@ -57,6 +63,8 @@ const (
 type blockedUnits struct {
 	units  map[uint64]struct{}
 	hashes map[[sha256.Size]byte]struct{}
+	// records are the text records named by place, by their unit.
+	records map[uint64][]text.Record
 	// texts is the cache of text units' blocked spans (text datasets).
 	texts *textBlocks
 }
@@ -151,9 +159,17 @@ func (c *Corpus) blockOne(out *resolvedBlocklist, d BlockedDocument) (string, er
 		bu = &blockedUnits{units: map[uint64]struct{}{}, hashes: map[[sha256.Size]byte]struct{}{}}
 		out.byDataset[ds.index] = bu
 	}
+	given := 0
+	for _, set := range []bool{d.Document != nil, d.SHA256 != "", d.Line != nil, d.Row != nil} {
+		if set {
+			given++
+		}
+	}
 	switch {
-	case (d.Document != nil) == (d.SHA256 != ""):
-		return "", fmt.Errorf("dataset %q: give either document or sha256", d.Dataset)
+	case given != 1:
+		return "", fmt.Errorf("dataset %q: give one of document, sha256, line and row", d.Dataset)
+	case d.Line != nil || d.Row != nil:
+		return c.blockRecord(ds, bu, d)
 	case d.SHA256 != "":
 		if !ds.lazy {
 			return "", fmt.Errorf("dataset %q: sha256 names text; this dataset's format is already tokenized: block its documents by document index", d.Dataset)
@@ -171,7 +187,7 @@ func (c *Corpus) blockOne(out *resolvedBlocklist, d BlockedDocument) (string, er
 		}
 		return fmt.Sprintf("%s\x00h\x00%s", d.Dataset, d.SHA256), nil
 	case ds.lazy:
-		return "", fmt.Errorf("dataset %q is text: block its documents by sha256 (of the record's text)", d.Dataset)
+		return "", fmt.Errorf("dataset %q is text: block its documents by sha256 (of the record's text), or by file and line or row", d.Dataset)
 	case ds.src.Delimited():
 		return "", fmt.Errorf("dataset %q is of flat token files, whose documents have no index: a blocklist applies to Megatron, Arrow and text datasets", d.Dataset)
 	}
@@ -194,19 +210,14 @@ func (c *Corpus) unitOf(ds *shardedSource, file string, doc uint64) (uint64, err
 		}
 		return doc, nil
 	}
-	fs := ds.src.Files()
-	at := -1
-	for i, f := range fs {
-		if f.Path == file || (!strings.Contains(file, "/") && filepath.Base(f.Path) == file) {
-			if at >= 0 {
-				return 0, fmt.Errorf("dataset %q: file %q names more than one of its files (%s and %s): give the path", ds.name, file, fs[at].Path, f.Path)
-			}
-			at = i
-		}
+	at, err := fileIndex(ds, file)
+	if err != nil {
+		return 0, err
 	}
+	fs := ds.src.Files()
 	loc, ok := ds.src.(unitLocator)
-	if at < 0 || !ok {
-		return 0, fmt.Errorf("dataset %q: file %q is not one of its %d files", ds.name, file, len(fs))
+	if !ok {
+		return 0, fmt.Errorf("dataset %q: its files' documents cannot be placed", ds.name)
 	}
 	index := map[string]int{}
 	for i, f := range fs {
@@ -223,6 +234,73 @@ func (c *Corpus) unitOf(ds *shardedSource, file string, doc uint64) (uint64, err
 		return 0, fmt.Errorf("dataset %q: document %d of file %q is out of range: the file has %d documents", ds.name, doc, file, n)
 	}
 	return u, nil
+}
+
+// fileIndex is the index among the dataset's files of the one file names:
+// its path as dataloaderd explain prints it, or its base name when only
+// one file has it.
+func fileIndex(ds *shardedSource, file string) (int, error) {
+	fs := ds.src.Files()
+	at := -1
+	for i, f := range fs {
+		if f.Path == file || (!strings.Contains(file, "/") && filepath.Base(f.Path) == file) {
+			if at >= 0 {
+				return 0, fmt.Errorf("dataset %q: file %q names more than one of its files (%s and %s): give the path", ds.name, file, fs[at].Path, f.Path)
+			}
+			at = i
+		}
+	}
+	if at < 0 {
+		return 0, fmt.Errorf("dataset %q: file %q is not one of its %d files", ds.name, file, len(fs))
+	}
+	return at, nil
+}
+
+// recordUnitFinder is a text source that finds the unit of a record named
+// by its place (text.Tokens).
+type recordUnitFinder interface {
+	UnitOfRecord(file int, n uint64) (uint64, error)
+	IsParquet(file int) bool
+}
+
+// blockRecord adds a text document named by its line or row in a file.
+func (c *Corpus) blockRecord(ds *shardedSource, bu *blockedUnits, d BlockedDocument) (string, error) {
+	f, ok := ds.src.(recordUnitFinder)
+	if !ds.lazy || !ok {
+		return "", fmt.Errorf("dataset %q: line and row name text documents; block this dataset's by document index", d.Dataset)
+	}
+	if d.File == "" {
+		return "", fmt.Errorf("dataset %q: a line or row needs the file it is in", d.Dataset)
+	}
+	at, err := fileIndex(ds, d.File)
+	if err != nil {
+		return "", err
+	}
+	rec, n, kind := text.Record{}, uint64(0), "line"
+	switch parquet := f.IsParquet(at); {
+	case parquet && d.Row == nil:
+		return "", fmt.Errorf("dataset %q: file %q is Parquet: name its documents by row", d.Dataset, d.File)
+	case !parquet && d.Line == nil:
+		return "", fmt.Errorf("dataset %q: file %q is JSONL: name its documents by line", d.Dataset, d.File)
+	case parquet:
+		rec.Row, n, kind = *d.Row, *d.Row, "row"
+	default:
+		rec.Line, n = *d.Line, *d.Line
+	}
+	u, err := f.UnitOfRecord(at, n)
+	if err != nil {
+		return "", fmt.Errorf("dataset %q file %q: %v", d.Dataset, d.File, err)
+	}
+	if bu.records == nil {
+		bu.records = map[uint64][]text.Record{}
+	}
+	if !slices.Contains(bu.records[u], rec) {
+		bu.records[u] = append(bu.records[u], rec)
+	}
+	if bu.texts == nil {
+		bu.texts = newTextBlocks()
+	}
+	return fmt.Sprintf("%s\x00%s\x00%s\x00%020d", d.Dataset, kind, ds.src.Files()[at].Path, n), nil
 }
 
 // datasetNamed is the corpus's dataset of that name, nil if none.

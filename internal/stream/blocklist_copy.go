@@ -3,6 +3,7 @@ package stream
 import (
 	"crypto/sha256"
 	"fmt"
+	"slices"
 	"sync"
 )
 
@@ -60,7 +61,8 @@ func (b *blockedUnits) spans(ds *shardedSource, f frame) ([][2]uint64, error) {
 	return sp, nil
 }
 
-// textSpans finds the blocked documents of text unit u by their hashes.
+// textSpans finds the blocked documents of text unit u: by their hashes,
+// and by their places where the blocklist names some of the unit's.
 func (b *blockedUnits) textSpans(ds *shardedSource, u uint64) ([][2]uint64, error) {
 	h, ok := ds.src.(documentHasher)
 	if !ok {
@@ -70,10 +72,25 @@ func (b *blockedUnits) textSpans(ds *shardedSource, u uint64) ([][2]uint64, erro
 	if err != nil {
 		return nil, fmt.Errorf("dataset %q unit %d: blocklist: %w", ds.name, u, err)
 	}
-	var blocked []int
+	blocked := map[int]bool{}
 	for i, s := range sums {
 		if _, ok := b.hashes[s]; ok {
-			blocked = append(blocked, i)
+			blocked[i] = true
+		}
+	}
+	if recs := b.records[u]; len(recs) > 0 {
+		p, ok := ds.src.(recordPlacer)
+		if !ok {
+			return nil, fmt.Errorf("dataset %q unit %d: blocklist: its records cannot be placed", ds.name, u)
+		}
+		places, ok, err := p.Records(u)
+		if err != nil || !ok || len(places) != len(sums) {
+			return nil, fmt.Errorf("dataset %q unit %d: blocklist: its %d documents placed as %d (%v)", ds.name, u, len(sums), len(places), err)
+		}
+		for i, pl := range places {
+			if slices.Contains(recs, pl) {
+				blocked[i] = true
+			}
 		}
 	}
 	if len(blocked) == 0 {
@@ -84,7 +101,10 @@ func (b *blockedUnits) textSpans(ds *shardedSource, u uint64) ([][2]uint64, erro
 		return nil, fmt.Errorf("dataset %q unit %d: blocklist: the unit's %d documents tokenize as %d (%v)", ds.name, u, len(sums), len(all), err)
 	}
 	out := make([][2]uint64, 0, len(blocked))
-	for _, i := range blocked {
+	for i := range all {
+		if !blocked[i] {
+			continue
+		}
 		if n := len(out); n > 0 && out[n-1][1] == all[i][0] {
 			out[n-1][1] = all[i][1] // adjacent: one span
 			continue

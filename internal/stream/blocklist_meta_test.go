@@ -105,6 +105,8 @@ func (bc blockCorpus) checkExplained(t *testing.T, r *Rank, cfg Config, lines []
 		switch p.Dataset {
 		case "x":
 			doc = int64(p.JSONLLine) - 1
+		case "q":
+			doc = int64(*p.ParquetRow)
 		default:
 			doc = int64(p.Unit)
 		}
@@ -151,8 +153,15 @@ func TestBlocklistRefused(t *testing.T) {
 		{Blocklist{Documents: []BlockedDocument{{Dataset: "a", SHA256: hash}}}, `dataset "a": sha256 names text`},
 		{Blocklist{Documents: []BlockedDocument{{Dataset: "x", Document: n(0)}}}, `dataset "x" is text: block its documents by sha256`},
 		{Blocklist{Documents: []BlockedDocument{{Dataset: "f", Document: n(0)}}}, `dataset "f" is of flat token files`},
-		{Blocklist{Documents: []BlockedDocument{{Dataset: "a"}}}, `give either document or sha256`},
-		{Blocklist{Documents: []BlockedDocument{{Dataset: "x", Document: n(0), SHA256: hash}}}, `give either document or sha256`},
+		{Blocklist{Documents: []BlockedDocument{{Dataset: "a"}}}, `give one of document, sha256, line and row`},
+		{Blocklist{Documents: []BlockedDocument{{Dataset: "x", Document: n(0), SHA256: hash}}}, `give one of document, sha256, line and row`},
+		{Blocklist{Documents: []BlockedDocument{{Dataset: "x", File: "x.jsonl", Line: n(0)}}}, `dataset "x" file "x.jsonl": line 0: lines count from 1`},
+		{Blocklist{Documents: []BlockedDocument{{Dataset: "x", File: "x.jsonl", Line: n(100000)}}}, `line 100000 is out of range: the file has`},
+		{Blocklist{Documents: []BlockedDocument{{Dataset: "x", Line: n(1)}}}, `a line or row needs the file it is in`},
+		{Blocklist{Documents: []BlockedDocument{{Dataset: "x", File: "x.jsonl", Row: n(1)}}}, `file "x.jsonl" is JSONL: name its documents by line`},
+		{Blocklist{Documents: []BlockedDocument{{Dataset: "q", File: "q.parquet", Line: n(1)}}}, `file "q.parquet" is Parquet: name its documents by row`},
+		{Blocklist{Documents: []BlockedDocument{{Dataset: "q", File: "q.parquet", Row: n(100000)}}}, `row 100000 is out of range: the file has`},
+		{Blocklist{Documents: []BlockedDocument{{Dataset: "a", File: "a.bin", Line: n(1)}}}, `line and row name text documents`},
 		{Blocklist{Files: []string{filepath.Join(dir, "missing.jsonl")}}, `blocklist file "` + filepath.Join(dir, "missing.jsonl")},
 		{Blocklist{Files: []string{badLine}}, `blocklist file "` + badLine + `" line 2: json: unknown field "doc"`},
 	} {

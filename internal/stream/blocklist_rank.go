@@ -2,6 +2,7 @@ package stream
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
 	"sort"
 
@@ -14,8 +15,12 @@ import (
 type BlockedServed struct {
 	Dataset  string
 	Document uint64 // the dataset's unit: the document's index in the dataset
-	Epoch    uint64
-	Step     uint64
+	// Record names a text document by its place ("line 17 of FILE", "row
+	// 3 of FILE", in unit Document): its unit was begun, so it may have
+	// been served.
+	Record string
+	Epoch  uint64
+	Step   uint64
 }
 
 // BlockReport is what a rank found when a blocklist arrived at its resume
@@ -68,8 +73,11 @@ func (r *Rank) checkServed() error {
 		if n := len(bu.hashes); n > 0 {
 			rep.Unchecked[r.corpus.datasets[i].name] = n
 		}
-		units := make([]uint64, 0, len(bu.units))
+		units := make([]uint64, 0, len(bu.units)+len(bu.records))
 		for u := range bu.units {
+			units = append(units, u)
+		}
+		for u := range bu.records {
 			units = append(units, u)
 		}
 		slices.Sort(units)
@@ -84,7 +92,25 @@ func (r *Rank) checkServed() error {
 			if err != nil {
 				return err
 			}
-			rep.Served = append(rep.Served, served...)
+			for _, sv := range served {
+				recs := bu.records[sv.Document]
+				if len(recs) == 0 {
+					rep.Served = append(rep.Served, sv)
+				}
+				file := ""
+				if l, ok := r.corpus.datasets[i].src.(unitLocator); ok {
+					if path, _, ok := l.LocateUnit(sv.Document); ok {
+						file = " of " + path
+					}
+				}
+				for _, rec := range recs {
+					sv.Record = fmt.Sprintf("line %d%s", rec.Line, file)
+					if rec.Line == 0 {
+						sv.Record = fmt.Sprintf("row %d%s", rec.Row, file)
+					}
+					rep.Served = append(rep.Served, sv)
+				}
+			}
 		}
 	}
 	r.blockReport = rep

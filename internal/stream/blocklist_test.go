@@ -31,7 +31,10 @@ type blockCorpus struct {
 	all     map[int32]bool
 	docOf   map[int32]docRef
 	blocked map[docRef]bool
-	list    Blocklist
+	// byHash are the blocked documents named by sha256 (whose service
+	// before the blocklist cannot be checked).
+	byHash map[docRef]bool
+	list   Blocklist
 }
 
 func newBlockCorpus(t *testing.T, rng *rand.Rand) blockCorpus {
@@ -41,18 +44,21 @@ func newBlockCorpus(t *testing.T, rng *rand.Rand) blockCorpus {
 	dir := t.TempDir()
 	a, next := testcorpus.UniqueDocs(rng, 40+rng.Intn(40), 30, 1)
 	e, next := testcorpus.UniqueDocs(rng, 30+rng.Intn(30), 30, next)
-	x, _ := testcorpus.UniqueDocs(rng, 60+rng.Intn(40), 30, next)
+	x, next := testcorpus.UniqueDocs(rng, 60+rng.Intn(40), 30, next)
+	q, _ := testcorpus.UniqueDocs(rng, 30+rng.Intn(20), 30, next)
 	testcorpus.JSONL(t, filepath.Join(dir, "x.jsonl"), x, testcorpus.Plain)
+	testcorpus.Parquet(t, filepath.Join(dir, "q.parquet"), q, 5)
 	bc := blockCorpus{
 		ds: []Dataset{
 			{Name: "a", Path: testcorpus.Megatron(t, dir, "a", a), Format: "megatron", Weight: 2},
 			{Name: "e", Path: testcorpus.Arrow(t, dir, "e", e, 7), Format: "arrow", Weight: 1},
 			{Name: "x", Path: filepath.Join(dir, "x.jsonl"), Format: "jsonl", Weight: 2, Tokenizer: "ints"},
+			{Name: "q", Path: filepath.Join(dir, "q.parquet"), Format: "parquet", Weight: 1, Tokenizer: "ints"},
 		},
-		all: map[int32]bool{}, docOf: map[int32]docRef{}, blocked: map[docRef]bool{},
+		all: map[int32]bool{}, docOf: map[int32]docRef{}, blocked: map[docRef]bool{}, byHash: map[docRef]bool{},
 	}
 	var inFile []string
-	for di, docs := range [][][]int32{a, e, x} {
+	for di, docs := range [][][]int32{a, e, x, q} {
 		name := bc.ds[di].Name
 		for i, d := range docs {
 			for _, tok := range d {
@@ -63,11 +69,18 @@ func newBlockCorpus(t *testing.T, rng *rand.Rand) blockCorpus {
 			}
 			bc.blocked[docRef{name, i}] = true
 			entry := BlockedDocument{Dataset: name}
-			if name == "x" {
+			n := uint64(i)
+			switch {
+			case name == "x" && rng.Intn(2) == 0:
 				sum := sha256.Sum256([]byte(testcorpus.Text(d)))
 				entry.SHA256 = hex.EncodeToString(sum[:])
-			} else {
-				n := uint64(i)
+				bc.byHash[docRef{name, i}] = true
+			case name == "x":
+				line := n + 1
+				entry.File, entry.Line = "x.jsonl", &line
+			case name == "q":
+				entry.File, entry.Row = filepath.Join(dir, "q.parquet"), &n
+			default:
 				entry.Document = &n
 			}
 			if rng.Intn(2) == 0 {
@@ -141,14 +154,14 @@ func TestBlocklistAtResume(t *testing.T) {
 			reported := map[docRef]bool{}
 			from = blockRound(t, rng, cfg, withList, plain, from, 3, 10, after, bc, func(rank *Rank) {
 				for _, s := range rank.BlockReport().Served {
-					ref := docRef{s.Dataset, int(s.Document)}
+					ref := reportedRef(t, s)
 					if !bc.blocked[ref] || reported[ref] || s.Step != from.Step {
 						t.Fatalf("report %+v: blocked %v, reported before %v, resumed step %d", s, bc.blocked[ref], reported[ref], from.Step)
 					}
 					reported[ref] = true
 				}
-				if n := rank.BlockReport().Unchecked["x"]; n == 0 {
-					t.Fatalf("sha256 entries not reported as unchecked: %v", rank.BlockReport().Unchecked)
+				if n := rank.BlockReport().Unchecked["x"]; n != len(bc.byHash) {
+					t.Fatalf("%d sha256 entries reported as unchecked (%v), want %d", n, rank.BlockReport().Unchecked, len(bc.byHash))
 				}
 			})
 			if got := from.Blocklists; len(got) != 1 || got[0].Entries != len(bc.blocked) || got[0].Step != arrived {
@@ -162,7 +175,7 @@ func TestBlocklistAtResume(t *testing.T) {
 				switch {
 				case bc.tokenBlocked(tok) && after[tok] > 0:
 					t.Fatalf("blocked token %d (%+v) served after the blocklist arrived", tok, bc.docOf[tok])
-				case bc.tokenBlocked(tok) && before[tok] > 0 && !reported[bc.docOf[tok]] && bc.docOf[tok].dataset != "x":
+				case bc.tokenBlocked(tok) && before[tok] > 0 && !reported[bc.docOf[tok]] && !bc.byHash[bc.docOf[tok]]:
 					t.Fatalf("blocked document %+v served before the blocklist and not reported", bc.docOf[tok])
 				case !bc.tokenBlocked(tok) && before[tok]+after[tok] != 1:
 					t.Fatalf("token %d served %d+%d times, want once", tok, before[tok], after[tok])
@@ -286,11 +299,28 @@ func TestBlocklistReportsEarlierEpochs(t *testing.T) {
 	}
 	got := map[docRef]bool{}
 	for _, s := range resumed.BlockReport().Served {
-		got[docRef{s.Dataset, int(s.Document)}] = true
+		got[reportedRef(t, s)] = true
 	}
 	for ref := range bc.blocked {
-		if ref.dataset != "x" && !got[ref] {
+		if !bc.byHash[ref] && !got[ref] {
 			t.Errorf("blocked %+v, served in the first epoch, not reported", ref)
 		}
 	}
+}
+
+// reportedRef is the document a report names: a Megatron or Arrow one by
+// its index, a text one by its line (from 1) or row.
+func reportedRef(t *testing.T, s BlockedServed) docRef {
+	t.Helper()
+	if s.Record == "" {
+		return docRef{s.Dataset, int(s.Document)}
+	}
+	var n int
+	if _, err := fmt.Sscanf(s.Record, "line %d of", &n); err == nil {
+		return docRef{s.Dataset, n - 1}
+	}
+	if _, err := fmt.Sscanf(s.Record, "row %d of", &n); err != nil {
+		t.Fatalf("report %+v: record %q", s, s.Record)
+	}
+	return docRef{s.Dataset, n}
 }
