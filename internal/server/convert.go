@@ -173,7 +173,7 @@ func configFrom(c *pb.JobConfig) (stream.Config, error) {
 		out.Blocklist.Files = b.GetFiles()
 		for _, d := range b.GetDocuments() {
 			out.Blocklist.Documents = append(out.Blocklist.Documents, stream.BlockedDocument{
-				Dataset: d.GetDataset(), File: d.GetFile(), Document: d.Document, SHA256: d.GetSha256()})
+				Dataset: d.GetDataset(), File: d.GetFile(), Document: d.Document, SHA256: d.GetSha256(), Line: d.Line, Row: d.Row})
 		}
 	}
 	return out, nil

@@ -94,13 +94,14 @@ def test_blocklist_added_at_a_resume_through_dcp_and_rescale(daemon, tmp_path):
 
 
 @needs_vocab
-def test_text_blocked_by_hash_from_the_start(daemon_factory, tmp_path):
+def test_text_blocked_by_hash_and_line_from_the_start(daemon_factory, tmp_path):
     d = daemon_factory("--tokenizer-dir", VOCAB)
     docs = documents(7, 120)
     write(tmp_path / "a.jsonl", docs)
-    hashes = [hashlib.sha256(t.encode()).hexdigest() for t in docs[::6]]
+    entries = [{"dataset": "a", "sha256": hashlib.sha256(docs[i].encode()).hexdigest()} if i % 12 else
+               {"dataset": "a", "file": "a.jsonl", "line": i + 1} for i in range(0, len(docs), 6)]
     config = {"seq_len": 63, "batch_size": 2, "seed": 1, "logical_shards": 2, "eos_id": EOS, "pad_id": 60000,
-              "epochs": 1, "blocklist": {"documents": [{"dataset": "a", "sha256": h} for h in hashes]},
+              "epochs": 1, "blocklist": {"documents": entries},
               "datasets": [{"name": "a", "path": str(tmp_path / "a.jsonl"), "format": "jsonl", "tokenizer": "r50k_base"}]}
     enc = reference()
     want = collections.Counter()
@@ -131,6 +132,7 @@ def test_bad_blocklists_are_refused_by_name(daemon, tmp_path, config):
     refused({"files": [str(tmp_path / "bad.jsonl")]}, 'blocklist file .*bad.jsonl" line 1')
     refused({"documnets": []}, "blocklist: unknown key 'documnets'")
     refused({"documents": [{"dataset": "d0", "document": -1}]}, "'document' must not be negative")
+    refused({"documents": [{"dataset": "d0", "file": "d0.bin", "line": 3}]}, "line and row name text documents")
 
 
 def test_explain_marks_blocked_documents(tmp_path):

@@ -431,13 +431,16 @@ func (x *Blocklist) GetFiles() []string {
 
 // One document: in a Megatron or Arrow dataset by its index (in the
 // dataset, or with file in that file), in a text dataset by the SHA-256
-// of its text (64 lowercase hex digits).
+// of its text (64 lowercase hex digits) or by its place in file: line
+// (from 1) of a plain JSONL file, row (from 0) of a Parquet file.
 type BlockedDocument struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Dataset       string                 `protobuf:"bytes,1,opt,name=dataset,proto3" json:"dataset,omitempty"`
 	File          string                 `protobuf:"bytes,2,opt,name=file,proto3" json:"file,omitempty"`
 	Document      *uint64                `protobuf:"varint,3,opt,name=document,proto3,oneof" json:"document,omitempty"`
 	Sha256        string                 `protobuf:"bytes,4,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	Line          *uint64                `protobuf:"varint,5,opt,name=line,proto3,oneof" json:"line,omitempty"`
+	Row           *uint64                `protobuf:"varint,6,opt,name=row,proto3,oneof" json:"row,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -498,6 +501,20 @@ func (x *BlockedDocument) GetSha256() string {
 		return x.Sha256
 	}
 	return ""
+}
+
+func (x *BlockedDocument) GetLine() uint64 {
+	if x != nil && x.Line != nil {
+		return *x.Line
+	}
+	return 0
+}
+
+func (x *BlockedDocument) GetRow() uint64 {
+	if x != nil && x.Row != nil {
+		return *x.Row
+	}
+	return 0
 }
 
 // From batch `step` on (or, with linear, reaching them at `step` along a
@@ -2139,13 +2156,17 @@ const file_dataloader_v1_dataloader_proto_rawDesc = "" +
 	"\tblocklist\x18\x11 \x01(\v2\x18.dataloader.v1.BlocklistR\tblocklist\"_\n" +
 	"\tBlocklist\x12<\n" +
 	"\tdocuments\x18\x01 \x03(\v2\x1e.dataloader.v1.BlockedDocumentR\tdocuments\x12\x14\n" +
-	"\x05files\x18\x02 \x03(\tR\x05files\"\x85\x01\n" +
+	"\x05files\x18\x02 \x03(\tR\x05files\"\xc6\x01\n" +
 	"\x0fBlockedDocument\x12\x18\n" +
 	"\adataset\x18\x01 \x01(\tR\adataset\x12\x12\n" +
 	"\x04file\x18\x02 \x01(\tR\x04file\x12\x1f\n" +
 	"\bdocument\x18\x03 \x01(\x04H\x00R\bdocument\x88\x01\x01\x12\x16\n" +
-	"\x06sha256\x18\x04 \x01(\tR\x06sha256B\v\n" +
-	"\t_document\"\xbc\x01\n" +
+	"\x06sha256\x18\x04 \x01(\tR\x06sha256\x12\x17\n" +
+	"\x04line\x18\x05 \x01(\x04H\x01R\x04line\x88\x01\x01\x12\x15\n" +
+	"\x03row\x18\x06 \x01(\x04H\x02R\x03row\x88\x01\x01B\v\n" +
+	"\t_documentB\a\n" +
+	"\x05_lineB\x06\n" +
+	"\x04_row\"\xbc\x01\n" +
 	"\rSchedulePoint\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\x04R\x04step\x12C\n" +
 	"\aweights\x18\x02 \x03(\v2).dataloader.v1.SchedulePoint.WeightsEntryR\aweights\x12\x16\n" +

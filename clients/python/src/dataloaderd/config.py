@@ -44,6 +44,8 @@ BLOCKED_KEYS: Keys = {
     "file": (str, ""),
     "document": ((int, type(None)), None),
     "sha256": (str, ""),
+    "line": ((int, type(None)), None),
+    "row": ((int, type(None)), None),
 }
 SCHEDULE_KEYS: Keys = {
     "step": (int, ...),
@@ -176,10 +178,11 @@ def _blocklist(msg: "pb.JobConfig", data: Mapping[str, object], base_dir: str) -
         if not isinstance(d, Mapping):
             raise ConfigError(f"config: blocklist.documents[{i}] must be a mapping, got {d!r}")
         e = _check(f"blocklist.documents[{i}]", d, BLOCKED_KEYS)
-        if e["document"] is not None and e["document"] < 0:
-            raise ConfigError(f"config: blocklist.documents[{i}]: 'document' must not be negative, got {e['document']}")
+        for key in ("document", "line", "row"):
+            if e[key] is not None and e[key] < 0:
+                raise ConfigError(f"config: blocklist.documents[{i}]: {key!r} must not be negative, got {e[key]}")
         msg.blocklist.documents.append(pb.BlockedDocument(dataset=e["dataset"], file=e["file"], document=e["document"],
-                                                          sha256=e["sha256"]))
+                                                          sha256=e["sha256"], line=e["line"], row=e["row"]))
     for i, f in enumerate(b["files"]):
         if not isinstance(f, str):
             raise ConfigError(f"config: blocklist.files[{i}] must be a path (a string), got {f!r}")

@@ -103,8 +103,9 @@ def _config_json(msg: Any) -> Dict[str, Any]:
 
 
 def _blocked_json(d: Any) -> Dict[str, Any]:
-    """A blocklist entry as the binary reads it: document only when set."""
+    """A blocklist entry as the binary reads it: document, line and row only when set."""
     out: Dict[str, Any] = {"dataset": d.dataset, "file": d.file, "sha256": d.sha256}
-    if d.HasField("document"):
-        out["document"] = d.document
+    for key in ("document", "line", "row"):
+        if d.HasField(key):
+            out[key] = getattr(d, key)
     return out

@@ -234,7 +234,8 @@ Global___Blocklist: _TypeAlias = Blocklist  # noqa: Y015
 class BlockedDocument(_message.Message):
     """One document: in a Megatron or Arrow dataset by its index (in the
     dataset, or with file in that file), in a text dataset by the SHA-256
-    of its text (64 lowercase hex digits).
+    of its text (64 lowercase hex digits) or by its place in file: line
+    (from 1) of a plain JSONL file, row (from 0) of a Parquet file.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -243,10 +244,14 @@ class BlockedDocument(_message.Message):
     FILE_FIELD_NUMBER: _builtins.int
     DOCUMENT_FIELD_NUMBER: _builtins.int
     SHA256_FIELD_NUMBER: _builtins.int
+    LINE_FIELD_NUMBER: _builtins.int
+    ROW_FIELD_NUMBER: _builtins.int
     dataset: _builtins.str
     file: _builtins.str
     document: _builtins.int
     sha256: _builtins.str
+    line: _builtins.int
+    row: _builtins.int
     def __init__(
         self,
         *,
@@ -254,14 +259,25 @@ class BlockedDocument(_message.Message):
         file: _builtins.str = ...,
         document: _builtins.int | None = ...,
         sha256: _builtins.str = ...,
+        line: _builtins.int | None = ...,
+        row: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_document", b"_document", "document", b"document"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_document", b"_document", "_line", b"_line", "_row", b"_row", "document", b"document", "line", b"line", "row", b"row"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_document", b"_document", "dataset", b"dataset", "document", b"document", "file", b"file", "sha256", b"sha256"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_document", b"_document", "_line", b"_line", "_row", b"_row", "dataset", b"dataset", "document", b"document", "file", b"file", "line", b"line", "row", b"row", "sha256", b"sha256"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__document: _TypeAlias = _typing.Literal["document"]  # noqa: Y015
     _WhichOneofArgType__document: _TypeAlias = _typing.Literal["_document", b"_document"]  # noqa: Y015
+    _WhichOneofReturnType__line: _TypeAlias = _typing.Literal["line"]  # noqa: Y015
+    _WhichOneofArgType__line: _TypeAlias = _typing.Literal["_line", b"_line"]  # noqa: Y015
+    _WhichOneofReturnType__row: _TypeAlias = _typing.Literal["row"]  # noqa: Y015
+    _WhichOneofArgType__row: _TypeAlias = _typing.Literal["_row", b"_row"]  # noqa: Y015
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__document) -> _WhichOneofReturnType__document | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__line) -> _WhichOneofReturnType__line | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__row) -> _WhichOneofReturnType__row | None: ...
 
 Global___BlockedDocument: _TypeAlias = BlockedDocument  # noqa: Y015
 
