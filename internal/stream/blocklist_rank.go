@@ -93,28 +93,36 @@ func (r *Rank) checkServed() error {
 				return err
 			}
 			for _, sv := range served {
-				recs := bu.records[sv.Document]
-				if len(recs) == 0 {
-					rep.Served = append(rep.Served, sv)
-				}
-				file := ""
-				if l, ok := r.corpus.datasets[i].src.(unitLocator); ok {
-					if path, _, ok := l.LocateUnit(sv.Document); ok {
-						file = " of " + path
-					}
-				}
-				for _, rec := range recs {
-					sv.Record = fmt.Sprintf("line %d%s", rec.Line, file)
-					if rec.Line == 0 {
-						sv.Record = fmt.Sprintf("row %d%s", rec.Row, file)
-					}
-					rep.Served = append(rep.Served, sv)
-				}
+				rep.Served = append(rep.Served, byRecord(r.corpus.datasets[i], bu, sv)...)
 			}
 		}
 	}
 	r.blockReport = rep
 	return nil
+}
+
+// byRecord is the report of a blocked unit served: itself, or for a text
+// unit each record of it the blocklist names by place.
+func byRecord(ds *shardedSource, bu *blockedUnits, sv BlockedServed) []BlockedServed {
+	recs := bu.records[sv.Document]
+	if len(recs) == 0 {
+		return []BlockedServed{sv}
+	}
+	file := ""
+	if l, ok := ds.src.(unitLocator); ok {
+		if path, _, ok := l.LocateUnit(sv.Document); ok {
+			file = " of " + path
+		}
+	}
+	out := make([]BlockedServed, 0, len(recs))
+	for _, rec := range recs {
+		sv.Record = fmt.Sprintf("line %d%s", rec.Line, file)
+		if rec.Line == 0 {
+			sv.Record = fmt.Sprintf("row %d%s", rec.Row, file)
+		}
+		out = append(out, sv)
+	}
+	return out
 }
 
 // servedOf returns which of units (the shard's blocked ones) the shard
