@@ -290,6 +290,9 @@ func printExplained(w io.Writer, rep explained) {
 		if p.EOS {
 			toks += "+EOS"
 		}
+		if p.Blocked {
+			toks += " BLOCKED"
+		}
 		fmt.Fprintf(tw, "%d\t%d\t%d\t%d-%d\t%s\t%s\t%s\t%s\n", p.Step, p.DPRank, p.Line, p.ColumnStart, p.ColumnEnd,
 			shown(p.Dataset), doc, toks, shown(p.File))
 	}

@@ -65,6 +65,8 @@ type inspection struct {
 	// Skips are the ranges of steps the state logs as skipped: passed
 	// ("skipped") or ahead of its step ("pending").
 	Skips []skipSummary `json:"skips,omitempty"`
+	// Blocklists is the blocklist log, the last in effect.
+	Blocklists []state.Blocklist `json:"blocklists,omitempty"`
 	// Shards is every shard's cursor.
 	Shards []shardCursor `json:"shards"`
 }
@@ -198,6 +200,7 @@ func summarize(in inspection, fp state.Fingerprint, merged *state.Restored) insp
 	in.Step, in.DPSize, in.Fingerprint = merged.Step, merged.FromSize, fp
 	in.Mixture = merged.Mixture[:len(merged.Mixture)-len(queued)]
 	in.Queued = append([]state.MixChange{}, queued...)
+	in.Blocklists = merged.Blocklists
 	in.Shards = shardsOf(fp, merged.Shards)
 	in.Skips = skipsOf(merged.Skips, merged.Step)
 	for d, ds := range fp.Datasets {
@@ -266,11 +269,33 @@ func printInspection(w io.Writer, in inspection) {
 		fmt.Fprintf(w, "\nqueued changes (%d, set_weights for later steps):\n", len(in.Queued))
 		printMixture(w, names, in.Queued)
 	}
-	if len(in.Skips) > 0 {
-		fmt.Fprintf(w, "\nskipped steps (%d range(s), skip_steps: made and dropped, never served):\n", len(in.Skips))
-		for _, s := range in.Skips {
-			fmt.Fprintf(w, "  steps %d to %d (%d steps): %s\n", s.First, s.Last, s.Steps, s.Status)
+	printSkips(w, in.Skips)
+	printBlocklists(w, in.Blocklists)
+}
+
+// printSkips writes the skip log, one range a line.
+func printSkips(w io.Writer, skips []skipSummary) {
+	if len(skips) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\nskipped steps (%d range(s), skip_steps: made and dropped, never served):\n", len(skips))
+	for _, s := range skips {
+		fmt.Fprintf(w, "  steps %d to %d (%d steps): %s\n", s.First, s.Last, s.Steps, s.Status)
+	}
+}
+
+// printBlocklists writes the blocklist log, one record a line.
+func printBlocklists(w io.Writer, log []state.Blocklist) {
+	if len(log) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\nblocklists (%d, the last in effect):\n", len(log))
+	for _, b := range log {
+		if b.Fingerprint == "" {
+			fmt.Fprintf(w, "  from step %d: none (the resume gave no blocklist)\n", b.Step+1)
+			continue
 		}
+		fmt.Fprintf(w, "  from step %d: blocklist %s, %d document(s)\n", b.Step+1, b.Fingerprint, b.Entries)
 	}
 }
 

@@ -14,8 +14,9 @@ import (
 )
 
 // jobConfig is a job config file as the Python client reads it
-// (clients/python/src/dataloaderd/config.py): the keys plan needs; others
-// (metadata, schedule, ...) are let be.
+// (clients/python/src/dataloaderd/config.py): the keys plan and explain
+// need (explain marks the blocklist's documents); others (metadata,
+// schedule, ...) are let be.
 type jobConfig struct {
 	SeqLen        *uint32 `json:"seq_len"`
 	BatchSize     *uint32 `json:"batch_size"`
@@ -40,6 +41,10 @@ type jobConfig struct {
 		Tokenizer   string   `json:"tokenizer"`
 		OnBadRecord string   `json:"on_bad_record"`
 	} `json:"datasets"`
+	Blocklist *struct {
+		Documents []stream.BlockedDocument `json:"documents"`
+		Files     []string                 `json:"files"`
+	} `json:"blocklist"`
 }
 
 // readJobConfig reads a JSON job config into a stream.Config, with the
@@ -90,6 +95,15 @@ func readJobConfig(path string) (stream.Config, error) {
 			ds.Tokenizer = filepath.Join(dir, t)
 		}
 		cfg.Datasets = append(cfg.Datasets, ds)
+	}
+	if b := jc.Blocklist; b != nil {
+		cfg.Blocklist.Documents = b.Documents
+		for _, f := range b.Files {
+			if !filepath.IsAbs(f) {
+				f = filepath.Join(dir, f)
+			}
+			cfg.Blocklist.Files = append(cfg.Blocklist.Files, f)
+		}
 	}
 	return cfg, nil
 }

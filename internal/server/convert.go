@@ -172,6 +172,13 @@ func configFrom(c *pb.JobConfig) (stream.Config, error) {
 	for _, r := range c.GetSkipSteps() {
 		out.SkipSteps = append(out.SkipSteps, state.SkipRange{First: r.GetFirst(), Last: r.GetLast()})
 	}
+	if b := c.GetBlocklist(); b != nil {
+		out.Blocklist.Files = b.GetFiles()
+		for _, d := range b.GetDocuments() {
+			out.Blocklist.Documents = append(out.Blocklist.Documents, stream.BlockedDocument{
+				Dataset: d.GetDataset(), File: d.GetFile(), Document: d.Document, SHA256: d.GetSha256(), Line: d.Line, Row: d.Row})
+		}
+	}
 	return out, nil
 }
 

@@ -42,6 +42,9 @@ type metrics struct {
 	// lostConsumers counts consumers whose process died without closing,
 	// by what became of the session kept for them (keep.go).
 	lostConsumers *prometheus.CounterVec
+	// blockedServed counts blocked documents found served when their
+	// blocklist arrived at a resume (blocklist.go).
+	blockedServed prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -125,6 +128,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.lostConsumers.WithLabelValues(o)
 	}
 	reg.MustRegister(m.lostConsumers)
+	m.blockedServed = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "dataloaderd_blocked_served_documents_total",
+		Help: "Documents a blocklist names that were already served (whole or in part) when the blocklist arrived at a resume, counted by the rank owning each.",
+	})
+	reg.MustRegister(m.blockedServed)
 	reg.MustRegister(m.sessions, m.batches, m.tokens, m.lines, m.clientWait, m.readySlots,
 		m.stateSave, m.stateBytes, m.errors, m.ringBytes, m.ringBudget, m.workingSet, m.devBytes, m.devCopy, m.skipped, m.jobShare, m.jobLines, m.reconnects, m.reconnectWait)
 	return m

@@ -199,7 +199,9 @@ func (m *Manager) newSession(ctx context.Context, key sessionKey, p plan) (*sess
 		}
 		return nil, err
 	}
-	leave, err := m.admitWorkingSet(corpus, req, m.log.With(zap.String("job", key.job), zap.Uint32("dp_rank", key.dpRank))) // workingset.go
+	rankLog := m.log.With(zap.String("job", key.job), zap.Uint32("dp_rank", key.dpRank))
+	m.reportBlocklist(rankLog, rank)                      // blocklist.go
+	leave, err := m.admitWorkingSet(corpus, req, rankLog) // workingset.go
 	if err != nil {
 		release()
 		return nil, err

@@ -33,6 +33,8 @@ type file struct {
 	Mixture []MixChange `json:"mixture,omitempty"`
 	// Skips is the log of skipped ranges (version 5).
 	Skips []SkipRange `json:"skips,omitempty"`
+	// Blocklists is the blocklist log (version 5).
+	Blocklists []Blocklist `json:"blocklists,omitempty"`
 }
 
 type shardRun struct {
@@ -48,7 +50,8 @@ type shardRun struct {
 
 // Encode returns the file form of a rank's state.
 func Encode(fp Fingerprint, r Rank) ([]byte, error) {
-	f := file{Version: versionFor(fp, r), DPRank: r.DPRank, DPSize: r.DPSize, Step: r.Step, Fingerprint: fp, Mixture: r.Mixture, Skips: r.Skips}
+	f := file{Version: versionFor(fp, r), DPRank: r.DPRank, DPSize: r.DPSize, Step: r.Step, Fingerprint: fp, Mixture: r.Mixture, Skips: r.Skips,
+		Blocklists: r.Blocklists}
 	for _, id := range sortedIDs(r.Shards) {
 		n := len(f.Datasets)
 		if n == 0 || f.Datasets[n-1].Dataset != id.Dataset ||
@@ -90,7 +93,10 @@ func decode(b []byte) (Fingerprint, Rank, error) {
 	if f.DPSize == 0 || f.DPRank >= f.DPSize {
 		return Fingerprint{}, Rank{}, fmt.Errorf("dp_rank %d of dp_size %d", f.DPRank, f.DPSize)
 	}
-	r := Rank{DPRank: f.DPRank, DPSize: f.DPSize, Step: f.Step, Shards: map[ShardID]Shard{}, Mixture: f.Mixture, Skips: f.Skips}
+	r := Rank{DPRank: f.DPRank, DPSize: f.DPSize, Step: f.Step, Shards: map[ShardID]Shard{}, Mixture: f.Mixture, Skips: f.Skips, Blocklists: f.Blocklists}
+	if err := checkBlocklists(f.Blocklists, f.Step); err != nil {
+		return Fingerprint{}, Rank{}, err
+	}
 	if err := mixtureProblem(f.Mixture, f.Fingerprint.Names()); err != nil {
 		return Fingerprint{}, Rank{}, err
 	}

@@ -31,6 +31,8 @@ type Restored struct {
 	// ranges skipped before their own step), and none that two files log
 	// differently (refused).
 	Skips []SkipRange
+	// Blocklists is the saved world's blocklist log (the lowest rank's).
+	Blocklists []Blocklist
 	// Added names the datasets of the current config that the saved world
 	// did not have: their shards start from fresh cursors.
 	Added []string
@@ -142,7 +144,7 @@ func (m *merger) add(i int, b []byte, step uint64) (Rank, error) {
 		if !first && !sameCurrent(out.Mixture, r.Mixture, out.Step) {
 			out.MixturesDiffer = true
 		}
-		out.Mixture = r.Mixture
+		out.Mixture, out.Blocklists = r.Mixture, r.Blocklists
 	} else if !sameCurrent(out.Mixture, r.Mixture, out.Step) {
 		out.MixturesDiffer = true
 	}

@@ -31,11 +31,14 @@ type run struct {
 	Skips       []SkipRange `json:"skips,omitempty"`
 	// DPSize is the world's dp_size (0 in states saved before it was kept).
 	DPSize uint32 `json:"dp_size,omitempty"`
+	// Blocklists is the blocklist log (version 5).
+	Blocklists []Blocklist `json:"blocklists,omitempty"`
 }
 
 // Split splits a rank's state.
 func Split(fp Fingerprint, r Rank) (Sharded, error) {
-	b, err := json.Marshal(run{Version: versionFor(fp, r), Step: r.Step, Fingerprint: fp, Mixture: r.Mixture, Skips: r.Skips, DPSize: r.DPSize})
+	b, err := json.Marshal(run{Version: versionFor(fp, r), Step: r.Step, Fingerprint: fp, Mixture: r.Mixture, Skips: r.Skips, DPSize: r.DPSize,
+		Blocklists: r.Blocklists})
 	if err != nil {
 		return Sharded{}, err
 	}
@@ -112,7 +115,10 @@ func (s Sharded) Restore(cur Fingerprint, r, w uint32) (*Restored, error) {
 		if err := checkSkipLog(rn.Skips, rn.Step); err != nil {
 			return nil, fmt.Errorf("%w: the state's %v", ErrMismatch, err)
 		}
-		out.Step, out.Mixture, out.Skips = rn.Step, rn.Mixture, rn.Skips
+		if err := checkBlocklists(rn.Blocklists, rn.Step); err != nil {
+			return nil, fmt.Errorf("%w: the state's %v", ErrMismatch, err)
+		}
+		out.Step, out.Mixture, out.Skips, out.Blocklists = rn.Step, rn.Mixture, rn.Skips, rn.Blocklists
 		if rn.DPSize != 0 {
 			out.FromSize = rn.DPSize
 		}

@@ -3,6 +3,7 @@ package state
 import (
 	"fmt"
 	"math"
+	"sync"
 
 	"github.com/dataloaderd/dataloaderd/internal/errkind"
 )
@@ -40,7 +41,8 @@ var ErrTooLarge = errkind.New(errkind.FailedPrecondition, "state too large")
 // (20-digit counts, 24-character weights), so a real state of the same
 // counts is never longer.
 type shape struct {
-	// bare is a state owning one shard per dataset, with no mixture log.
+	// bare is a state owning one shard per dataset, with no mixture log
+	// (and the longest blocklist log).
 	bare int64
 	// perShard is one more owned shard in every dataset.
 	perShard int64
@@ -54,7 +56,9 @@ type shape struct {
 func measure(fp Fingerprint) (shape, error) {
 	var err error
 	size := func(owned uint32, entries, points, queued int) int64 {
-		b, e := Encode(fp, worstRank(len(fp.Datasets), owned, entries, points, queued))
+		r := worstRank(len(fp.Datasets), owned, entries, points, queued)
+		r.Blocklists = nil // counted by blocklistLogBytes
+		b, e := Encode(fp, r)
 		if e != nil {
 			err = e
 		}
@@ -63,7 +67,7 @@ func measure(fp Fingerprint) (shape, error) {
 	bare := size(1, 0, 0, 0)
 	one := size(1, 1, 1, 0)
 	s := shape{
-		bare:       bare,
+		bare:       bare + blocklistLogBytes(),
 		perShard:   size(2, 0, 0, 0) - bare,
 		firstEntry: one - bare,
 		perEntry:   size(1, 2, 1, 0) - one,
@@ -105,8 +109,29 @@ func worstRank(datasets int, owned uint32, entries, points, queued int) Rank {
 	for q := 0; q < queued; q++ {
 		r.Mixture = append(r.Mixture, MixChange{Step: count, Weights: weights(), Runtime: true})
 	}
+	r.Blocklists = worstBlocklists()
 	return r
 }
+
+// worstBlocklists is the longest blocklist log a state may hold: every
+// state may log one, so it is counted in the bare size.
+func worstBlocklists() []Blocklist {
+	out := make([]Blocklist, maxBlocklists)
+	for i := range out {
+		out[i] = Blocklist{Fingerprint: "0123456789abcdef", Entries: math.MaxInt, Step: math.MaxUint64}
+	}
+	return out
+}
+
+// blocklistLogBytes is what the longest blocklist log adds to an encoded
+// state, whatever its fingerprint: measured once, not at every open.
+var blocklistLogBytes = sync.OnceValue(func() int64 {
+	r := Rank{DPSize: 1, Shards: map[ShardID]Shard{}}
+	without, _ := Encode(Fingerprint{}, r)
+	r.Blocklists = worstBlocklists()
+	with, _ := Encode(Fingerprint{}, r)
+	return int64(len(with) - len(without))
+})
 
 // cursors is the size of a state owning `owned` shards per dataset, with
 // no mixture log.

@@ -17,21 +17,22 @@ import (
 
 // Version is the newest version of the state file format this package
 // writes and reads. Version 5 is written only for a state that logs skipped
-// ranges of steps (Rank.Skips): a daemon before them would read the state
-// and serve the batches of a pending range. Version 4 is written only for a job that reads its
-// units in runs (its fingerprint's run_tokens is not 0): a daemon before
-// runs reads versions up to 3 and so refuses such a state, rather than
-// ignore the field and apply cursors of the run order to the plain one.
-// Version 3 adds the changes of weights queued for later batches to the
-// mixture log (entries past the state's step). Version 1 files (no mixing
-// bases, no mixture log) and version 2 files (no queued changes) are still
-// read.
+// ranges of steps (Rank.Skips) or blocklists (Rank.Blocklists): a daemon
+// before them would read the state, drop the log, and serve the batches of
+// a pending range or the documents a blocklist names. Version 4 is written
+// only for a job that reads its units in runs (its fingerprint's run_tokens
+// is not 0): a daemon before runs reads versions up to 3 and so refuses such
+// a state, rather than ignore the field and apply cursors of the run order
+// to the plain one. Version 3 adds the changes of weights queued for later
+// batches to the mixture log (entries past the state's step). Version 1
+// files (no mixing bases, no mixture log) and version 2 files (no queued
+// changes) are still read.
 const Version = 5
 
-// versionFor is the version a state r of fingerprint fp is written as: the
+// versionFor is the version rank r's state of fingerprint fp is written as: the
 // oldest that holds it.
 func versionFor(fp Fingerprint, r Rank) int {
-	if len(r.Skips) > 0 {
+	if len(r.Skips) > 0 || len(r.Blocklists) > 0 {
 		return 5
 	}
 	if fp.RunTokens != 0 {
@@ -110,6 +111,9 @@ type Rank struct {
 	// order: those whose last step is at or before Step passed, the others
 	// pending. Empty in states read from files before version 5.
 	Skips []SkipRange
+	// Blocklists is the log of blocklists put in effect (blocklist.go),
+	// the same in every rank of a world.
+	Blocklists []Blocklist
 }
 
 // Clone returns a deep copy.
@@ -121,5 +125,6 @@ func (r Rank) Clone() Rank {
 	}
 	c.Mixture = CloneMixture(r.Mixture)
 	c.Skips = slices.Clone(r.Skips)
+	c.Blocklists = slices.Clone(r.Blocklists)
 	return c
 }

@@ -85,6 +85,9 @@ type Config struct {
 	// dropped, never served (skips.go), in step order and apart. They do
 	// not shape the stream: a resume may add them (state.ConfigSkips).
 	SkipSteps []state.SkipRange
+	// Blocklist names documents never to be served (blocklist.go); it is
+	// not in the fingerprint: a resume may add one.
+	Blocklist Blocklist
 }
 
 // LineTokens is the length of a line: seq_len + 1 (inputs and shifted labels).

@@ -23,6 +23,9 @@ type Corpus struct {
 	mixedCauses bool
 	// ownRes is the private Resources of a corpus opened without any.
 	ownRes *Resources
+	// block is the config's blocklist checked against the datasets
+	// (blocklist.go); nil: none.
+	block *resolvedBlocklist
 	// stopReads ends the requests to object storage of the datasets'
 	// reads (their Context): at Close, or StopReads.
 	stopReads context.CancelFunc
@@ -41,6 +44,8 @@ type shardedSource struct {
 	cause Cause
 	// The source's optional abilities, found once at open (abilities.go).
 	abilities
+	// blocked is the dataset's part of the blocklist; nil: none.
+	blocked *blockedUnits
 }
 
 // OpenCorpus validates cfg, opens its datasets and cuts their shards. Text
@@ -147,6 +152,16 @@ func openCorpus(reads context.Context, checked Checked, res *Resources) (*Corpus
 			dp.OnBadRecord = d.OnBadRecord
 		}
 		c.fp.Datasets = append(c.fp.Datasets, dp)
+	}
+	block, err := c.resolveBlocklist(res.roots())
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	if c.block = block; block != nil {
+		for i, d := range c.datasets {
+			d.blocked = block.byDataset[i]
+		}
 	}
 	return c, nil
 }

@@ -50,6 +50,9 @@ type Piece struct {
 	TokenEnd   uint64 `json:"token_end"`
 	BOS        bool   `json:"bos"`
 	EOS        bool   `json:"eos"`
+	// Blocked is set for a document the blocklist names: its columns
+	// hold padding, not its tokens.
+	Blocked bool `json:"blocked,omitempty"`
 }
 
 // batchTrace is the lines of one batch as they were taken: each one's
@@ -140,7 +143,7 @@ type namer struct {
 // document it holds part of.
 func (n *namer) pieces(s *shard, pc piece) ([]Piece, error) {
 	ds := s.ds
-	base := Piece{Dataset: ds.name, Shard: s.index, Unit: pc.f.unit, Document: -1}
+	base := Piece{Dataset: ds.name, Shard: s.index, Unit: pc.f.unit, Document: -1, Blocked: pc.blocked}
 	if l, ok := ds.src.(unitLocator); ok {
 		if path, local, ok := l.LocateUnit(pc.f.unit); ok {
 			base.File, base.FileUnit = path, local

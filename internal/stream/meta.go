@@ -137,10 +137,12 @@ func (l Layout) field(name string) (Field, bool) {
 
 // piece is a run of a line: its tokens [at, at+n) are tokens [off, off+n)
 // of frame f. Pieces of one line are in order and cover what was filled.
+// A blocked piece is a blocklisted document's, written as padding.
 type piece struct {
-	at, n uint64
-	off   uint64
-	f     frame
+	at, n   uint64
+	off     uint64
+	f       frame
+	blocked bool
 }
 
 // segment is a run of a line from start to the next segment's start: one
@@ -257,8 +259,14 @@ func (m *metaWriter) segment(tokens []int32, filled int, pieces []piece, s *shar
 	m.segs = m.segs[:0]
 	delimited := s.ds.src.Delimited()
 	for i, p := range pieces {
+		if p.blocked {
+			m.segs = append(m.segs, segment{start: int(p.at), pad: true})
+			continue
+		}
 		pos0 := uint64(0)
-		if m.cont && p.off > 0 {
+		// A piece of a delimited unit after the line's first starts a
+		// document (after another frame, or a blocked document's span).
+		if m.cont && p.off > 0 && !(delimited && i > 0) {
 			pos0 = p.off
 			if delimited && i == 0 {
 				start, err := m.documentStart(s, p.f.unit, p.off)
@@ -314,14 +322,16 @@ func (m *metaWriter) documentStart(s *shard, u, off uint64) (uint64, error) {
 // metadata's cost.
 func (m *metaWriter) ids(b int) {
 	row := b * m.line
+	next := int32(0) // the next document's id: padding takes none
 	for i, sg := range m.segs {
 		end := m.line
 		if i+1 < len(m.segs) {
 			end = m.segs[i+1].start
 		}
-		id := int32(i)
-		if sg.pad {
-			id = -1
+		id := int32(-1)
+		if !sg.pad {
+			id = next
+			next++
 		}
 		if m.doc != nil {
 			fill(m.doc[row+sg.start:row+end], id)
@@ -360,6 +370,17 @@ func (m *metaWriter) lossMask(b int, filled int) {
 	learned := min(max(filled-1, 0), m.seq)
 	copy(row[:learned], m.ones)
 	clear(row[learned:])
+	for i, sg := range m.segs {
+		if sg.pad && sg.start < filled {
+			// A blocked document's span: neither its labels nor the
+			// label after it (read from padding) are learned.
+			end := filled
+			if i+1 < len(m.segs) {
+				end = m.segs[i+1].start
+			}
+			clear(row[max(sg.start-1, 0):min(end, m.seq)])
+		}
+	}
 	if m.mask {
 		for _, sg := range m.segs {
 			if sg.start >= 1 && sg.start <= m.seq && !sg.pad {

@@ -293,7 +293,7 @@ func (p *Pipeline) State(step uint64) (state.Rank, error) {
 // is held.
 func (p *Pipeline) stateAt(last, step uint64) state.Rank {
 	return state.Rank{DPRank: p.base.DPRank, DPSize: p.base.DPSize, Step: step,
-		Shards: p.shardsAt(last), Mixture: p.rank.mixtureAt(step), Skips: p.rank.skipsAt(step)}
+		Shards: p.shardsAt(last), Mixture: p.rank.mixtureAt(step), Skips: p.rank.skipsAt(step), Blocklists: p.rank.Blocklists()}
 }
 
 // shardsAt is the shards' state after step last (produced, not older than

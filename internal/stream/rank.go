@@ -35,6 +35,10 @@ type Rank struct {
 	// slots laid out by its layout; out is where a batch's lines go.
 	meta *metaWriter
 	out  assembly
+	// blocklists is the state's blocklist log; blockReport what a
+	// blocklist that arrived at this resume found served (blocklist_rank.go).
+	blocklists  []state.Blocklist
+	blockReport BlockReport
 }
 
 // NewRank builds rank dpRank of dpSize over the corpus, starting from the
@@ -92,6 +96,13 @@ func NewRankContext(ctx context.Context, c *Corpus, dpRank, dpSize uint32, from 
 		heap.Init(&rd.active)
 		r.datasets = append(r.datasets, rd)
 		mix.start(i, lines, len(rd.active) > 0)
+	}
+	log, changed := blocklistLog(c, from, r.step)
+	r.blocklists, r.blockReport.Changed = log, changed
+	if _, has := c.Blocklist(); changed && has && from != nil {
+		if err := r.checkServed(); err != nil {
+			return nil, err
+		}
 	}
 	return r, nil
 }
@@ -163,7 +174,7 @@ func (r *Rank) rebase() {
 // later batches again under another change of weights.
 func (r *Rank) remake(ctx context.Context, step uint64, shards map[state.ShardID]state.Shard) (*Rank, error) {
 	from := &state.Restored{Step: step, Shards: shards, FromSize: r.dpSize, Mixture: state.CloneMixture(r.mix.log),
-		Skips: slices.Clone(r.skips)}
+		Skips: slices.Clone(r.skips), Blocklists: r.Blocklists()}
 	return NewRankContext(ctx, r.corpus, r.dpRank, r.dpSize, from)
 }
 
@@ -175,7 +186,7 @@ func (r *Rank) mixtureAt(step uint64) []state.MixChange { return r.mix.logAt(ste
 // for later batches included.
 func (r *Rank) State() state.Rank {
 	st := state.Rank{DPRank: r.dpRank, DPSize: r.dpSize, Step: r.step, Shards: map[state.ShardID]state.Shard{},
-		Mixture: r.mix.logAt(r.step), Skips: r.skipsAt(r.step)}
+		Mixture: r.mix.logAt(r.step), Skips: r.skipsAt(r.step), Blocklists: r.Blocklists()}
 	for _, d := range r.datasets {
 		for _, s := range d.all {
 			st.Shards[state.ShardID{Dataset: s.ds.index, Shard: s.index}] = s.st

@@ -122,7 +122,8 @@ func (s *shard) next(c state.Cursor) state.Cursor {
 // are used instead of computed, and frames it lacks are added while it has
 // room. The returned index is the new cursor's unit in fc.
 //
-// pc, when not nil, gets a piece for every run of frame tokens copied.
+// pc, when not nil, gets a piece for every run of frame tokens copied
+// (copyRun: a blocked document's tokens are written as padding).
 func (s *shard) walk(fr *framing, c state.Cursor, want uint64, dst []int32, fc *frameCache, fi int, pc *[]piece) (state.Cursor, uint64, int, error) {
 	var done uint64
 	empties := uint64(0)
@@ -147,22 +148,16 @@ func (s *shard) walk(fr *framing, c state.Cursor, want uint64, dst []int32, fc *
 		if want-done < rem || (want == done && rem > 0) {
 			take := want - done
 			if dst != nil {
-				if err := s.copyFrame(fr, f, c.Offset, dst[done:done+take]); err != nil {
+				if err := s.copyRun(fr, f, c.Offset, dst[done:done+take], done, pc, true); err != nil {
 					return c, done, fi, err
-				}
-				if pc != nil {
-					*pc = append(*pc, piece{at: done, n: take, off: c.Offset, f: f})
 				}
 			}
 			c.Offset += take
 			return c, want, fi, nil
 		}
 		if dst != nil {
-			if err := s.copyFrame(fr, f, c.Offset, dst[done:done+rem]); err != nil {
+			if err := s.copyRun(fr, f, c.Offset, dst[done:done+rem], done, pc, false); err != nil {
 				return c, done, fi, err
-			}
-			if pc != nil && rem > 0 {
-				*pc = append(*pc, piece{at: done, n: rem, off: c.Offset, f: f})
 			}
 		}
 		done += rem

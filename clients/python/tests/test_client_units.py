@@ -25,7 +25,7 @@ def test_defaults():
 
 
 @pytest.mark.parametrize("edit,match", [
-    ({"seqlen": 8}, r"unknown key 'seqlen'; known keys: batch_size, bos_id, datasets"),
+    ({"seqlen": 8}, r"unknown key 'seqlen'; known keys: batch_size, blocklist, bos_id, datasets"),
     ({"seq_len": "8"}, r"'seq_len' has the wrong type: '8' is a str, want int"),
     ({"batch_size": 2.5}, r"'batch_size' has the wrong type: 2.5"),
     ({"epochs": True}, r"'epochs' has the wrong type: True"),

@@ -228,7 +228,11 @@ type JobConfig struct {
 	// Ranges of steps whose batches are made and dropped, never served
 	// (README, "Skipping steps"): in step order, apart. Not part of the
 	// state's fingerprint: a resume may add them.
-	SkipSteps     []*StepRange `protobuf:"bytes,16,rep,name=skip_steps,json=skipSteps,proto3" json:"skip_steps,omitempty"`
+	SkipSteps []*StepRange `protobuf:"bytes,16,rep,name=skip_steps,json=skipSteps,proto3" json:"skip_steps,omitempty"`
+	// Documents never to be served (docs/blocklists.md): written as padding
+	// where the stream meets them. Not part of the job's fingerprint: a
+	// resume may add one.
+	Blocklist     *Blocklist `protobuf:"bytes,17,opt,name=blocklist,proto3" json:"blocklist,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -375,6 +379,13 @@ func (x *JobConfig) GetSkipSteps() []*StepRange {
 	return nil
 }
 
+func (x *JobConfig) GetBlocklist() *Blocklist {
+	if x != nil {
+		return x.Blocklist
+	}
+	return nil
+}
+
 // The steps first to last, both included.
 type StepRange struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -428,6 +439,148 @@ func (x *StepRange) GetLast() uint64 {
 	return 0
 }
 
+// Documents never to be served: entries, and files of them (one JSON
+// object a line, as BlockedDocument's JSON form).
+type Blocklist struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Documents     []*BlockedDocument     `protobuf:"bytes,1,rep,name=documents,proto3" json:"documents,omitempty"`
+	Files         []string               `protobuf:"bytes,2,rep,name=files,proto3" json:"files,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Blocklist) Reset() {
+	*x = Blocklist{}
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Blocklist) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Blocklist) ProtoMessage() {}
+
+func (x *Blocklist) ProtoReflect() protoreflect.Message {
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Blocklist.ProtoReflect.Descriptor instead.
+func (*Blocklist) Descriptor() ([]byte, []int) {
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *Blocklist) GetDocuments() []*BlockedDocument {
+	if x != nil {
+		return x.Documents
+	}
+	return nil
+}
+
+func (x *Blocklist) GetFiles() []string {
+	if x != nil {
+		return x.Files
+	}
+	return nil
+}
+
+// One document: in a Megatron or Arrow dataset by its index (in the
+// dataset, or with file in that file), in a text dataset by the SHA-256
+// of its text (64 lowercase hex digits) or by its place in file: line
+// (from 1) of a plain JSONL file, row (from 0) of a Parquet file.
+type BlockedDocument struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Dataset       string                 `protobuf:"bytes,1,opt,name=dataset,proto3" json:"dataset,omitempty"`
+	File          string                 `protobuf:"bytes,2,opt,name=file,proto3" json:"file,omitempty"`
+	Document      *uint64                `protobuf:"varint,3,opt,name=document,proto3,oneof" json:"document,omitempty"`
+	Sha256        string                 `protobuf:"bytes,4,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	Line          *uint64                `protobuf:"varint,5,opt,name=line,proto3,oneof" json:"line,omitempty"`
+	Row           *uint64                `protobuf:"varint,6,opt,name=row,proto3,oneof" json:"row,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BlockedDocument) Reset() {
+	*x = BlockedDocument{}
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BlockedDocument) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BlockedDocument) ProtoMessage() {}
+
+func (x *BlockedDocument) ProtoReflect() protoreflect.Message {
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BlockedDocument.ProtoReflect.Descriptor instead.
+func (*BlockedDocument) Descriptor() ([]byte, []int) {
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *BlockedDocument) GetDataset() string {
+	if x != nil {
+		return x.Dataset
+	}
+	return ""
+}
+
+func (x *BlockedDocument) GetFile() string {
+	if x != nil {
+		return x.File
+	}
+	return ""
+}
+
+func (x *BlockedDocument) GetDocument() uint64 {
+	if x != nil && x.Document != nil {
+		return *x.Document
+	}
+	return 0
+}
+
+func (x *BlockedDocument) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
+func (x *BlockedDocument) GetLine() uint64 {
+	if x != nil && x.Line != nil {
+		return *x.Line
+	}
+	return 0
+}
+
+func (x *BlockedDocument) GetRow() uint64 {
+	if x != nil && x.Row != nil {
+		return *x.Row
+	}
+	return 0
+}
+
 // From batch `step` on (or, with linear, reaching them at `step` along a
 // straight line from the point before), the datasets are mixed by weights.
 type SchedulePoint struct {
@@ -442,7 +595,7 @@ type SchedulePoint struct {
 
 func (x *SchedulePoint) Reset() {
 	*x = SchedulePoint{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[3]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -454,7 +607,7 @@ func (x *SchedulePoint) String() string {
 func (*SchedulePoint) ProtoMessage() {}
 
 func (x *SchedulePoint) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[3]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -467,7 +620,7 @@ func (x *SchedulePoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SchedulePoint.ProtoReflect.Descriptor instead.
 func (*SchedulePoint) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{3}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *SchedulePoint) GetStep() uint64 {
@@ -537,7 +690,7 @@ type OpenSessionRequest struct {
 
 func (x *OpenSessionRequest) Reset() {
 	*x = OpenSessionRequest{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[4]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -549,7 +702,7 @@ func (x *OpenSessionRequest) String() string {
 func (*OpenSessionRequest) ProtoMessage() {}
 
 func (x *OpenSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[4]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -562,7 +715,7 @@ func (x *OpenSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSessionRequest.ProtoReflect.Descriptor instead.
 func (*OpenSessionRequest) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{4}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *OpenSessionRequest) GetJob() string {
@@ -687,7 +840,7 @@ type ShardedState struct {
 
 func (x *ShardedState) Reset() {
 	*x = ShardedState{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[5]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -699,7 +852,7 @@ func (x *ShardedState) String() string {
 func (*ShardedState) ProtoMessage() {}
 
 func (x *ShardedState) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[5]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -712,7 +865,7 @@ func (x *ShardedState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardedState.ProtoReflect.Descriptor instead.
 func (*ShardedState) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{5}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ShardedState) GetRun() []byte {
@@ -747,7 +900,7 @@ type ShardState struct {
 
 func (x *ShardState) Reset() {
 	*x = ShardState{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[6]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -759,7 +912,7 @@ func (x *ShardState) String() string {
 func (*ShardState) ProtoMessage() {}
 
 func (x *ShardState) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[6]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -772,7 +925,7 @@ func (x *ShardState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardState.ProtoReflect.Descriptor instead.
 func (*ShardState) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{6}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ShardState) GetDataset() uint32 {
@@ -859,7 +1012,7 @@ type Ring struct {
 
 func (x *Ring) Reset() {
 	*x = Ring{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[7]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -871,7 +1024,7 @@ func (x *Ring) String() string {
 func (*Ring) ProtoMessage() {}
 
 func (x *Ring) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[7]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -884,7 +1037,7 @@ func (x *Ring) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ring.ProtoReflect.Descriptor instead.
 func (*Ring) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{7}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Ring) GetPath() string {
@@ -990,7 +1143,7 @@ type OpenSessionResponse struct {
 
 func (x *OpenSessionResponse) Reset() {
 	*x = OpenSessionResponse{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[8]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1002,7 +1155,7 @@ func (x *OpenSessionResponse) String() string {
 func (*OpenSessionResponse) ProtoMessage() {}
 
 func (x *OpenSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[8]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1015,7 +1168,7 @@ func (x *OpenSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSessionResponse.ProtoReflect.Descriptor instead.
 func (*OpenSessionResponse) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{8}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *OpenSessionResponse) GetSessionId() string {
@@ -1121,7 +1274,7 @@ type SlotField struct {
 
 func (x *SlotField) Reset() {
 	*x = SlotField{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[9]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1133,7 +1286,7 @@ func (x *SlotField) String() string {
 func (*SlotField) ProtoMessage() {}
 
 func (x *SlotField) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[9]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1146,7 +1299,7 @@ func (x *SlotField) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotField.ProtoReflect.Descriptor instead.
 func (*SlotField) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{9}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SlotField) GetName() string {
@@ -1193,7 +1346,7 @@ type Attach struct {
 
 func (x *Attach) Reset() {
 	*x = Attach{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[10]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1205,7 +1358,7 @@ func (x *Attach) String() string {
 func (*Attach) ProtoMessage() {}
 
 func (x *Attach) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[10]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1218,7 +1371,7 @@ func (x *Attach) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Attach.ProtoReflect.Descriptor instead.
 func (*Attach) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{10}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Attach) GetSessionId() string {
@@ -1254,7 +1407,7 @@ type Release struct {
 
 func (x *Release) Reset() {
 	*x = Release{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[11]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1266,7 +1419,7 @@ func (x *Release) String() string {
 func (*Release) ProtoMessage() {}
 
 func (x *Release) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[11]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1279,7 +1432,7 @@ func (x *Release) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Release.ProtoReflect.Descriptor instead.
 func (*Release) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{11}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Release) GetSlot() uint32 {
@@ -1316,7 +1469,7 @@ type BatchesRequest struct {
 
 func (x *BatchesRequest) Reset() {
 	*x = BatchesRequest{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[12]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1328,7 +1481,7 @@ func (x *BatchesRequest) String() string {
 func (*BatchesRequest) ProtoMessage() {}
 
 func (x *BatchesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[12]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1341,7 +1494,7 @@ func (x *BatchesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchesRequest.ProtoReflect.Descriptor instead.
 func (*BatchesRequest) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{12}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *BatchesRequest) GetKind() isBatchesRequest_Kind {
@@ -1414,7 +1567,7 @@ type Batch struct {
 
 func (x *Batch) Reset() {
 	*x = Batch{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[13]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1426,7 +1579,7 @@ func (x *Batch) String() string {
 func (*Batch) ProtoMessage() {}
 
 func (x *Batch) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[13]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1439,7 +1592,7 @@ func (x *Batch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Batch.ProtoReflect.Descriptor instead.
 func (*Batch) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{13}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Batch) GetStep() uint64 {
@@ -1513,7 +1666,7 @@ type SetWeightsRequest struct {
 
 func (x *SetWeightsRequest) Reset() {
 	*x = SetWeightsRequest{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[14]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1525,7 +1678,7 @@ func (x *SetWeightsRequest) String() string {
 func (*SetWeightsRequest) ProtoMessage() {}
 
 func (x *SetWeightsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[14]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1538,7 +1691,7 @@ func (x *SetWeightsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetWeightsRequest.ProtoReflect.Descriptor instead.
 func (*SetWeightsRequest) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{14}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SetWeightsRequest) GetSessionId() string {
@@ -1579,7 +1732,7 @@ type SetWeightsResponse struct {
 
 func (x *SetWeightsResponse) Reset() {
 	*x = SetWeightsResponse{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[15]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1591,7 +1744,7 @@ func (x *SetWeightsResponse) String() string {
 func (*SetWeightsResponse) ProtoMessage() {}
 
 func (x *SetWeightsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[15]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1604,7 +1757,7 @@ func (x *SetWeightsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetWeightsResponse.ProtoReflect.Descriptor instead.
 func (*SetWeightsResponse) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{15}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SetWeightsResponse) GetGeneration() uint64 {
@@ -1627,7 +1780,7 @@ type SkipStepsRequest struct {
 
 func (x *SkipStepsRequest) Reset() {
 	*x = SkipStepsRequest{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[16]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1639,7 +1792,7 @@ func (x *SkipStepsRequest) String() string {
 func (*SkipStepsRequest) ProtoMessage() {}
 
 func (x *SkipStepsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[16]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1652,7 +1805,7 @@ func (x *SkipStepsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SkipStepsRequest.ProtoReflect.Descriptor instead.
 func (*SkipStepsRequest) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{16}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SkipStepsRequest) GetSessionId() string {
@@ -1695,7 +1848,7 @@ type SkipStepsResponse struct {
 
 func (x *SkipStepsResponse) Reset() {
 	*x = SkipStepsResponse{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[17]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1707,7 +1860,7 @@ func (x *SkipStepsResponse) String() string {
 func (*SkipStepsResponse) ProtoMessage() {}
 
 func (x *SkipStepsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[17]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1720,7 +1873,7 @@ func (x *SkipStepsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SkipStepsResponse.ProtoReflect.Descriptor instead.
 func (*SkipStepsResponse) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{17}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SkipStepsResponse) GetGeneration() uint64 {
@@ -1749,7 +1902,7 @@ type SaveStateRequest struct {
 
 func (x *SaveStateRequest) Reset() {
 	*x = SaveStateRequest{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[18]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1761,7 +1914,7 @@ func (x *SaveStateRequest) String() string {
 func (*SaveStateRequest) ProtoMessage() {}
 
 func (x *SaveStateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[18]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1774,7 +1927,7 @@ func (x *SaveStateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SaveStateRequest.ProtoReflect.Descriptor instead.
 func (*SaveStateRequest) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{18}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SaveStateRequest) GetSessionId() string {
@@ -1808,7 +1961,7 @@ type SaveStateResponse struct {
 
 func (x *SaveStateResponse) Reset() {
 	*x = SaveStateResponse{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[19]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1820,7 +1973,7 @@ func (x *SaveStateResponse) String() string {
 func (*SaveStateResponse) ProtoMessage() {}
 
 func (x *SaveStateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[19]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1833,7 +1986,7 @@ func (x *SaveStateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SaveStateResponse.ProtoReflect.Descriptor instead.
 func (*SaveStateResponse) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{19}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SaveStateResponse) GetPath() string {
@@ -1860,7 +2013,7 @@ type GetStateRequest struct {
 
 func (x *GetStateRequest) Reset() {
 	*x = GetStateRequest{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[20]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1872,7 +2025,7 @@ func (x *GetStateRequest) String() string {
 func (*GetStateRequest) ProtoMessage() {}
 
 func (x *GetStateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[20]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1885,7 +2038,7 @@ func (x *GetStateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStateRequest.ProtoReflect.Descriptor instead.
 func (*GetStateRequest) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{20}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GetStateRequest) GetSessionId() string {
@@ -1916,7 +2069,7 @@ type GetStateResponse struct {
 
 func (x *GetStateResponse) Reset() {
 	*x = GetStateResponse{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[21]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1928,7 +2081,7 @@ func (x *GetStateResponse) String() string {
 func (*GetStateResponse) ProtoMessage() {}
 
 func (x *GetStateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[21]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1941,7 +2094,7 @@ func (x *GetStateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStateResponse.ProtoReflect.Descriptor instead.
 func (*GetStateResponse) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{21}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GetStateResponse) GetState() []byte {
@@ -1983,7 +2136,7 @@ type StateTemplateRequest struct {
 
 func (x *StateTemplateRequest) Reset() {
 	*x = StateTemplateRequest{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[22]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1995,7 +2148,7 @@ func (x *StateTemplateRequest) String() string {
 func (*StateTemplateRequest) ProtoMessage() {}
 
 func (x *StateTemplateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[22]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2008,7 +2161,7 @@ func (x *StateTemplateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateTemplateRequest.ProtoReflect.Descriptor instead.
 func (*StateTemplateRequest) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{22}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *StateTemplateRequest) GetConfig() *JobConfig {
@@ -2042,7 +2195,7 @@ type StateTemplateResponse struct {
 
 func (x *StateTemplateResponse) Reset() {
 	*x = StateTemplateResponse{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[23]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2054,7 +2207,7 @@ func (x *StateTemplateResponse) String() string {
 func (*StateTemplateResponse) ProtoMessage() {}
 
 func (x *StateTemplateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[23]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2067,7 +2220,7 @@ func (x *StateTemplateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateTemplateResponse.ProtoReflect.Descriptor instead.
 func (*StateTemplateResponse) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{23}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *StateTemplateResponse) GetSharded() *ShardedState {
@@ -2087,7 +2240,7 @@ type CloseSessionRequest struct {
 
 func (x *CloseSessionRequest) Reset() {
 	*x = CloseSessionRequest{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[24]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2099,7 +2252,7 @@ func (x *CloseSessionRequest) String() string {
 func (*CloseSessionRequest) ProtoMessage() {}
 
 func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[24]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2112,7 +2265,7 @@ func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionRequest.ProtoReflect.Descriptor instead.
 func (*CloseSessionRequest) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{24}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CloseSessionRequest) GetSessionId() string {
@@ -2137,7 +2290,7 @@ type CloseSessionResponse struct {
 
 func (x *CloseSessionResponse) Reset() {
 	*x = CloseSessionResponse{}
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[25]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2149,7 +2302,7 @@ func (x *CloseSessionResponse) String() string {
 func (*CloseSessionResponse) ProtoMessage() {}
 
 func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dataloader_v1_dataloader_proto_msgTypes[25]
+	mi := &file_dataloader_v1_dataloader_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2162,7 +2315,7 @@ func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionResponse.ProtoReflect.Descriptor instead.
 func (*CloseSessionResponse) Descriptor() ([]byte, []int) {
-	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{25}
+	return file_dataloader_v1_dataloader_proto_rawDescGZIP(), []int{27}
 }
 
 var File_dataloader_v1_dataloader_proto protoreflect.FileDescriptor
@@ -2178,7 +2331,7 @@ const file_dataloader_v1_dataloader_proto_rawDesc = "" +
 	"\x05dtype\x18\x05 \x01(\tR\x05dtype\x12\x14\n" +
 	"\x05field\x18\x06 \x01(\tR\x05field\x12\x1c\n" +
 	"\ttokenizer\x18\a \x01(\tR\ttokenizer\x12\"\n" +
-	"\ron_bad_record\x18\b \x01(\tR\vonBadRecord\"\xbc\x04\n" +
+	"\ron_bad_record\x18\b \x01(\tR\vonBadRecord\"\xf4\x04\n" +
 	"\tJobConfig\x12\x17\n" +
 	"\aseq_len\x18\x01 \x01(\rR\x06seqLen\x12\x1d\n" +
 	"\n" +
@@ -2199,10 +2352,24 @@ const file_dataloader_v1_dataloader_proto_rawDesc = "" +
 	"\n" +
 	"run_tokens\x18\x0f \x01(\x04R\trunTokens\x127\n" +
 	"\n" +
-	"skip_steps\x18\x10 \x03(\v2\x18.dataloader.v1.StepRangeR\tskipSteps\"5\n" +
+	"skip_steps\x18\x10 \x03(\v2\x18.dataloader.v1.StepRangeR\tskipSteps\x126\n" +
+	"\tblocklist\x18\x11 \x01(\v2\x18.dataloader.v1.BlocklistR\tblocklist\"5\n" +
 	"\tStepRange\x12\x14\n" +
 	"\x05first\x18\x01 \x01(\x04R\x05first\x12\x12\n" +
-	"\x04last\x18\x02 \x01(\x04R\x04last\"\xbc\x01\n" +
+	"\x04last\x18\x02 \x01(\x04R\x04last\"_\n" +
+	"\tBlocklist\x12<\n" +
+	"\tdocuments\x18\x01 \x03(\v2\x1e.dataloader.v1.BlockedDocumentR\tdocuments\x12\x14\n" +
+	"\x05files\x18\x02 \x03(\tR\x05files\"\xc6\x01\n" +
+	"\x0fBlockedDocument\x12\x18\n" +
+	"\adataset\x18\x01 \x01(\tR\adataset\x12\x12\n" +
+	"\x04file\x18\x02 \x01(\tR\x04file\x12\x1f\n" +
+	"\bdocument\x18\x03 \x01(\x04H\x00R\bdocument\x88\x01\x01\x12\x16\n" +
+	"\x06sha256\x18\x04 \x01(\tR\x06sha256\x12\x17\n" +
+	"\x04line\x18\x05 \x01(\x04H\x01R\x04line\x88\x01\x01\x12\x15\n" +
+	"\x03row\x18\x06 \x01(\x04H\x02R\x03row\x88\x01\x01B\v\n" +
+	"\t_documentB\a\n" +
+	"\x05_lineB\x06\n" +
+	"\x04_row\"\xbc\x01\n" +
 	"\rSchedulePoint\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\x04R\x04step\x12C\n" +
 	"\aweights\x18\x02 \x03(\v2).dataloader.v1.SchedulePoint.WeightsEntryR\aweights\x12\x16\n" +
@@ -2389,79 +2556,83 @@ func file_dataloader_v1_dataloader_proto_rawDescGZIP() []byte {
 }
 
 var file_dataloader_v1_dataloader_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_dataloader_v1_dataloader_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_dataloader_v1_dataloader_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_dataloader_v1_dataloader_proto_goTypes = []any{
 	(Transport)(0),                // 0: dataloader.v1.Transport
 	(*Dataset)(nil),               // 1: dataloader.v1.Dataset
 	(*JobConfig)(nil),             // 2: dataloader.v1.JobConfig
 	(*StepRange)(nil),             // 3: dataloader.v1.StepRange
-	(*SchedulePoint)(nil),         // 4: dataloader.v1.SchedulePoint
-	(*OpenSessionRequest)(nil),    // 5: dataloader.v1.OpenSessionRequest
-	(*ShardedState)(nil),          // 6: dataloader.v1.ShardedState
-	(*ShardState)(nil),            // 7: dataloader.v1.ShardState
-	(*Ring)(nil),                  // 8: dataloader.v1.Ring
-	(*OpenSessionResponse)(nil),   // 9: dataloader.v1.OpenSessionResponse
-	(*SlotField)(nil),             // 10: dataloader.v1.SlotField
-	(*Attach)(nil),                // 11: dataloader.v1.Attach
-	(*Release)(nil),               // 12: dataloader.v1.Release
-	(*BatchesRequest)(nil),        // 13: dataloader.v1.BatchesRequest
-	(*Batch)(nil),                 // 14: dataloader.v1.Batch
-	(*SetWeightsRequest)(nil),     // 15: dataloader.v1.SetWeightsRequest
-	(*SetWeightsResponse)(nil),    // 16: dataloader.v1.SetWeightsResponse
-	(*SkipStepsRequest)(nil),      // 17: dataloader.v1.SkipStepsRequest
-	(*SkipStepsResponse)(nil),     // 18: dataloader.v1.SkipStepsResponse
-	(*SaveStateRequest)(nil),      // 19: dataloader.v1.SaveStateRequest
-	(*SaveStateResponse)(nil),     // 20: dataloader.v1.SaveStateResponse
-	(*GetStateRequest)(nil),       // 21: dataloader.v1.GetStateRequest
-	(*GetStateResponse)(nil),      // 22: dataloader.v1.GetStateResponse
-	(*StateTemplateRequest)(nil),  // 23: dataloader.v1.StateTemplateRequest
-	(*StateTemplateResponse)(nil), // 24: dataloader.v1.StateTemplateResponse
-	(*CloseSessionRequest)(nil),   // 25: dataloader.v1.CloseSessionRequest
-	(*CloseSessionResponse)(nil),  // 26: dataloader.v1.CloseSessionResponse
-	nil,                           // 27: dataloader.v1.SchedulePoint.WeightsEntry
-	nil,                           // 28: dataloader.v1.SetWeightsRequest.WeightsEntry
+	(*Blocklist)(nil),             // 4: dataloader.v1.Blocklist
+	(*BlockedDocument)(nil),       // 5: dataloader.v1.BlockedDocument
+	(*SchedulePoint)(nil),         // 6: dataloader.v1.SchedulePoint
+	(*OpenSessionRequest)(nil),    // 7: dataloader.v1.OpenSessionRequest
+	(*ShardedState)(nil),          // 8: dataloader.v1.ShardedState
+	(*ShardState)(nil),            // 9: dataloader.v1.ShardState
+	(*Ring)(nil),                  // 10: dataloader.v1.Ring
+	(*OpenSessionResponse)(nil),   // 11: dataloader.v1.OpenSessionResponse
+	(*SlotField)(nil),             // 12: dataloader.v1.SlotField
+	(*Attach)(nil),                // 13: dataloader.v1.Attach
+	(*Release)(nil),               // 14: dataloader.v1.Release
+	(*BatchesRequest)(nil),        // 15: dataloader.v1.BatchesRequest
+	(*Batch)(nil),                 // 16: dataloader.v1.Batch
+	(*SetWeightsRequest)(nil),     // 17: dataloader.v1.SetWeightsRequest
+	(*SetWeightsResponse)(nil),    // 18: dataloader.v1.SetWeightsResponse
+	(*SkipStepsRequest)(nil),      // 19: dataloader.v1.SkipStepsRequest
+	(*SkipStepsResponse)(nil),     // 20: dataloader.v1.SkipStepsResponse
+	(*SaveStateRequest)(nil),      // 21: dataloader.v1.SaveStateRequest
+	(*SaveStateResponse)(nil),     // 22: dataloader.v1.SaveStateResponse
+	(*GetStateRequest)(nil),       // 23: dataloader.v1.GetStateRequest
+	(*GetStateResponse)(nil),      // 24: dataloader.v1.GetStateResponse
+	(*StateTemplateRequest)(nil),  // 25: dataloader.v1.StateTemplateRequest
+	(*StateTemplateResponse)(nil), // 26: dataloader.v1.StateTemplateResponse
+	(*CloseSessionRequest)(nil),   // 27: dataloader.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil),  // 28: dataloader.v1.CloseSessionResponse
+	nil,                           // 29: dataloader.v1.SchedulePoint.WeightsEntry
+	nil,                           // 30: dataloader.v1.SetWeightsRequest.WeightsEntry
 }
 var file_dataloader_v1_dataloader_proto_depIdxs = []int32{
 	1,  // 0: dataloader.v1.JobConfig.datasets:type_name -> dataloader.v1.Dataset
-	4,  // 1: dataloader.v1.JobConfig.schedule:type_name -> dataloader.v1.SchedulePoint
+	6,  // 1: dataloader.v1.JobConfig.schedule:type_name -> dataloader.v1.SchedulePoint
 	3,  // 2: dataloader.v1.JobConfig.skip_steps:type_name -> dataloader.v1.StepRange
-	27, // 3: dataloader.v1.SchedulePoint.weights:type_name -> dataloader.v1.SchedulePoint.WeightsEntry
-	2,  // 4: dataloader.v1.OpenSessionRequest.config:type_name -> dataloader.v1.JobConfig
-	0,  // 5: dataloader.v1.OpenSessionRequest.transport:type_name -> dataloader.v1.Transport
-	6,  // 6: dataloader.v1.OpenSessionRequest.resume_sharded:type_name -> dataloader.v1.ShardedState
-	7,  // 7: dataloader.v1.ShardedState.shards:type_name -> dataloader.v1.ShardState
-	8,  // 8: dataloader.v1.OpenSessionResponse.ring:type_name -> dataloader.v1.Ring
-	0,  // 9: dataloader.v1.OpenSessionResponse.transport:type_name -> dataloader.v1.Transport
-	10, // 10: dataloader.v1.OpenSessionResponse.fields:type_name -> dataloader.v1.SlotField
-	3,  // 11: dataloader.v1.OpenSessionResponse.skips:type_name -> dataloader.v1.StepRange
-	11, // 12: dataloader.v1.BatchesRequest.attach:type_name -> dataloader.v1.Attach
-	12, // 13: dataloader.v1.BatchesRequest.release:type_name -> dataloader.v1.Release
-	28, // 14: dataloader.v1.SetWeightsRequest.weights:type_name -> dataloader.v1.SetWeightsRequest.WeightsEntry
-	3,  // 15: dataloader.v1.SkipStepsResponse.pending:type_name -> dataloader.v1.StepRange
-	6,  // 16: dataloader.v1.GetStateResponse.sharded:type_name -> dataloader.v1.ShardedState
-	2,  // 17: dataloader.v1.StateTemplateRequest.config:type_name -> dataloader.v1.JobConfig
-	6,  // 18: dataloader.v1.StateTemplateResponse.sharded:type_name -> dataloader.v1.ShardedState
-	5,  // 19: dataloader.v1.Loader.OpenSession:input_type -> dataloader.v1.OpenSessionRequest
-	13, // 20: dataloader.v1.Loader.Batches:input_type -> dataloader.v1.BatchesRequest
-	19, // 21: dataloader.v1.Loader.SaveState:input_type -> dataloader.v1.SaveStateRequest
-	21, // 22: dataloader.v1.Loader.GetState:input_type -> dataloader.v1.GetStateRequest
-	25, // 23: dataloader.v1.Loader.CloseSession:input_type -> dataloader.v1.CloseSessionRequest
-	15, // 24: dataloader.v1.Loader.SetWeights:input_type -> dataloader.v1.SetWeightsRequest
-	23, // 25: dataloader.v1.Loader.StateTemplate:input_type -> dataloader.v1.StateTemplateRequest
-	17, // 26: dataloader.v1.Loader.SkipSteps:input_type -> dataloader.v1.SkipStepsRequest
-	9,  // 27: dataloader.v1.Loader.OpenSession:output_type -> dataloader.v1.OpenSessionResponse
-	14, // 28: dataloader.v1.Loader.Batches:output_type -> dataloader.v1.Batch
-	20, // 29: dataloader.v1.Loader.SaveState:output_type -> dataloader.v1.SaveStateResponse
-	22, // 30: dataloader.v1.Loader.GetState:output_type -> dataloader.v1.GetStateResponse
-	26, // 31: dataloader.v1.Loader.CloseSession:output_type -> dataloader.v1.CloseSessionResponse
-	16, // 32: dataloader.v1.Loader.SetWeights:output_type -> dataloader.v1.SetWeightsResponse
-	24, // 33: dataloader.v1.Loader.StateTemplate:output_type -> dataloader.v1.StateTemplateResponse
-	18, // 34: dataloader.v1.Loader.SkipSteps:output_type -> dataloader.v1.SkipStepsResponse
-	27, // [27:35] is the sub-list for method output_type
-	19, // [19:27] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	4,  // 3: dataloader.v1.JobConfig.blocklist:type_name -> dataloader.v1.Blocklist
+	5,  // 4: dataloader.v1.Blocklist.documents:type_name -> dataloader.v1.BlockedDocument
+	29, // 5: dataloader.v1.SchedulePoint.weights:type_name -> dataloader.v1.SchedulePoint.WeightsEntry
+	2,  // 6: dataloader.v1.OpenSessionRequest.config:type_name -> dataloader.v1.JobConfig
+	0,  // 7: dataloader.v1.OpenSessionRequest.transport:type_name -> dataloader.v1.Transport
+	8,  // 8: dataloader.v1.OpenSessionRequest.resume_sharded:type_name -> dataloader.v1.ShardedState
+	9,  // 9: dataloader.v1.ShardedState.shards:type_name -> dataloader.v1.ShardState
+	10, // 10: dataloader.v1.OpenSessionResponse.ring:type_name -> dataloader.v1.Ring
+	0,  // 11: dataloader.v1.OpenSessionResponse.transport:type_name -> dataloader.v1.Transport
+	12, // 12: dataloader.v1.OpenSessionResponse.fields:type_name -> dataloader.v1.SlotField
+	3,  // 13: dataloader.v1.OpenSessionResponse.skips:type_name -> dataloader.v1.StepRange
+	13, // 14: dataloader.v1.BatchesRequest.attach:type_name -> dataloader.v1.Attach
+	14, // 15: dataloader.v1.BatchesRequest.release:type_name -> dataloader.v1.Release
+	30, // 16: dataloader.v1.SetWeightsRequest.weights:type_name -> dataloader.v1.SetWeightsRequest.WeightsEntry
+	3,  // 17: dataloader.v1.SkipStepsResponse.pending:type_name -> dataloader.v1.StepRange
+	8,  // 18: dataloader.v1.GetStateResponse.sharded:type_name -> dataloader.v1.ShardedState
+	2,  // 19: dataloader.v1.StateTemplateRequest.config:type_name -> dataloader.v1.JobConfig
+	8,  // 20: dataloader.v1.StateTemplateResponse.sharded:type_name -> dataloader.v1.ShardedState
+	7,  // 21: dataloader.v1.Loader.OpenSession:input_type -> dataloader.v1.OpenSessionRequest
+	15, // 22: dataloader.v1.Loader.Batches:input_type -> dataloader.v1.BatchesRequest
+	21, // 23: dataloader.v1.Loader.SaveState:input_type -> dataloader.v1.SaveStateRequest
+	23, // 24: dataloader.v1.Loader.GetState:input_type -> dataloader.v1.GetStateRequest
+	27, // 25: dataloader.v1.Loader.CloseSession:input_type -> dataloader.v1.CloseSessionRequest
+	17, // 26: dataloader.v1.Loader.SetWeights:input_type -> dataloader.v1.SetWeightsRequest
+	25, // 27: dataloader.v1.Loader.StateTemplate:input_type -> dataloader.v1.StateTemplateRequest
+	19, // 28: dataloader.v1.Loader.SkipSteps:input_type -> dataloader.v1.SkipStepsRequest
+	11, // 29: dataloader.v1.Loader.OpenSession:output_type -> dataloader.v1.OpenSessionResponse
+	16, // 30: dataloader.v1.Loader.Batches:output_type -> dataloader.v1.Batch
+	22, // 31: dataloader.v1.Loader.SaveState:output_type -> dataloader.v1.SaveStateResponse
+	24, // 32: dataloader.v1.Loader.GetState:output_type -> dataloader.v1.GetStateResponse
+	28, // 33: dataloader.v1.Loader.CloseSession:output_type -> dataloader.v1.CloseSessionResponse
+	18, // 34: dataloader.v1.Loader.SetWeights:output_type -> dataloader.v1.SetWeightsResponse
+	26, // 35: dataloader.v1.Loader.StateTemplate:output_type -> dataloader.v1.StateTemplateResponse
+	20, // 36: dataloader.v1.Loader.SkipSteps:output_type -> dataloader.v1.SkipStepsResponse
+	29, // [29:37] is the sub-list for method output_type
+	21, // [21:29] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_dataloader_v1_dataloader_proto_init() }
@@ -2469,7 +2640,8 @@ func file_dataloader_v1_dataloader_proto_init() {
 	if File_dataloader_v1_dataloader_proto != nil {
 		return
 	}
-	file_dataloader_v1_dataloader_proto_msgTypes[12].OneofWrappers = []any{
+	file_dataloader_v1_dataloader_proto_msgTypes[4].OneofWrappers = []any{}
+	file_dataloader_v1_dataloader_proto_msgTypes[14].OneofWrappers = []any{
 		(*BatchesRequest_Attach)(nil),
 		(*BatchesRequest_Release)(nil),
 	}
@@ -2479,7 +2651,7 @@ func file_dataloader_v1_dataloader_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_dataloader_v1_dataloader_proto_rawDesc), len(file_dataloader_v1_dataloader_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   28,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -13,7 +13,8 @@ from ._proto import dataloader_pb2 as pb
 from ._skips import check_skip_steps
 from .errors import ConfigError
 
-__all__ = ["load_config", "to_proto", "check_weights", "KEYS", "DATASET_KEYS", "SCHEDULE_KEYS"]
+__all__ = ["load_config", "to_proto", "check_weights", "KEYS", "DATASET_KEYS", "SCHEDULE_KEYS", "BLOCKLIST_KEYS",
+           "BLOCKED_KEYS"]
 
 # key: (type or types, default); a default of ... means required.
 Keys = Dict[str, Tuple[Union[type, Tuple[type, ...]], object]]
@@ -34,6 +35,19 @@ KEYS: Keys = {
     "mask_document_boundaries": (bool, False),
     "schedule": (list, []),
     "skip_steps": (list, []),
+    "blocklist": (dict, {}),
+}
+BLOCKLIST_KEYS: Keys = {
+    "documents": (list, []),
+    "files": (list, []),
+}
+BLOCKED_KEYS: Keys = {
+    "dataset": (str, ...),
+    "file": (str, ""),
+    "document": ((int, type(None)), None),
+    "sha256": (str, ""),
+    "line": ((int, type(None)), None),
+    "row": ((int, type(None)), None),
 }
 SCHEDULE_KEYS: Keys = {
     "step": (int, ...),
@@ -134,6 +148,7 @@ def to_proto(data: Mapping[str, object], base_dir: str) -> "pb.JobConfig":
                                              linear=pt["linear"]))
     for first, last in check_skip_steps(c["skip_steps"]):
         msg.skip_steps.append(pb.StepRange(first=first, last=last))
+    _blocklist(msg, c["blocklist"], base_dir)
     for i, m in enumerate(c["metadata"]):
         if not isinstance(m, str):
             raise ConfigError(f"config: metadata[{i}] must be a field name (a string), got {m!r}")
@@ -154,6 +169,28 @@ def to_proto(data: Mapping[str, object], base_dir: str) -> "pb.JobConfig":
                                        weight=float(ds["weight"]), dtype=ds["dtype"], field=ds["field"],
                                        tokenizer=tokenizer, on_bad_record=ds["on_bad_record"]))
     return msg
+
+
+def _blocklist(msg: "pb.JobConfig", data: Mapping[str, object], base_dir: str) -> None:
+    """Checks the blocklist's keys and types (the daemon checks its entries
+    against the datasets) into msg; relative file paths are taken against
+    base_dir."""
+    if not data:
+        return
+    b = _check("blocklist", data, BLOCKLIST_KEYS)
+    for i, d in enumerate(b["documents"]):
+        if not isinstance(d, Mapping):
+            raise ConfigError(f"config: blocklist.documents[{i}] must be a mapping, got {d!r}")
+        e = _check(f"blocklist.documents[{i}]", d, BLOCKED_KEYS)
+        for key in ("document", "line", "row"):
+            if e[key] is not None and e[key] < 0:
+                raise ConfigError(f"config: blocklist.documents[{i}]: {key!r} must not be negative, got {e[key]}")
+        msg.blocklist.documents.append(pb.BlockedDocument(dataset=e["dataset"], file=e["file"], document=e["document"],
+                                                          sha256=e["sha256"], line=e["line"], row=e["row"]))
+    for i, f in enumerate(b["files"]):
+        if not isinstance(f, str):
+            raise ConfigError(f"config: blocklist.files[{i}] must be a path (a string), got {f!r}")
+        msg.blocklist.files.append(os.path.join(base_dir, os.path.expanduser(f)))
 
 
 def env_int(name: str, default: int) -> int:

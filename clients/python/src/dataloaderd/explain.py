@@ -100,4 +100,15 @@ def _config_json(msg: Any) -> Dict[str, Any]:
                      for d in msg.datasets],
         "schedule": [{"step": p.step, "weights": dict(p.weights), "linear": p.linear} for p in msg.schedule],
         "skip_steps": [[r.first, r.last] for r in msg.skip_steps],
+        "blocklist": {"documents": [_blocked_json(d) for d in msg.blocklist.documents],
+                      "files": list(msg.blocklist.files)},
     }
+
+
+def _blocked_json(d: Any) -> Dict[str, Any]:
+    """A blocklist entry as the binary reads it: document, line and row only when set."""
+    out: Dict[str, Any] = {"dataset": d.dataset, "file": d.file, "sha256": d.sha256}
+    for key in ("document", "line", "row"):
+        if d.HasField(key):
+            out[key] = getattr(d, key)
+    return out

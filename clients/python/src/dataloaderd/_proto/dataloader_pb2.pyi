@@ -126,6 +126,7 @@ class JobConfig(_message.Message):
     SCHEDULE_FIELD_NUMBER: _builtins.int
     RUN_TOKENS_FIELD_NUMBER: _builtins.int
     SKIP_STEPS_FIELD_NUMBER: _builtins.int
+    BLOCKLIST_FIELD_NUMBER: _builtins.int
     seq_len: _builtins.int
     batch_size: _builtins.int
     seed: _builtins.int
@@ -174,6 +175,13 @@ class JobConfig(_message.Message):
         state's fingerprint: a resume may add them.
         """
 
+    @_builtins.property
+    def blocklist(self) -> Global___Blocklist:
+        """Documents never to be served (docs/blocklists.md): written as padding
+        where the stream meets them. Not part of the job's fingerprint: a
+        resume may add one.
+        """
+
     def __init__(
         self,
         *,
@@ -193,10 +201,11 @@ class JobConfig(_message.Message):
         schedule: _abc.Iterable[Global___SchedulePoint] | None = ...,
         run_tokens: _builtins.int = ...,
         skip_steps: _abc.Iterable[Global___StepRange] | None = ...,
+        blocklist: Global___Blocklist | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["blocklist", b"blocklist"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_size", b"batch_size", "bos_id", b"bos_id", "datasets", b"datasets", "eos_id", b"eos_id", "epochs", b"epochs", "logical_shards", b"logical_shards", "mask_document_boundaries", b"mask_document_boundaries", "metadata", b"metadata", "pad_id", b"pad_id", "positions", b"positions", "run_tokens", b"run_tokens", "schedule", b"schedule", "seed", b"seed", "seq_len", b"seq_len", "shuffle_window", b"shuffle_window", "skip_steps", b"skip_steps"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_size", b"batch_size", "blocklist", b"blocklist", "bos_id", b"bos_id", "datasets", b"datasets", "eos_id", b"eos_id", "epochs", b"epochs", "logical_shards", b"logical_shards", "mask_document_boundaries", b"mask_document_boundaries", "metadata", b"metadata", "pad_id", b"pad_id", "positions", b"positions", "run_tokens", b"run_tokens", "schedule", b"schedule", "seed", b"seed", "seq_len", b"seq_len", "shuffle_window", b"shuffle_window", "skip_steps", b"skip_steps"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -225,6 +234,85 @@ class StepRange(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___StepRange: _TypeAlias = StepRange  # noqa: Y015
+
+@_typing.final
+class Blocklist(_message.Message):
+    """Documents never to be served: entries, and files of them (one JSON
+    object a line, as BlockedDocument's JSON form).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DOCUMENTS_FIELD_NUMBER: _builtins.int
+    FILES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def documents(self) -> _containers.RepeatedCompositeFieldContainer[Global___BlockedDocument]: ...
+    @_builtins.property
+    def files(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        documents: _abc.Iterable[Global___BlockedDocument] | None = ...,
+        files: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["documents", b"documents", "files", b"files"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Blocklist: _TypeAlias = Blocklist  # noqa: Y015
+
+@_typing.final
+class BlockedDocument(_message.Message):
+    """One document: in a Megatron or Arrow dataset by its index (in the
+    dataset, or with file in that file), in a text dataset by the SHA-256
+    of its text (64 lowercase hex digits) or by its place in file: line
+    (from 1) of a plain JSONL file, row (from 0) of a Parquet file.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DATASET_FIELD_NUMBER: _builtins.int
+    FILE_FIELD_NUMBER: _builtins.int
+    DOCUMENT_FIELD_NUMBER: _builtins.int
+    SHA256_FIELD_NUMBER: _builtins.int
+    LINE_FIELD_NUMBER: _builtins.int
+    ROW_FIELD_NUMBER: _builtins.int
+    dataset: _builtins.str
+    file: _builtins.str
+    document: _builtins.int
+    sha256: _builtins.str
+    line: _builtins.int
+    row: _builtins.int
+    def __init__(
+        self,
+        *,
+        dataset: _builtins.str = ...,
+        file: _builtins.str = ...,
+        document: _builtins.int | None = ...,
+        sha256: _builtins.str = ...,
+        line: _builtins.int | None = ...,
+        row: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_document", b"_document", "_line", b"_line", "_row", b"_row", "document", b"document", "line", b"line", "row", b"row"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_document", b"_document", "_line", b"_line", "_row", b"_row", "dataset", b"dataset", "document", b"document", "file", b"file", "line", b"line", "row", b"row", "sha256", b"sha256"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__document: _TypeAlias = _typing.Literal["document"]  # noqa: Y015
+    _WhichOneofArgType__document: _TypeAlias = _typing.Literal["_document", b"_document"]  # noqa: Y015
+    _WhichOneofReturnType__line: _TypeAlias = _typing.Literal["line"]  # noqa: Y015
+    _WhichOneofArgType__line: _TypeAlias = _typing.Literal["_line", b"_line"]  # noqa: Y015
+    _WhichOneofReturnType__row: _TypeAlias = _typing.Literal["row"]  # noqa: Y015
+    _WhichOneofArgType__row: _TypeAlias = _typing.Literal["_row", b"_row"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__document) -> _WhichOneofReturnType__document | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__line) -> _WhichOneofReturnType__line | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__row) -> _WhichOneofReturnType__row | None: ...
+
+Global___BlockedDocument: _TypeAlias = BlockedDocument  # noqa: Y015
 
 @_typing.final
 class SchedulePoint(_message.Message):
