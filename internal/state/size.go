@@ -42,7 +42,7 @@ var ErrTooLarge = errkind.New(errkind.FailedPrecondition, "state too large")
 // counts is never longer.
 type shape struct {
 	// bare is a state owning one shard per dataset, with no mixture log
-	// (and the longest blocklist log).
+	// (and the longest blocklist and skip logs).
 	bare int64
 	// perShard is one more owned shard in every dataset.
 	perShard int64
@@ -57,7 +57,7 @@ func measure(fp Fingerprint) (shape, error) {
 	var err error
 	size := func(owned uint32, entries, points, queued int) int64 {
 		r := worstRank(len(fp.Datasets), owned, entries, points, queued)
-		r.Blocklists = nil // counted by blocklistLogBytes
+		r.Blocklists, r.Skips = nil, nil // counted by fixedLogBytes
 		b, e := Encode(fp, r)
 		if e != nil {
 			err = e
@@ -67,7 +67,7 @@ func measure(fp Fingerprint) (shape, error) {
 	bare := size(1, 0, 0, 0)
 	one := size(1, 1, 1, 0)
 	s := shape{
-		bare:       bare + blocklistLogBytes(),
+		bare:       bare + fixedLogBytes(),
 		perShard:   size(2, 0, 0, 0) - bare,
 		firstEntry: one - bare,
 		perEntry:   size(1, 2, 1, 0) - one,
@@ -109,7 +109,7 @@ func worstRank(datasets int, owned uint32, entries, points, queued int) Rank {
 	for q := 0; q < queued; q++ {
 		r.Mixture = append(r.Mixture, MixChange{Step: count, Weights: weights(), Runtime: true})
 	}
-	r.Blocklists = worstBlocklists()
+	r.Blocklists, r.Skips = worstBlocklists(), worstSkips()
 	return r
 }
 
@@ -123,12 +123,24 @@ func worstBlocklists() []Blocklist {
 	return out
 }
 
-// blocklistLogBytes is what the longest blocklist log adds to an encoded
-// state, whatever its fingerprint: measured once, not at every open.
-var blocklistLogBytes = sync.OnceValue(func() int64 {
+// worstSkips is the longest skip log a state may hold (MaxSkipLog ranges
+// passed and MaxSkipsPending ahead), every step as long as it can be:
+// every state may log one, so it is counted in the bare size.
+func worstSkips() []SkipRange {
+	out := make([]SkipRange, MaxSkipLog+MaxSkipsPending)
+	for i := range out {
+		out[i] = SkipRange{First: MaxSkipStep, Last: MaxSkipStep}
+	}
+	return out
+}
+
+// fixedLogBytes is what the longest blocklist log and the longest skip log
+// add to an encoded state, whatever its fingerprint: measured once, not at
+// every open.
+var fixedLogBytes = sync.OnceValue(func() int64 {
 	r := Rank{DPSize: 1, Shards: map[ShardID]Shard{}}
 	without, _ := Encode(Fingerprint{}, r)
-	r.Blocklists = worstBlocklists()
+	r.Blocklists, r.Skips = worstBlocklists(), worstSkips()
 	with, _ := Encode(Fingerprint{}, r)
 	return int64(len(with) - len(without))
 })

@@ -147,7 +147,7 @@ func AddSkip(skips []SkipRange, s SkipRange) (out []SkipRange, added bool, err e
 func ConfigSkips(skips, config []SkipRange, step uint64) (out []SkipRange, warnings []string, err error) {
 	out = skips
 	for i, s := range config {
-		if slices.Contains(out, s) {
+		if loggedAs(out, s) {
 			continue
 		}
 		if s.Last <= step {
@@ -165,6 +165,13 @@ func ConfigSkips(skips, config []SkipRange, step uint64) (out []SkipRange, warni
 		return nil, nil, fmt.Errorf("skip_steps: %d ranges after the resumed step %d, more than %d (state.MaxSkipsPending)", n, step, MaxSkipsPending)
 	}
 	return out, warnings, nil
+}
+
+// loggedAs reports whether log holds config range s: as given, or as the
+// resume that took it logged it, cut to the steps after its resumed step
+// (the same last step, a later first one).
+func loggedAs(log []SkipRange, s SkipRange) bool {
+	return slices.ContainsFunc(log, func(m SkipRange) bool { return m.Last == s.Last && s.First <= m.First })
 }
 
 // mergeSkips merges the skip log of file name into the one merged so far

@@ -28,11 +28,17 @@ func TestConfigSkipsAtResume(t *testing.T) {
 		{"ahead", []SkipRange{{40, 50}, {200, 300}}, []SkipRange{{40, 50}, {200, 300}}, 0, ""},
 		{"ending at the step", []SkipRange{{95, 100}}, []SkipRange{{40, 50}}, 1, ""},
 		{"overlapping", []SkipRange{{45, 120}}, nil, 0, "[45, 120]: steps 101 to 120"},
+		// A range that held an earlier resumed step (95) was logged cut to
+		// the steps after it: the same key at this resume is that range.
+		{"cut by an earlier resume", []SkipRange{{30, 60}}, []SkipRange{{40, 60}}, 0, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			log := logged
-			if tc.name == "overlapping" {
+			switch tc.name {
+			case "overlapping":
 				log = []SkipRange{{40, 50}, {110, 130}}
+			case "cut by an earlier resume":
+				log = []SkipRange{{40, 60}}
 			}
 			got, warnings, err := ConfigSkips(log, tc.config, 100)
 			if tc.err != "" {

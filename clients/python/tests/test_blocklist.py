@@ -144,3 +144,52 @@ def test_explain_marks_blocked_documents(tmp_path):
     assert any(r.get("blocked") for r in rows) and not all(r.get("blocked") for r in rows)
     for r in rows:
         assert bool(r.get("blocked")) == ((r["dataset"], r["unit"]) in blocked), r
+
+
+def test_blocklist_and_skip_range_at_one_resume_then_rescale(daemon, tmp_path):
+    # A world of 2 saves at step 5; 3 ranks resume with a blocklist and a
+    # skip range (steps 8 to 10), save at step 12 (the state logs both) and
+    # 2 ranks read on to the end: no blocked token and no token of the
+    # range after the resume, every other token exactly once; the range's
+    # batches are those a run without the skip had (blocked tokens padded).
+    datasets, docs = world_corpus(tmp_path)
+    config = {"seq_len": 31, "batch_size": 3, "seed": 5, "logical_shards": 6, "eos_id": 0, "pad_id": PAD,
+              "epochs": 1, "datasets": datasets}
+    doc_of = {int(t): (name, i) for name, ds in docs.items() for i, d in enumerate(ds) for t in d}
+    blocked = {("d0", i) for i in range(2, 120, 9)} | {("d1", i) for i in range(1, 80, 6)}
+    blocklist = {"documents": [{"dataset": n, "document": i} for n, i in sorted(blocked)]}
+    later = {**config, "blocklist": blocklist, "skip_steps": [[8, 10]]}
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    before, after = collections.Counter(), collections.Counter()
+    for r in range(2):
+        with Loader(config, dp_rank=r, dp_size=2, socket=daemon.socket, job="a") as ld:
+            for toks, in ((np.array(x["tokens"]),) for _, x in zip(range(5), ld)):
+                before.update(toks.ravel().tolist())
+            ld.save(a)
+    skipped = collections.Counter()
+    for r in range(3):
+        with Loader({**config, "blocklist": blocklist}, dp_rank=r, dp_size=3, socket=daemon.socket, job="ref",
+                    resume_from=a) as ref:
+            want = {int(x["step"]): np.array(x["tokens"]) for _, x in zip(range(7), ref)}  # steps 6 to 12
+        for s in (8, 9, 10):
+            skipped.update(want[s].ravel().tolist())
+        with Loader(later, dp_rank=r, dp_size=3, socket=daemon.socket, job="b", resume_from=a) as ld:
+            got = {int(x["step"]): np.array(x["tokens"]) for _, x in zip(range(4), ld)}
+            assert sorted(got) == [6, 7, 11, 12], f"rank {r}: steps {sorted(got)}"
+            for s, toks in got.items():
+                assert np.array_equal(toks, want[s]), f"rank {r} step {s} is not the run's without the skip"
+                after.update(toks.ravel().tolist())
+            ld.save(b)
+    shown = json.loads(subprocess.run([BIN, "inspect", "--json", b], capture_output=True, text=True, check=True).stdout)
+    assert shown["skips"] == [{"first": 8, "last": 10, "steps": 3, "status": "skipped"}], shown["skips"]
+    assert [x["step"] + 1 for x in shown["blocklists"]] == [6], shown["blocklists"]
+    for r in range(2):
+        with Loader(later, dp_rank=r, dp_size=2, socket=daemon.socket, job="c", resume_from=b) as ld:
+            for x in ld:
+                after.update(np.array(x["tokens"]).ravel().tolist())
+    for tok, ref in doc_of.items():
+        if ref in blocked:
+            assert after[tok] == 0 and skipped[tok] == 0, f"token {tok} of blocked {ref} served after the resume"
+        else:
+            n = before[tok] + after[tok] + skipped[tok]
+            assert n == 1 and not (after[tok] and skipped[tok]), f"token {tok} of {ref}: {before[tok]}+{after[tok]} served, {skipped[tok]} skipped"
