@@ -95,3 +95,23 @@ func TestExplainSkipped(t *testing.T) {
 		t.Fatalf("the table does not say step 5 was skipped:\n%s", out.String())
 	}
 }
+
+// TestExplainSkipStepsRead: a skip_steps entry that is not a [first, last]
+// pair is refused, naming it, not cut to its first two numbers.
+func TestExplainSkipStepsRead(t *testing.T) {
+	config, _ := explainJob(t)
+	data, err := os.ReadFile(config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, entry := range []string{"[4]", "[4, 6, 9]"} {
+		bad := filepath.Join(t.TempDir(), "bad.json")
+		keyed := strings.Replace(string(data), `"seed": 4,`, `"seed": 4, "skip_steps": [[1, 2], `+entry+`],`, 1)
+		if err := os.WriteFile(bad, []byte(keyed), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := readJobConfig(bad); err == nil || !strings.Contains(err.Error(), "skip_steps[1] has") {
+			t.Errorf("skip_steps entry %s: %v", entry, err)
+		}
+	}
+}

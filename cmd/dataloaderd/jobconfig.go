@@ -30,7 +30,7 @@ type jobConfig struct {
 	RunTokens     uint64  `json:"run_tokens"`
 	// SkipSteps are [first, last] pairs (explain says those steps were
 	// skipped).
-	SkipSteps [][2]uint64 `json:"skip_steps"`
+	SkipSteps [][]uint64 `json:"skip_steps"`
 	Datasets  []struct {
 		Name        string   `json:"name"`
 		Path        string   `json:"path"`
@@ -72,7 +72,10 @@ func readJobConfig(path string) (stream.Config, error) {
 	if jc.LogicalShards != nil {
 		cfg.LogicalShards = *jc.LogicalShards
 	}
-	for _, r := range jc.SkipSteps {
+	for i, r := range jc.SkipSteps {
+		if len(r) != 2 {
+			return stream.Config{}, fmt.Errorf("config %s: skip_steps[%d] has %d numbers; want [first, last]", path, i, len(r))
+		}
 		cfg.SkipSteps = append(cfg.SkipSteps, state.SkipRange{First: r[0], Last: r[1]})
 	}
 	if jc.BOS != nil {

@@ -29,6 +29,13 @@ func (m *Manager) reportBlocklist(log *zap.Logger, rank *stream.Rank) {
 	}
 	log.Info("blocklist in effect", zap.String("fingerprint", cur.Fingerprint), zap.Int("entries", cur.Entries),
 		zap.Uint64("after_step", cur.Step))
+	// The cursors a skipped range passed moved as serving its lines would:
+	// a document the report finds passed may be in such a range, skipped.
+	served := "blocked document was served before the blocklist arrived"
+	if st := rank.State(); len(st.Skips) > len(state.PendingSkips(st.Skips, st.Step)) {
+		passed := st.Skips[:len(st.Skips)-len(state.PendingSkips(st.Skips, st.Step))]
+		served = "blocked document was served, or passed in a skipped range (" + state.SkipsText(passed, st.Step) + "), before the blocklist arrived"
+	}
 	for i, s := range rep.Served {
 		if i == maxBlockedLogged {
 			log.Warn("more blocked documents were served before the blocklist arrived", zap.Int("more", len(rep.Served)-i),
@@ -40,7 +47,7 @@ func (m *Manager) reportBlocklist(log *zap.Logger, rank *stream.Rank) {
 				zap.String("record", s.Record), zap.Uint64("unit", s.Document), zap.Uint64("epoch", s.Epoch), zap.Uint64("at_or_before_step", s.Step))
 			continue
 		}
-		log.Warn("blocked document was served before the blocklist arrived", zap.String("dataset", s.Dataset),
+		log.Warn(served, zap.String("dataset", s.Dataset),
 			zap.Uint64("document", s.Document), zap.Uint64("epoch", s.Epoch), zap.Uint64("at_or_before_step", s.Step))
 	}
 	m.metrics.blockedServed.Add(float64(len(rep.Served)))

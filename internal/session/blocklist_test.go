@@ -75,6 +75,19 @@ func TestBlocklistReported(t *testing.T) {
 	if n := logs.FilterMessage("blocklist in effect").Len(); n != 1 {
 		t.Errorf("resumed with the same blocklist: %d lines say it is in effect, want the first open's only", n)
 	}
+	// A state whose log holds a range of steps skipped before the step:
+	// the cursors passed its lines as serving them would, so a warning
+	// says the document was served or skipped, naming the range.
+	skipped, err := stream.NewRank(withList, 0, 1, &state.Restored{Step: st.Step, Shards: st.Shards, FromSize: 1,
+		Mixture: st.Mixture, Skips: []state.SkipRange{{First: 10, Last: 20}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.reportBlocklist(m.log, skipped)
+	want := "blocked document was served, or passed in a skipped range (10-20 (11 steps, skipped)), before the blocklist arrived"
+	if n := logs.FilterMessage(want).Len(); n != len(blocked) {
+		t.Errorf("after a skipped range: %d warnings %q, want %d", n, want, len(blocked))
+	}
 }
 
 // blockedServed is dataloaderd_blocked_served_documents_total.

@@ -100,7 +100,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		Name: "dataloaderd_text_records_skipped_total", Help: "Bad records of text datasets skipped (on_bad_record: skip), by dataset.",
 	}, []string{"dataset"})
 	m.datasets = newDatasetSeries(m.tokens, m.lines, m.skipped)
-	m.registerSkipped(reg)
+	m.registerRepairs(reg)
 	m.jobShare = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "dataloaderd_mixture_target_share",
 		Help: "The share of lines a job's mixing weights (or schedule) give each dataset at the last batch produced.",
@@ -128,11 +128,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.lostConsumers.WithLabelValues(o)
 	}
 	reg.MustRegister(m.lostConsumers)
-	m.blockedServed = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "dataloaderd_blocked_served_documents_total",
-		Help: "Documents a blocklist names that were already served (whole or in part) when the blocklist arrived at a resume, counted by the rank owning each.",
-	})
-	reg.MustRegister(m.blockedServed)
 	reg.MustRegister(m.sessions, m.batches, m.tokens, m.lines, m.clientWait, m.readySlots,
 		m.stateSave, m.stateBytes, m.errors, m.ringBytes, m.ringBudget, m.workingSet, m.devBytes, m.devCopy, m.skipped, m.jobShare, m.jobLines, m.reconnects, m.reconnectWait)
 	return m
@@ -153,9 +148,10 @@ func (m *metrics) registerResources(reg prometheus.Registerer, res *stream.Resou
 	)
 }
 
-// registerSkipped registers the counts of batches of skipped ranges of
-// steps (skip_steps).
-func (m *metrics) registerSkipped(reg prometheus.Registerer) {
+// registerRepairs registers the counts of what a run's repairs did: the
+// batches of skipped ranges of steps (skip_steps), and the blocked
+// documents a blocklist found served already.
+func (m *metrics) registerRepairs(reg prometheus.Registerer) {
 	m.skippedBatches = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "dataloaderd_skipped_batches_total",
 		Help: "Batches of skipped ranges of steps (skip_steps) made and dropped, never served (a range made again after a change counts again).",
@@ -164,7 +160,11 @@ func (m *metrics) registerSkipped(reg prometheus.Registerer) {
 		Name: "dataloaderd_skipped_tokens_total",
 		Help: "Tokens of the lines of skipped batches (skip_steps): passed by the cursors, counted as skipped, not served.",
 	})
-	reg.MustRegister(m.skippedBatches, m.skippedTokens)
+	m.blockedServed = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "dataloaderd_blocked_served_documents_total",
+		Help: "Documents a blocklist names that were already served (whole or in part, or passed in a range of steps skipped before) when the blocklist arrived at a resume, counted by the rank owning each.",
+	})
+	reg.MustRegister(m.skippedBatches, m.skippedTokens, m.blockedServed)
 }
 
 // countSkipped counts the batches of a skipped range made and dropped

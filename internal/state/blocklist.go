@@ -3,6 +3,7 @@ package state
 import (
 	"fmt"
 	"regexp"
+	"slices"
 )
 
 // Blocklist records a blocklist a run put in effect: the batches after
@@ -53,4 +54,33 @@ func InEffect(log []Blocklist) (Blocklist, bool) {
 		return Blocklist{}, false
 	}
 	return log[len(log)-1], true
+}
+
+// AddBlocklist appends record b to a log, keeping the newest maxBlocklists
+// records: a log read back is never longer than checkBlocklists allows.
+func AddBlocklist(log []Blocklist, b Blocklist) []Blocklist {
+	out := append(slices.Clone(log), b)
+	return out[max(0, len(out)-maxBlocklists):]
+}
+
+// mergeBlocklists merges the blocklist log of file name into the one merged
+// so far (from file from): the files of one world log the same records, a
+// file saved at a later step perhaps more of them; the log whose last
+// record is the latest is kept, and one whose last record the other lacks
+// is refused, naming both files.
+func mergeBlocklists(merged []Blocklist, from string, log []Blocklist, name string) ([]Blocklist, string, error) {
+	if len(merged) == 0 {
+		return log, name, nil
+	}
+	keep, keepName, other, otherName := merged, from, log, name
+	last, lastOther := keep[len(keep)-1], other[len(other)-1]
+	if lastOther.Step > last.Step || (lastOther.Step == last.Step && len(other) > len(keep)) {
+		keep, keepName, other, otherName = other, otherName, keep, keepName
+		lastOther = other[len(other)-1]
+	}
+	if !slices.Contains(keep, lastOther) {
+		return nil, "", fmt.Errorf("%w: the blocklist logs disagree: %s has blocklist %q from step %d, which %s does not log; the ranks of a run log the same blocklists",
+			ErrMismatch, otherName, lastOther.Fingerprint, lastOther.Step+1, keepName)
+	}
+	return keep, keepName, nil
 }

@@ -72,3 +72,38 @@ func TestBlocklistsRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestBlocklistsMerged: the files of one world saved at different steps
+// merge to the log of the latest (rank 0's file, saved before the
+// blocklist arrived, does not hide it); logs that disagree are refused,
+// naming both files; a log never grows past what a read allows.
+func TestBlocklistsMerged(t *testing.T) {
+	fp := Fingerprint{SeqLen: 15, LogicalShards: 2, Datasets: []DatasetPrint{{Name: "a"}}}
+	rec := Blocklist{Fingerprint: "0123456789abcdef", Entries: 3, Step: 6}
+	file := func(rank uint32, step uint64, log ...Blocklist) []byte {
+		r := Rank{DPRank: rank, DPSize: 2, Step: step, Shards: map[ShardID]Shard{{0, rank}: {}}, Blocklists: log}
+		b, err := Encode(fp, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	names := []string{"rank-0", "rank-1"}
+	m, err := Merge(fp, names, [][]byte{file(0, 5), file(1, 9, rec)})
+	if err != nil || !reflect.DeepEqual(m.Blocklists, []Blocklist{rec}) {
+		t.Errorf("merged %+v, %v; want the later file's log", m.Blocklists, err)
+	}
+	other := Blocklist{Fingerprint: "fedcba9876543210", Entries: 1, Step: 6}
+	_, err = Merge(fp, names, [][]byte{file(0, 9, rec), file(1, 9, other)})
+	if err == nil || !strings.Contains(err.Error(), "the blocklist logs disagree") || !strings.Contains(err.Error(), "rank-0") ||
+		!strings.Contains(err.Error(), "rank-1") {
+		t.Errorf("disagreeing logs: %v", err)
+	}
+	var log []Blocklist
+	for i := range maxBlocklists + 5 {
+		log = AddBlocklist(log, Blocklist{Step: uint64(i)})
+	}
+	if len(log) != maxBlocklists || log[len(log)-1].Step != maxBlocklists+4 || checkBlocklists(log, maxBlocklists+4) != nil {
+		t.Errorf("a log of %d records after %d additions, last step %d", len(log), maxBlocklists+5, log[len(log)-1].Step)
+	}
+}

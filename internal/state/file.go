@@ -106,6 +106,9 @@ func decode(b []byte) (Fingerprint, Rank, error) {
 	if f.Version < 5 && len(f.Skips) > 0 {
 		return Fingerprint{}, Rank{}, fmt.Errorf("version %d state logs skipped steps (only version 5 does)", f.Version)
 	}
+	if f.Version < 5 && len(f.Blocklists) > 0 {
+		return Fingerprint{}, Rank{}, fmt.Errorf("version %d state logs blocklists (only version 5 does)", f.Version)
+	}
 	if q := Queued(f.Mixture, f.Step); f.Version < 3 && len(q) > 0 {
 		return Fingerprint{}, Rank{}, fmt.Errorf("version %d state logs a change at step %d, after its step %d (only version 3 queues changes)",
 			f.Version, q[0].Step, f.Step)

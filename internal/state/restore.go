@@ -93,6 +93,8 @@ type merger struct {
 	ranks  map[uint32]int // the index of each dp_rank's file
 	// skipFrom names the file each merged skip range came from.
 	skipFrom []string
+	// blockFrom names the file the merged blocklist log came from.
+	blockFrom string
 }
 
 func newMerger(cur Fingerprint, lo, hi uint32, step uint64, name func(i int) string) *merger {
@@ -140,11 +142,16 @@ func (m *merger) add(i int, b []byte, step uint64) (Rank, error) {
 			return Rank{}, err
 		}
 	}
+	if len(r.Blocklists) > 0 { // name(i) only where needed
+		if out.Blocklists, m.blockFrom, err = mergeBlocklists(out.Blocklists, m.blockFrom, r.Blocklists, m.name(i)); err != nil {
+			return Rank{}, err
+		}
+	}
 	if first || r.DPRank == 0 {
 		if !first && !sameCurrent(out.Mixture, r.Mixture, out.Step) {
 			out.MixturesDiffer = true
 		}
-		out.Mixture, out.Blocklists = r.Mixture, r.Blocklists
+		out.Mixture = r.Mixture
 	} else if !sameCurrent(out.Mixture, r.Mixture, out.Step) {
 		out.MixturesDiffer = true
 	}

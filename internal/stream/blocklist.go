@@ -106,7 +106,7 @@ func readBlocklist(b Blocklist, roots *files.Roots) ([]BlockedDocument, []string
 			dec := json.NewDecoder(bytes.NewReader(line))
 			dec.DisallowUnknownFields()
 			if err := dec.Decode(&d); err != nil {
-				return nil, nil, invalid("blocklist file %q line %d: %v (want {\"dataset\": NAME, \"document\": N} or {\"dataset\": NAME, \"sha256\": HEX})", path, n+1, err)
+				return nil, nil, invalid("blocklist file %q line %d: %v (want {\"dataset\": NAME, \"document\": N}, with \"file\": F and \"document\", \"line\" or \"row\", or {\"dataset\": NAME, \"sha256\": HEX})", path, n+1, err)
 			}
 			if len(docs) == maxBlocked {
 				return nil, nil, invalid("blocklist file %q line %d: more than %d entries in all", path, n+1, maxBlocked)

@@ -49,7 +49,7 @@ func blocklistLog(c *Corpus, from *state.Restored, step uint64) (log []state.Blo
 		return log, false
 	}
 	cur.Step = step
-	return append(log, cur), true
+	return state.AddBlocklist(log, cur), true
 }
 
 // Blocklists is the rank's blocklist log, as its state holds it.
