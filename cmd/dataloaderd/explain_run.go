@@ -52,6 +52,11 @@ type rankReached struct {
 	// checkpoint's log and the config's key): made and dropped, never
 	// served, so no piece names them.
 	Skipped []state.SkipRange `json:"skipped,omitempty"`
+	// BlocklistChanged: the config's blocklist is not the one the
+	// checkpoint's state had in effect (added, changed or dropped), so the
+	// steps are explained as a resume under this config serves them, not
+	// necessarily as the run that saved the checkpoint went on.
+	BlocklistChanged bool `json:"blocklist_changed,omitempty"`
 }
 
 // explain opens the config's corpus and explains the steps asked on each
@@ -137,7 +142,8 @@ func explainRank(ctx context.Context, corpus *stream.Corpus, roots *files.Roots,
 	if err != nil {
 		return rankReached{}, nil, err
 	}
-	reached := rankReached{DPRank: r, FromStep: rank.Step(), Counted: rank.SkipsByCounting()}
+	reached := rankReached{DPRank: r, FromStep: rank.Step(), Counted: rank.SkipsByCounting(),
+		BlocklistChanged: from != (session.Resume{}) && rank.BlockReport().Changed}
 	if req.first <= rank.Step() {
 		return rankReached{}, nil, fmt.Errorf("step %d is not after step %d, where checkpoint %s resumes: explain it from an earlier checkpoint, or from the run's start (no --from)",
 			req.first, rank.Step(), req.from)
@@ -267,6 +273,9 @@ func printExplained(w io.Writer, rep explained) {
 		}
 		for _, s := range r.Skipped {
 			fmt.Fprintf(w, "; %s skipped (skip_steps: made and dropped, never served)", s)
+		}
+		if r.BlocklistChanged {
+			fmt.Fprint(w, "; the config's blocklist is not the checkpoint's: explained as a resume under this config serves them")
 		}
 		fmt.Fprintln(w)
 	}

@@ -94,6 +94,19 @@ func TestExplainSkipped(t *testing.T) {
 	if !strings.Contains(out.String(), "rank 1: from step 0 to step 4") || !strings.Contains(out.String(), "steps 5 to 5 skipped (skip_steps") {
 		t.Fatalf("the table does not say step 5 was skipped:\n%s", out.String())
 	}
+	// A config whose blocklist the checkpoint's state did not have: the
+	// report says the steps are those a resume under this config serves.
+	blocking := filepath.Join(filepath.Dir(config), "blocking.json")
+	keyed = strings.Replace(string(data), `"seed": 4,`, `"seed": 4, "blocklist": {"documents": [{"dataset": "web", "document": 0}]},`, 1)
+	if err := os.WriteFile(blocking, []byte(keyed), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"--from", ckpt, blocking}, {blocking}, {"--from", ckpt, config}} {
+		rep := runExplain(t, append([]string{"--ranks", "2", "--step", "3"}, args...)...)
+		if want := len(args) == 3 && args[2] == blocking; rep.Ranks[0].BlocklistChanged != want {
+			t.Errorf("%v: blocklist_changed %v, want %v", args, rep.Ranks[0].BlocklistChanged, want)
+		}
+	}
 }
 
 // TestExplainSkipStepsRead: a skip_steps entry that is not a [first, last]
