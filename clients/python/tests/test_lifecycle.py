@@ -115,8 +115,12 @@ class Wrapped:
             env.pop("DATALOADERD_SOCKET", None)
             env["XDG_RUNTIME_DIR"] = str(socket_dir)
         self.stderr = open(tmp / "wrapper.err", "w")
+        # SIGINT at its default, as a terminal starts the wrapper: a make
+        # run in the background without job control ignores it, a bash
+        # started so cannot trap it, and the Ctrl-C tests would time out.
         self.proc = subprocess.Popen([WRAPPER, "--nproc-per-node", "2", "train.py"], env=env,
-                                     stdout=self.stderr, stderr=subprocess.STDOUT, start_new_session=True)
+                                     stdout=self.stderr, stderr=subprocess.STDOUT, start_new_session=True,
+                                     preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         if socket_dir is not None:
             self.socket = str(socket_dir / f"dataloaderd-{self.proc.pid}.sock")
         wait_until("the fake torchrun started", lambda: self.lines()[:1] != [] or self.proc.poll() is not None)
